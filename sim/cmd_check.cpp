@@ -1,6 +1,87 @@
-// PLACEHOLDER until its owner lands the real command: says so and exits 2.
+// kvsim check RUN_DIR --baseline FILE [--update-baseline] [--all]: the regression gate.
+
 #include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "sim/check.h"
 #include "sim/commands.h"
+#include "sim/errors.h"
+
 namespace kvsim::cli {
-int check(const Args&) { std::fprintf(stderr, "kvsim: 'check' is not built yet\n"); return 2; }
+namespace {
+
+constexpr const char* kUsage =
+    "usage: kvsim check RUN_DIR --baseline FILE [--update-baseline] [--all]\n"
+    "\n"
+    "Compares RUN_DIR's summary.json with a baseline and prints the metrics that moved.\n"
+    "  RUN_DIR            a run folder, or a summary.json\n"
+    "  --baseline FILE    a baseline YAML (scenarios/baselines/NAME.yaml), another run folder,\n"
+    "                     or its summary.json\n"
+    "  --update-baseline  write RUN_DIR's metrics into the baseline YAML (kept rules and header)\n"
+    "  --all              print every metric, not only those that moved\n"
+    "Rules: exact for counters (prefix_cache_hits, num_preemptions, ...), rel 0.02 for *_ms and\n"
+    "throughputs, abs 1e-9 for hit rates; a baseline YAML may set its own per metric.\n"
+    "Exit status: 0 pass, 1 regression, 2 bad input.\n";
+
+}  // namespace
+
+int check(const Args& args) {
+  std::string run_dir, baseline;
+  bool update = false, all_rows = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--baseline") {
+      if (i + 1 >= args.size()) throw ConfigError("--baseline needs a FILE");
+      baseline = args[++i];
+    } else if (a.rfind("--baseline=", 0) == 0) {
+      baseline = a.substr(11);
+    } else if (a == "--update-baseline") {
+      update = true;
+    } else if (a == "--all") {
+      all_rows = true;
+    } else if (a.size() > 1 && a[0] == '-') {
+      throw ConfigError("unknown option '" + a +
+                        "' (allowed: --baseline FILE, --update-baseline, --all, --help)");
+    } else if (run_dir.empty()) {
+      run_dir = a;
+    } else {
+      throw ConfigError("one RUN_DIR expected, got '" + run_dir + "' and '" + a + "'");
+    }
+  }
+  if (run_dir.empty() || baseline.empty()) {
+    std::fputs(kUsage, stderr);
+    return kExitUsage;
+  }
+
+  const MetricSet current = load_metric_set(run_dir);
+  const std::filesystem::path baseline_path(baseline);
+  if (update) {
+    const std::string ext = baseline_path.extension().string();
+    if (ext != ".yaml" && ext != ".yml") {
+      throw ConfigError(baseline + ": --update-baseline writes a baseline .yaml, not a run folder "
+                                   "or summary.json");
+    }
+    std::error_code ec;
+    if (!std::filesystem::exists(baseline_path, ec)) {
+      write_baseline(baseline_path, current, nullptr);
+      std::printf("baseline created: %s (%zu metrics)\n", baseline.c_str(), current.values.size());
+      return 0;
+    }
+    const MetricSet previous = load_metric_set(baseline_path);
+    std::fputs(format_check_report(compare_metrics(previous, current), all_rows).c_str(), stdout);
+    write_baseline(baseline_path, current, &previous);
+    std::printf("baseline updated: %s\n", baseline.c_str());
+    return 0;
+  }
+  const MetricSet base = load_metric_set(baseline_path);
+  const CheckReport report = compare_metrics(base, current);
+  std::printf("kvsim check: %s against %s\n", current.source.c_str(), base.source.c_str());
+  std::fputs(format_check_report(report, all_rows).c_str(), stdout);
+  return report.passed() ? 0 : 1;
+}
+
 }  // namespace kvsim::cli
