@@ -1,0 +1,70 @@
+#pragma once
+// One interface over the CPU and CUDA backends, chosen at run time (validate/ --backend cpu|cuda).
+// Every pointer argument is host memory; the backend owns its pool (host or device).
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "kernels/paged_kv.h"
+
+namespace kvsim::kernels {
+
+enum class BackendKind : std::uint8_t { kCpu, kCuda };
+
+/// Parses "cpu" or "cuda"; throws std::invalid_argument otherwise.
+BackendKind parse_backend_kind(std::string_view name);
+/// "cpu" or "cuda".
+const char* backend_name(BackendKind kind);
+
+/// True when this build has CUDA and a usable device is present. Never throws: any CUDA error
+/// (no driver, no device, insufficient driver) means false.
+bool cuda_device_available();
+
+/// A batch of sequences over the backend's pool (host arrays).
+struct attention_batch {
+  const std::int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  std::int32_t max_blocks_per_seq = 0;
+  const std::int32_t* seq_lens = nullptr;      // [num_seqs], including this step's new tokens
+  std::int32_t num_seqs = 0;
+  const std::int32_t* q_indptr = nullptr;      // [num_seqs + 1]; nullptr = decode (1 row per seq)
+  std::int32_t num_q_heads = 0;
+  float scale = 1.0f;
+
+  /// Query rows: q_indptr[num_seqs] or num_seqs for decode.
+  std::int64_t num_q_rows() const { return q_indptr ? q_indptr[num_seqs] : num_seqs; }
+};
+
+/// Paged attention and KV writes over a pool owned by the backend.
+class AttentionBackend {
+ public:
+  virtual ~AttentionBackend() = default;
+  virtual BackendKind kind() const = 0;
+
+  /// (Re)allocates the pool `[2, num_blocks, block_size, num_kv_heads, head_size]` (vLLM V1
+  /// layout) and fills every element with NaN, so unwritten slots poison any read of them.
+  virtual void init_pool(const kv_pool_shape& shape) = 0;
+  virtual const kv_pool_shape& pool_shape() const = 0;
+
+  /// reshape_and_cache: key/value `[num_tokens, Hkv, D]` (pool dtype) into slots
+  /// `slot_mapping[num_tokens]` (block_id * block_size + offset; negative = skip).
+  virtual void write_kv(const void* key, const void* value, const std::int64_t* slot_mapping,
+                        std::int64_t num_tokens) = 0;
+
+  /// Decode or prefill/append attention (see cpu_paged_attention for the semantics).
+  /// q/out: `[batch.num_q_rows(), num_q_heads, head_size]` in the pool dtype.
+  virtual void attention(const attention_batch& batch, const void* q, void* out) = 0;
+
+  /// Copies the whole pool (pool_shape().num_elements() elements) into `dst`.
+  virtual void read_pool(void* dst) const = 0;
+  /// Overwrites the whole pool from `src` (same size as read_pool).
+  virtual void load_pool(const void* src) = 0;
+
+  /// Forces the split-KV count (CUDA only; 0 = automatic policy). The CPU backend ignores it.
+  virtual void set_forced_splits(std::int32_t /*splits*/) {}
+};
+
+/// A backend of `kind`. Throws std::runtime_error for kCuda when !cuda_device_available().
+std::unique_ptr<AttentionBackend> make_attention_backend(BackendKind kind);
+
+}  // namespace kvsim::kernels

@@ -1,0 +1,63 @@
+#pragma once
+// Element types of the KV pool, Q and O, and exact CPU-side conversions for the 16-bit formats.
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace kvsim::kernels {
+
+/// Storage type of the pool, the queries and the outputs (they always share one dtype).
+enum class DType : std::uint8_t { kF32, kF16, kBF16 };
+
+/// Bytes per element of `dtype`.
+constexpr std::size_t dtype_size_bytes(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+
+/// "f32", "f16" or "bf16".
+const char* dtype_name(DType dtype);
+
+/// IEEE binary16 bits (host-side storage type; bit-compatible with CUDA's __half).
+struct half_bits {
+  std::uint16_t bits;
+};
+/// bfloat16 bits (host-side storage type; bit-compatible with CUDA's __nv_bfloat16).
+struct bf16_bits {
+  std::uint16_t bits;
+};
+static_assert(sizeof(half_bits) == 2 && sizeof(bf16_bits) == 2);
+
+/// fp32 -> fp16, round to nearest even; overflow gives inf, NaN stays NaN (quiet).
+half_bits float_to_half(float f);
+/// fp16 -> fp32 (exact).
+float half_to_float(half_bits h);
+/// fp32 -> bf16, round to nearest even; NaN stays NaN (quiet).
+bf16_bits float_to_bf16(float f);
+/// bf16 -> fp32 (exact).
+inline float bf16_to_float(bf16_bits b) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(b.bits) << 16);
+}
+
+/// Reads element `i` of a buffer of `dtype` as float.
+inline float load_as_float(const void* data, DType dtype, std::int64_t i) {
+  switch (dtype) {
+    case DType::kF32: return static_cast<const float*>(data)[i];
+    case DType::kF16: return half_to_float(static_cast<const half_bits*>(data)[i]);
+    case DType::kBF16: return bf16_to_float(static_cast<const bf16_bits*>(data)[i]);
+  }
+  return 0.0f;
+}
+
+/// Writes `value` rounded to `dtype` (nearest even) into element `i` of a buffer of `dtype`.
+inline void store_from_float(void* data, DType dtype, std::int64_t i, float value) {
+  switch (dtype) {
+    case DType::kF32: static_cast<float*>(data)[i] = value; break;
+    case DType::kF16: static_cast<half_bits*>(data)[i] = float_to_half(value); break;
+    case DType::kBF16: static_cast<bf16_bits*>(data)[i] = float_to_bf16(value); break;
+  }
+}
+
+/// Rounds `value` to the nearest `dtype` value and returns it as float (identity for kF32).
+float round_to_dtype(float value, DType dtype);
+
+}  // namespace kvsim::kernels

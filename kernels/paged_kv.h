@@ -1,0 +1,95 @@
+#pragma once
+// The paged KV pool as plain arrays: one view struct shared by the CPU and CUDA backends.
+// Host-only C++ and nvcc both include this header; it has no CUDA dependency.
+
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+#if defined(__CUDACC__)
+#define KVSIM_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define KVSIM_HOST_DEVICE inline
+#endif
+
+namespace kvsim::kernels {
+
+/// A paged KV pool plus the block tables that index it, passed by value to every kernel.
+///
+/// The default layout is the vLLM V1 pool `[2, num_blocks, block_size, num_kv_heads, head_size]`
+/// (see `make_vllm_v1_strides`), but every address is computed from the four strides, so
+/// `[num_blocks, 2, block_size, Hkv, D]` and HND layouts work too. The head dimension is always
+/// contiguous (stride 1). All strides and offsets are in elements and 64-bit.
+/// Pointers live in the memory space of the backend that receives the view (host or device).
+struct paged_kv_view {
+  void* pool = nullptr;              // [2, num_blocks, block_size, num_kv_heads, head_size] (strided)
+  DType dtype = DType::kF16;         // element type of the pool
+  std::int64_t stride_kv = 0;        // elements from K to V of the same (block, token, head)
+  std::int64_t stride_block = 0;     // elements between consecutive blocks
+  std::int64_t stride_token = 0;     // elements between consecutive tokens of a block
+  std::int64_t stride_head = 0;      // elements between consecutive KV heads
+  std::int32_t num_blocks = 0;
+  std::int32_t block_size = 0;       // tokens per block
+  std::int32_t num_kv_heads = 0;
+  std::int32_t head_size = 0;
+  const std::int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  std::int32_t max_blocks_per_seq = 0;
+  const std::int32_t* seq_lens = nullptr;      // [num_seqs] cached tokens incl. this step's new ones
+  std::int32_t num_seqs = 0;
+
+  /// Element offset of K (kv = 0) or V (kv = 1) of token `token` of sequence `seq`, KV head `head`.
+  /// Precondition: token < seq_lens[seq]; reads exactly one block-table entry.
+  KVSIM_HOST_DEVICE std::int64_t offset(int kv, int seq, std::int64_t token, int head) const {
+    const std::int64_t block =
+        block_tables[static_cast<std::int64_t>(seq) * max_blocks_per_seq + token / block_size];
+    return kv * stride_kv + block * stride_block + (token % block_size) * stride_token +
+           head * stride_head;
+  }
+  /// Element offset of K or V in pool slot `slot` (= block_id * block_size + offset in block).
+  KVSIM_HOST_DEVICE std::int64_t slot_offset(int kv, std::int64_t slot, int head) const {
+    return kv * stride_kv + (slot / block_size) * stride_block +
+           (slot % block_size) * stride_token + head * stride_head;
+  }
+};
+
+/// Pool geometry without pointers.
+struct kv_pool_shape {
+  DType dtype = DType::kF16;
+  std::int32_t num_blocks = 0;
+  std::int32_t block_size = 16;
+  std::int32_t num_kv_heads = 1;
+  std::int32_t head_size = 128;
+
+  /// Elements of the whole pool (K and V).
+  std::int64_t num_elements() const {
+    return std::int64_t{2} * num_blocks * block_size * num_kv_heads * head_size;
+  }
+};
+
+/// A view with the contiguous vLLM V1 strides over `pool` (block tables and lengths left empty).
+inline paged_kv_view make_vllm_v1_view(void* pool, const kv_pool_shape& shape) {
+  paged_kv_view v;
+  v.pool = pool;
+  v.dtype = shape.dtype;
+  v.num_blocks = shape.num_blocks;
+  v.block_size = shape.block_size;
+  v.num_kv_heads = shape.num_kv_heads;
+  v.head_size = shape.head_size;
+  v.stride_head = shape.head_size;
+  v.stride_token = std::int64_t{shape.num_kv_heads} * shape.head_size;
+  v.stride_block = v.stride_token * shape.block_size;
+  v.stride_kv = v.stride_block * shape.num_blocks;
+  return v;
+}
+
+/// The query side of an attention call. Decode is the special case q_len = 1 for every sequence.
+/// Q and O are contiguous `[num_q_tokens, num_q_heads, head_size]` in the view's dtype; the
+/// tokens of sequence s are rows q_indptr[s] .. q_indptr[s+1]-1 and are its *last* q_len tokens
+/// (bottom-right causal alignment: query i of a q_len chunk sees keys <= i + kv_len - q_len).
+struct attention_queries {
+  const std::int32_t* q_indptr = nullptr;  // [num_seqs + 1]; nullptr means decode (one row per seq)
+  std::int32_t num_q_heads = 0;            // multiple of num_kv_heads; kv_head = q_head / G
+  float scale = 1.0f;                      // softmax scale, usually 1/sqrt(head_size)
+};
+
+}  // namespace kvsim::kernels

@@ -1,0 +1,43 @@
+#pragma once
+// Host-side split-KV policy (kernels.md §7.3): which (query row, KV chunk) work items to launch.
+// Plain C++ so the policy is unit-tested without a GPU.
+
+#include <cstdint>
+#include <vector>
+
+namespace kvsim::kernels {
+
+/// Smallest KV chunk the automatic policy splits into (FlashInfer's lower bound).
+inline constexpr std::int32_t kMinSplitChunkTokens = 128;
+
+/// Work items of one attention call, row-major by query row. Each item covers KV tokens
+/// [kv_begin, kv_end) of one query row, for every KV head (grid.y). A row whose keys are all
+/// masked (seq_len 0) still gets one empty item so that its output is written (as 0).
+struct attention_work_plan {
+  std::int32_t chunk_tokens = 0;             // KV tokens per item; 0 = one item per row
+  std::int32_t max_items_per_row = 0;        // 1 = no split, no reduce kernel needed
+  std::vector<std::int32_t> item_row;        // [num_items] query row (index into Q/O)
+  std::vector<std::int32_t> item_seq;        // [num_items] sequence of that row
+  std::vector<std::int32_t> item_kv_begin;   // [num_items]
+  std::vector<std::int32_t> item_kv_end;     // [num_items] exclusive; <= the row's visible keys
+  std::vector<std::int32_t> row_item_indptr; // [num_rows + 1] items of row r: [indptr[r], indptr[r+1])
+
+  std::int32_t num_items() const { return static_cast<std::int32_t>(item_row.size()); }
+  std::int32_t num_rows() const { return static_cast<std::int32_t>(row_item_indptr.size()) - 1; }
+};
+
+/// Plans the work of a decode (q_indptr == nullptr) or prefill call. Row i of a q_len chunk sees
+/// i + seq_len - q_len + 1 keys (bottom-right causal).
+/// - forced_splits > 0: chunk = ceil(max_visible / forced_splits), so the longest row gets exactly
+///   forced_splits items (shorter rows fewer).
+/// - forced_splits == 0 (auto): no split when num_rows * num_kv_heads >= max_ctas (a full wave) or
+///   the longest row is <= kMinSplitChunkTokens; otherwise the smallest chunk (multiple of
+///   block_size, >= kMinSplitChunkTokens) such that sum_rows ceil(visible / chunk) * Hkv <= max_ctas,
+///   found by binary search. O(num_rows * log(max_visible)).
+/// Inputs are host arrays: seq_lens[num_seqs], q_indptr[num_seqs + 1].
+attention_work_plan plan_attention_work(const std::int32_t* seq_lens, const std::int32_t* q_indptr,
+                                        std::int32_t num_seqs, std::int32_t num_kv_heads,
+                                        std::int32_t block_size, std::int64_t max_ctas,
+                                        std::int32_t forced_splits);
+
+}  // namespace kvsim::kernels
