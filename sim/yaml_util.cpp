@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -313,6 +314,16 @@ std::vector<double> get_double_list(const YAML::Node& map, std::string_view key,
   out.reserve(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) out.push_back(as_double(v[i], c.element(i), min, max));
   return out;
+}
+
+std::string resolve_input_path(const YamlContext& ctx, const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  if (p.is_absolute() || ctx.file.empty()) return path;
+  const fs::path beside = fs::path(ctx.file).parent_path() / p;
+  std::error_code ec;
+  if (fs::exists(beside, ec)) return beside.lexically_normal().string();
+  return path;
 }
 
 }  // namespace kvsim

@@ -119,6 +119,10 @@ inline constexpr double kDoubleMax = std::numeric_limits<double>::max();
                                                   const YamlContext& ctx, double min = -kDoubleMax,
                                                   double max = kDoubleMax);
 
+/// Resolves a file named in a scenario: an absolute path as is; a relative path against the
+/// scenario file's folder when the file exists there, else against the working directory.
+[[nodiscard]] std::string resolve_input_path(const YamlContext& ctx, const std::string& path);
+
 /// A short human description of a node's value for messages: the scalar text, "a mapping", ...
 [[nodiscard]] std::string describe_node(const YAML::Node& node);
 
