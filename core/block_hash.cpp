@@ -1,0 +1,179 @@
+#include "core/block_hash.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/assert.h"
+
+namespace kvsim {
+namespace {
+
+std::uint64_t default_bucket_hash(std::uint64_t parent_hash, std::span<const Token> tokens,
+                                  std::int32_t extra) {
+  const std::uint64_t seed = parent_hash * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(extra);
+  return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), seed);
+}
+
+constexpr std::uint64_t kRootHash = 0x6a09e667f3bcc908ull;  // the parent "hash" of a first block
+
+}  // namespace
+
+BlockHashTable::BlockHashTable(std::int32_t block_size, BucketHashFn hash_fn)
+    : block_size_(block_size), hash_fn_(hash_fn ? hash_fn : &default_bucket_hash) {
+  KVSIM_ASSERT(block_size > 0);
+  buckets_.assign(1024, -1);
+  bucket_mask_ = buckets_.size() - 1;
+  extra_tuples_.resize(2);  // kExtraNone, kExtraEmpty
+  extra_ids_.emplace(std::vector<std::string>{}, kExtraEmpty);
+}
+
+std::span<const Token> BlockHashTable::tokens(HashId h) const {
+  return {tokens_.data() + slot(h) * static_cast<std::size_t>(block_size_),
+          static_cast<std::size_t>(block_size_)};
+}
+
+std::uint64_t BlockHashTable::hash_of(HashId parent, std::span<const Token> tokens,
+                                      ExtraKeysId extra) const {
+  const std::uint64_t ph = parent == kNoHash ? kRootHash : nodes_[slot(parent)].hash;
+  return hash_fn_(ph, tokens, static_cast<std::int32_t>(extra));
+}
+
+bool BlockHashTable::node_equals(std::int32_t n, HashId parent, std::span<const Token> tokens,
+                                 ExtraKeysId extra) const {
+  const Node& node = nodes_[static_cast<std::size_t>(n)];
+  if (node.parent != parent || node.extra != extra) return false;
+  return std::memcmp(tokens_.data() + static_cast<std::size_t>(n) * block_size_, tokens.data(),
+                     tokens.size_bytes()) == 0;
+}
+
+HashId BlockHashTable::intern(HashId parent, std::span<const Token> tokens, ExtraKeysId extra) {
+  KVSIM_ASSERT(static_cast<std::int64_t>(tokens.size()) == block_size_);
+  const std::uint64_t h = hash_of(parent, tokens, extra);
+  for (std::uint64_t i = h & bucket_mask_;; i = (i + 1) & bucket_mask_) {
+    const std::int32_t n = buckets_[i];
+    if (n < 0) break;
+    if (nodes_[static_cast<std::size_t>(n)].hash == h && node_equals(n, parent, tokens, extra)) {
+      ++nodes_[static_cast<std::size_t>(n)].refs;
+      return HashId{n};
+    }
+  }
+  std::int32_t n;
+  if (!free_slots_.empty()) {
+    n = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    n = static_cast<std::int32_t>(nodes_.size());
+    nodes_.emplace_back();
+    tokens_.resize(tokens_.size() + static_cast<std::size_t>(block_size_));
+  }
+  Node& node = nodes_[static_cast<std::size_t>(n)];
+  node.hash = h;
+  node.parent = parent;
+  node.extra = extra;
+  node.refs = 1;
+  std::copy(tokens.begin(), tokens.end(),
+            tokens_.begin() + static_cast<std::ptrdiff_t>(n) * block_size_);
+  if (parent != kNoHash) retain(parent);
+  ++live_;
+  if (static_cast<std::uint64_t>(live_) * 2 > buckets_.size()) grow_buckets();
+  bucket_insert(n);
+  return HashId{n};
+}
+
+void BlockHashTable::retain(HashId h) {
+  Node& node = nodes_[slot(h)];
+  KVSIM_ASSERT(node.refs > 0, "retain of a dead hash node");
+  ++node.refs;
+}
+
+void BlockHashTable::release(HashId h) {
+  while (h != kNoHash) {
+    Node& node = nodes_[slot(h)];
+    KVSIM_ASSERT(node.refs > 0, "release of a dead hash node");
+    if (--node.refs > 0) return;
+    bucket_erase(to_int(h));
+    free_slots_.push_back(to_int(h));
+    --live_;
+    const HashId parent = node.parent;
+    node.parent = kNoHash;
+    h = parent;
+  }
+}
+
+void BlockHashTable::bucket_insert(std::int32_t n) {
+  std::uint64_t i = nodes_[static_cast<std::size_t>(n)].hash & bucket_mask_;
+  while (buckets_[i] >= 0) i = (i + 1) & bucket_mask_;
+  buckets_[i] = n;
+}
+
+// Linear-probing deletion by backward shift (no tombstones).
+void BlockHashTable::bucket_erase(std::int32_t n) {
+  std::uint64_t i = nodes_[static_cast<std::size_t>(n)].hash & bucket_mask_;
+  while (buckets_[i] != n) {
+    KVSIM_ASSERT(buckets_[i] >= 0, "hash node missing from its bucket chain");
+    i = (i + 1) & bucket_mask_;
+  }
+  std::uint64_t hole = i;
+  for (std::uint64_t j = (i + 1) & bucket_mask_; buckets_[j] >= 0; j = (j + 1) & bucket_mask_) {
+    const std::uint64_t ideal = nodes_[static_cast<std::size_t>(buckets_[j])].hash & bucket_mask_;
+    // Move j into the hole unless its ideal slot lies cyclically in (hole, j].
+    const bool in_range = hole <= j ? (ideal > hole && ideal <= j) : (ideal > hole || ideal <= j);
+    if (!in_range) {
+      buckets_[hole] = buckets_[j];
+      hole = j;
+    }
+  }
+  buckets_[hole] = -1;
+}
+
+void BlockHashTable::grow_buckets() {
+  std::vector<std::int32_t> old;
+  old.swap(buckets_);
+  buckets_.assign(old.size() * 2, -1);
+  bucket_mask_ = buckets_.size() - 1;
+  for (std::int32_t n : old)
+    if (n >= 0) bucket_insert(n);
+}
+
+ExtraKeysId BlockHashTable::intern_extra(const std::vector<std::string>& mm_hashes) {
+  auto [it, inserted] =
+      extra_ids_.emplace(mm_hashes, ExtraKeysId{static_cast<std::int32_t>(extra_tuples_.size())});
+  if (inserted) extra_tuples_.push_back(mm_hashes);
+  return it->second;
+}
+
+const std::vector<std::string>& BlockHashTable::extra_strings(ExtraKeysId e) const {
+  return extra_tuples_[static_cast<std::size_t>(e)];
+}
+
+void BlockHashTable::check_invariants() const {
+  std::int64_t live = 0;
+  for (std::size_t n = 0; n < nodes_.size(); ++n) {
+    const Node& node = nodes_[n];
+    if (node.refs == 0) continue;
+    ++live;
+    KVSIM_ASSERT(node.parent == kNoHash || nodes_[slot(node.parent)].refs > 0,
+                 "live node with a dead parent");
+    bool found = false;
+    for (std::uint64_t i = node.hash & bucket_mask_; buckets_[i] >= 0; i = (i + 1) & bucket_mask_)
+      if (buckets_[i] == static_cast<std::int32_t>(n)) found = true;
+    KVSIM_ASSERT(found, "live hash node not reachable from its bucket");
+  }
+  KVSIM_ASSERT(live == live_, "live hash node count mismatch");
+  std::int64_t in_buckets = 0;
+  for (std::int32_t b : buckets_) in_buckets += b >= 0;
+  KVSIM_ASSERT(in_buckets == live_, "bucket count mismatch");
+}
+
+void BlockHashTable::check_ref_counts(std::span<const std::int32_t> external) const {
+  KVSIM_ASSERT(external.size() == nodes_.size(), "external ref vector has the wrong size");
+  std::vector<std::int32_t> expected(external.begin(), external.end());
+  for (const Node& node : nodes_)
+    if (node.refs > 0 && node.parent != kNoHash) ++expected[slot(node.parent)];
+  for (std::size_t n = 0; n < nodes_.size(); ++n)
+    KVSIM_ASSERT(nodes_[n].refs == expected[n], "hash node reference count mismatch");
+}
+
+}  // namespace kvsim

@@ -1,0 +1,160 @@
+#include "core/block_pool.h"
+
+#include "core/assert.h"
+
+namespace kvsim {
+
+BlockPool::BlockPool(std::int32_t num_blocks, bool enable_caching, BlockHashTable& hashes)
+    : enable_caching_(enable_caching), hashes_(hashes), blocks_(static_cast<std::size_t>(num_blocks)) {
+  KVSIM_ASSERT(num_blocks > 0);
+  for (std::int32_t i = 0; i < num_blocks; ++i) {
+    blocks_[static_cast<std::size_t>(i)].block_id = BlockId{i};
+    free_queue_.push_back(blocks_[static_cast<std::size_t>(i)]);
+  }
+}
+
+BlockPool::~BlockPool() {
+  free_queue_.clear();
+  for (KVCacheBlock& b : blocks_)
+    if (b.block_hash != kNoHash) hashes_.release(b.block_hash);
+}
+
+BlockId BlockPool::get_cached_block(HashId h) const {
+  const std::size_t s = head_slot(h);
+  return s < hash_head_.size() ? hash_head_[s] : kNoBlock;
+}
+
+void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
+  KVSIM_ASSERT(n <= num_free_blocks(), "not enough free blocks");
+  for (std::int32_t i = 0; i < n; ++i) {
+    KVCacheBlock& blk = free_queue_.front();
+    free_queue_.pop_front();
+    KVSIM_ASSERT(blk.ref_cnt == 0);
+    if (enable_caching_ && blk.block_hash != kNoHash) evict(blk);
+    blk.ref_cnt = 1;
+    out.push_back(blk.block_id);
+  }
+  stats_.blocks_allocated += n;
+}
+
+void BlockPool::touch(std::span<const BlockId> blocks) {
+  for (BlockId b : blocks) {
+    KVCacheBlock& blk = block(b);
+    if (blk.ref_cnt == 0) free_queue_.erase(free_queue_.iterator_to(blk));
+    ++blk.ref_cnt;
+  }
+}
+
+void BlockPool::free_block(BlockId b) {
+  KVCacheBlock& blk = block(b);
+  KVSIM_ASSERT(blk.ref_cnt > 0, "freeing a block that is not in use");
+  if (--blk.ref_cnt == 0) free_queue_.push_back(blk);
+}
+
+void BlockPool::cache_block(BlockId b, HashId h) {
+  KVCacheBlock& blk = block(b);
+  KVSIM_ASSERT(blk.block_hash == kNoHash, "block already has a hash");
+  hashes_.retain(h);
+  blk.block_hash = h;
+  const std::size_t s = head_slot(h);
+  if (s >= hash_head_.size()) {
+    hash_head_.resize(s + 1 + s / 2, kNoBlock);
+    hash_tail_.resize(hash_head_.size(), kNoBlock);
+  }
+  blk.hash_next = kNoBlock;
+  blk.hash_prev = hash_tail_[s];
+  if (hash_tail_[s] == kNoBlock) {
+    hash_head_[s] = b;
+    ++num_cached_hashes_;
+  } else {
+    block(hash_tail_[s]).hash_next = b;
+  }
+  hash_tail_[s] = b;
+  ++num_cached_blocks_;
+}
+
+// vLLM's _maybe_evict_cached_block: the block leaves its hash group; an emptied group is deleted.
+void BlockPool::evict(KVCacheBlock& blk) {
+  const std::size_t s = head_slot(blk.block_hash);
+  if (blk.hash_prev == kNoBlock) hash_head_[s] = blk.hash_next;
+  else block(blk.hash_prev).hash_next = blk.hash_next;
+  if (blk.hash_next == kNoBlock) hash_tail_[s] = blk.hash_prev;
+  else block(blk.hash_next).hash_prev = blk.hash_prev;
+  if (hash_head_[s] == kNoBlock) --num_cached_hashes_;
+  --num_cached_blocks_;
+  blk.hash_prev = blk.hash_next = kNoBlock;
+  const HashId h = blk.block_hash;
+  blk.block_hash = kNoHash;
+  hashes_.release(h);
+  ++stats_.evictions;
+}
+
+bool BlockPool::reset_prefix_cache() {
+  if (num_free_blocks() != num_blocks()) return false;
+  for (KVCacheBlock& blk : blocks_) {
+    if (blk.block_hash == kNoHash) continue;
+    const std::size_t s = head_slot(blk.block_hash);
+    hash_head_[s] = hash_tail_[s] = kNoBlock;
+    blk.hash_prev = blk.hash_next = kNoBlock;
+    const HashId h = blk.block_hash;
+    blk.block_hash = kNoHash;
+    hashes_.release(h);
+  }
+  num_cached_hashes_ = 0;
+  num_cached_blocks_ = 0;
+  return true;
+}
+
+void BlockPool::cached_blocks_of(HashId h, std::vector<BlockId>& out) const {
+  for (BlockId b = get_cached_block(h); b != kNoBlock; b = block(b).hash_next) out.push_back(b);
+}
+
+void BlockPool::check_invariants() const {
+  std::vector<char> queued(blocks_.size(), 0);
+  std::int64_t queue_len = 0;
+  for (const KVCacheBlock& blk : free_queue_) {
+    const std::size_t i = static_cast<std::size_t>(to_int(blk.block_id));
+    KVSIM_ASSERT(i < blocks_.size() && &blocks_[i] == &blk, "free queue holds a foreign block");
+    KVSIM_ASSERT(!queued[i], "block queued twice");
+    queued[i] = 1;
+    ++queue_len;
+  }
+  KVSIM_ASSERT(queue_len == static_cast<std::int64_t>(free_queue_.size()), "queue size mismatch");
+  std::int64_t cached_blocks = 0;
+  std::int64_t heads = 0;
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    const KVCacheBlock& blk = blocks_[i];
+    KVSIM_ASSERT(to_int(blk.block_id) == static_cast<std::int32_t>(i), "block id mismatch");
+    KVSIM_ASSERT(blk.ref_cnt >= 0, "negative ref count");
+    KVSIM_ASSERT((blk.ref_cnt == 0) == static_cast<bool>(queued[i]),
+                 "a block must be queued iff its ref count is 0");
+    if (blk.block_hash == kNoHash) {
+      KVSIM_ASSERT(blk.hash_prev == kNoBlock && blk.hash_next == kNoBlock, "stale hash links");
+      continue;
+    }
+    KVSIM_ASSERT(enable_caching_, "a block has a hash while caching is disabled");
+    KVSIM_ASSERT(hashes_.ref_count(blk.block_hash) > 0, "cached block with a dead hash");
+    ++cached_blocks;
+    const std::size_t s = head_slot(blk.block_hash);
+    if (blk.hash_prev == kNoBlock) {
+      KVSIM_ASSERT(hash_head_[s] == blk.block_id, "chain head mismatch");
+      ++heads;
+    } else {
+      KVSIM_ASSERT(block(blk.hash_prev).hash_next == blk.block_id, "broken hash chain");
+      KVSIM_ASSERT(block(blk.hash_prev).block_hash == blk.block_hash, "chain mixes hashes");
+    }
+    if (blk.hash_next == kNoBlock) KVSIM_ASSERT(hash_tail_[s] == blk.block_id, "chain tail mismatch");
+  }
+  KVSIM_ASSERT(cached_blocks == num_cached_blocks_, "cached block count mismatch");
+  KVSIM_ASSERT(heads == num_cached_hashes_, "cached hash count mismatch");
+  for (std::size_t s = 0; s < hash_head_.size(); ++s) {
+    if (hash_head_[s] == kNoBlock) {
+      KVSIM_ASSERT(hash_tail_[s] == kNoBlock, "tail without head");
+      continue;
+    }
+    KVSIM_ASSERT(to_int(block(hash_head_[s]).block_hash) == static_cast<std::int32_t>(s),
+                 "index entry points at a block with another hash");
+  }
+}
+
+}  // namespace kvsim

@@ -1,0 +1,576 @@
+#include "sim/replay.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kvsim {
+
+struct OpReplayer::Slot {
+  Request req;
+};
+
+namespace {
+using Index = JsonLine::Index;
+using Type = JsonLine::Type;
+
+const char* alloc_error(AllocStatus s) {
+  switch (s) {
+    case AllocStatus::kZeroTokens: return "ValueError: num_tokens must be greater than 0";
+    case AllocStatus::kHitsWithoutCache:
+      return "AssertionError: Computed blocks should be empty when prefix caching is disabled";
+    case AllocStatus::kBeyondMaxBlocks:
+      return "AssertionError: num_new_blocks > 0 (request beyond max_model_len)";
+    case AllocStatus::kMissingTokens:
+      return "AssertionError: a block to cache has fewer than block_size tokens";
+    case AllocStatus::kBadPrevBlock:
+      return "AssertionError: inconsistent block hashes in _cache_full_blocks";
+    default: return "RuntimeError: allocation failed";
+  }
+}
+
+__extension__ using Int128 = __int128;
+
+// Python's floor modulo on 128-bit intermediates.
+Int128 py_mod(Int128 a, Int128 m) {
+  Int128 r = a % m;
+  if (r != 0 && ((r < 0) != (m < 0))) r += m;
+  return r;
+}
+}  // namespace
+
+OpReplayer::OpReplayer() : OpReplayer(Options{}) {}
+OpReplayer::OpReplayer(Options options) : options_(options) {}
+OpReplayer::~OpReplayer() {
+  // Requests hold hash references into the manager: drop them before the manager goes.
+  slots_.clear();
+}
+
+bool OpReplayer::process_line(std::string_view line, std::string& out) {
+  if (line.find_first_not_of(" \t\r\n") == std::string_view::npos) return false;
+  const std::size_t mark = out.size();
+  JsonWriter w(out);
+  try {
+    if (!json_.parse(line)) throw OpError{"JSONDecodeError: " + json_.error()};
+    if (json_[JsonLine::root()].type != Type::kObject) throw OpError{"TypeError: op is not an object"};
+    const Index op = json_.find(JsonLine::root(), "op");
+    if (op == JsonLine::kNone || json_[op].type != Type::kString)
+      throw OpError{"KeyError: missing string field 'op'"};
+    dispatch(json_[op].s, w);
+    if (options_.check_invariants) check_all_invariants();
+  } catch (const OpError& e) {
+    out.resize(mark);
+    JsonWriter ew(out);
+    ew.begin_object().key("error").value(std::string_view(e.message)).end_object();
+    ++num_errors_;
+  }
+  out += '\n';
+  return true;
+}
+
+void OpReplayer::dispatch(std::string_view op, JsonWriter& w) {
+  if (op == "allocate_slots") return op_allocate_slots(w);
+  if (op == "set_num_computed_tokens") return op_set_num_computed_tokens(w);
+  if (op == "get_computed_blocks") return op_get_computed_blocks(w);
+  if (op == "add_request") return op_add_request(w);
+  if (op == "append_output") return op_append_output(w);
+  if (op == "schedule") return op_schedule(w);
+  if (op == "update") return op_update(w);
+  if (op == "finish") return op_free(w, true);
+  if (op == "free") return op_free(w, false);
+  if (op == "abort") return op_abort(w);
+  if (op == "snapshot") return op_snapshot(w);
+  if (op == "req_info") return op_req_info(w);
+  if (op == "get_num_common_prefix_blocks") return op_common_prefix(w);
+  if (op == "reset_prefix_cache") return op_reset_prefix_cache(w);
+  if (op == "init") return op_init(w);
+  if (op == "sched_init") return op_sched_init(w);
+  if (op == "comment") {
+    w.begin_object().end_object();
+    return;
+  }
+  throw OpError{"ValueError: unknown op '" + std::string(op) + "'"};
+}
+
+// ---- field access -------------------------------------------------------------------------
+
+Index OpReplayer::field(std::string_view key) const {
+  const Index i = json_.find(JsonLine::root(), key);
+  if (i == JsonLine::kNone) throw OpError{"KeyError: missing field '" + std::string(key) + "'"};
+  return i;
+}
+
+std::int64_t OpReplayer::int_value(Index i, std::string_view what) const {
+  const auto& v = json_[i];
+  if (v.type == Type::kInt) return v.i;
+  if (v.type == Type::kDouble && v.d == static_cast<double>(static_cast<std::int64_t>(v.d)) &&
+      std::abs(v.d) < 9.0e18)
+    return static_cast<std::int64_t>(v.d);
+  throw OpError{"TypeError: '" + std::string(what) + "' must be an integer"};
+}
+
+std::int64_t OpReplayer::get_int(std::string_view key) const { return int_value(field(key), key); }
+
+std::int64_t OpReplayer::get_int_or(std::string_view key, std::int64_t dflt) const {
+  const Index i = json_.find(JsonLine::root(), key);
+  return json_.is_null_or_absent(i) ? dflt : int_value(i, key);
+}
+
+bool OpReplayer::get_bool_or(std::string_view key, bool dflt) const {
+  const Index i = json_.find(JsonLine::root(), key);
+  if (json_.is_null_or_absent(i)) return dflt;
+  if (json_[i].type != Type::kBool)
+    throw OpError{"TypeError: '" + std::string(key) + "' must be a boolean"};
+  return json_[i].b;
+}
+
+std::string_view OpReplayer::get_string(std::string_view key) const {
+  const Index i = field(key);
+  if (json_[i].type != Type::kString)
+    throw OpError{"TypeError: '" + std::string(key) + "' must be a string"};
+  return json_[i].s;
+}
+
+void OpReplayer::read_tokens(Index arr, std::vector<Token>& out) const {
+  out.clear();
+  if (json_[arr].type != Type::kArray) throw OpError{"TypeError: token list must be an array"};
+  for (Index e = JsonLine::first_child(arr), k = 0; k < json_[arr].size; ++k, e = json_.next(e)) {
+    const std::int64_t t = int_value(e, "token");
+    if (t < std::numeric_limits<Token>::min() || t > std::numeric_limits<Token>::max())
+      throw OpError{"ValueError: token id out of the 32-bit range"};
+    out.push_back(static_cast<Token>(t));
+  }
+}
+
+OpReplayer::Slot& OpReplayer::live_request(std::string_view id) {
+  const auto it = live_.find(id);
+  if (it == live_.end()) throw OpError{"KeyError: unknown request '" + std::string(id) + "'"};
+  return *slots_[static_cast<std::size_t>(it->second)];
+}
+
+KVCacheManager& OpReplayer::manager() {
+  if (mode_ == Mode::kKvm) return *kvm_;
+  if (mode_ == Mode::kSched) return sched_->kv_cache_manager();
+  throw OpError{"RuntimeError: no init op yet"};
+}
+
+void OpReplayer::forget(std::int64_t index) {
+  auto& slot = slots_[static_cast<std::size_t>(index)];
+  live_.erase(names_[static_cast<std::size_t>(index)]);
+  slot.reset();
+}
+
+void OpReplayer::write_blocks(JsonWriter& w, const std::vector<BlockId>& blocks) const {
+  w.begin_array();
+  for (BlockId b : blocks) w.value(std::int64_t{to_int(b)});
+  w.end_array();
+}
+
+void OpReplayer::check_all_invariants() const {
+  if (mode_ == Mode::kSched) {
+    sched_->check_invariants();
+  } else if (mode_ == Mode::kKvm) {
+    std::vector<const Request*> live;
+    for (const auto& s : slots_)
+      if (s) live.push_back(&s->req);
+    kvm_->check_invariants(live);
+  }
+}
+
+// ---- init ---------------------------------------------------------------------------------
+
+namespace {
+KVCacheConfig read_kv_config(std::int64_t bs, std::int64_t blocks, std::int64_t max_len,
+                             bool caching, std::int64_t prealloc) {
+  if (bs <= 0 || bs > (1 << 20)) throw std::invalid_argument("block_size must be in 1..2^20");
+  if (blocks <= 0 || blocks > (1 << 28)) throw std::invalid_argument("num_gpu_blocks must be in 1..2^28");
+  if (max_len <= 0) throw std::invalid_argument("max_model_len must be > 0");
+  if (prealloc < 0) throw std::invalid_argument("num_preallocate_tokens must be >= 0");
+  KVCacheConfig c;
+  c.block_size = static_cast<std::int32_t>(bs);
+  c.num_gpu_blocks = static_cast<std::int32_t>(blocks);
+  c.max_model_len = max_len;
+  c.enable_caching = caching;
+  c.num_preallocate_tokens = prealloc;
+  return c;
+}
+}  // namespace
+
+void OpReplayer::op_init(JsonWriter& w) {
+  KVCacheConfig c;
+  try {
+    c = read_kv_config(get_int("block_size"), get_int("num_gpu_blocks"), get_int("max_model_len"),
+                       get_bool_or("enable_caching", true), get_int_or("num_preallocate_tokens", 64));
+  } catch (const std::invalid_argument& e) {
+    throw OpError{std::string("ValueError: ") + e.what()};
+  }
+  slots_.clear();
+  names_.clear();
+  live_.clear();
+  sched_.reset();
+  kvm_ = std::make_unique<KVCacheManager>(c);
+  mode_ = Mode::kKvm;
+  schedule_pending_ = false;
+  w.begin_object().end_object();
+}
+
+void OpReplayer::op_sched_init(JsonWriter& w) {
+  KVCacheConfig c;
+  SchedulerConfig sc;
+  try {
+    c = read_kv_config(get_int("block_size"), get_int("num_gpu_blocks"), get_int("max_model_len"),
+                       get_bool_or("enable_caching", true), get_int_or("num_preallocate_tokens", 64));
+    sc.max_model_len = c.max_model_len;
+    sc.max_num_seqs = get_int("max_num_seqs");
+    sc.max_num_batched_tokens = get_int("max_num_batched_tokens");
+    if (sc.max_num_seqs <= 0 || sc.max_num_batched_tokens <= 0)
+      throw std::invalid_argument("max_num_seqs and max_num_batched_tokens must be > 0");
+  } catch (const std::invalid_argument& e) {
+    throw OpError{std::string("ValueError: ") + e.what()};
+  }
+  slots_.clear();
+  names_.clear();
+  live_.clear();
+  kvm_.reset();
+  sched_ = std::make_unique<Scheduler>(sc, c);
+  mode_ = Mode::kSched;
+  schedule_pending_ = false;
+  w.begin_object().end_object();
+}
+
+// ---- requests -----------------------------------------------------------------------------
+
+void OpReplayer::op_add_request(JsonWriter& w) {
+  if (mode_ == Mode::kNone) throw OpError{"RuntimeError: no init op yet"};
+  const std::string_view id = get_string("id");
+  if (live_.count(id)) throw OpError{"ValueError: request '" + std::string(id) + "' is live"};
+  std::vector<Token> prompt;
+  read_tokens(field("prompt"), prompt);
+  SamplingLimits lim;
+  lim.max_tokens = get_int_or("max_tokens", 16);
+  if (lim.max_tokens < 1) throw OpError{"ValueError: max_tokens must be at least 1"};
+  const std::int64_t eos = get_int_or("eos_token_id", std::numeric_limits<std::int64_t>::min());
+  if (eos != std::numeric_limits<std::int64_t>::min()) lim.eos_token_id = static_cast<Token>(eos);
+  lim.ignore_eos = get_bool_or("ignore_eos", false);
+  const Index stops = json_.find(JsonLine::root(), "stop_token_ids");
+  if (!json_.is_null_or_absent(stops)) read_tokens(stops, lim.stop_token_ids);
+
+  std::vector<MMPlaceholder> mm;
+  const Index pos = json_.find(JsonLine::root(), "mm_positions");
+  if (!json_.is_null_or_absent(pos)) {
+    if (json_[pos].type != Type::kArray) throw OpError{"TypeError: mm_positions must be a list"};
+    for (Index e = JsonLine::first_child(pos), k = 0; k < json_[pos].size; ++k, e = json_.next(e)) {
+      const Index off = json_.find(e, "offset");
+      const Index len = json_.find(e, "length");
+      if (off == JsonLine::kNone || len == JsonLine::kNone)
+        throw OpError{"KeyError: mm_positions entries need 'offset' and 'length'"};
+      mm.push_back({int_value(off, "offset"), int_value(len, "length"), {}});
+    }
+    const Index hashes = json_.find(JsonLine::root(), "mm_hashes");
+    if (json_.is_null_or_absent(hashes) || json_[hashes].type != Type::kArray ||
+        json_[hashes].size != mm.size())
+      throw OpError{"ValueError: mm_positions and mm_hashes must have the same length"};
+    std::size_t k = 0;
+    for (Index e = JsonLine::first_child(hashes); k < mm.size(); ++k, e = json_.next(e)) {
+      if (json_[e].type != Type::kString) throw OpError{"TypeError: mm_hashes must be strings"};
+      mm[k].hash = std::string(json_[e].s);
+    }
+  }
+  const auto index = static_cast<std::int64_t>(slots_.size());
+  slots_.push_back(std::make_unique<Slot>(Slot{Request(index, std::move(prompt), std::move(lim),
+                                                        std::move(mm))}));
+  names_.emplace_back(id);
+  live_.emplace(names_.back(), index);
+  if (mode_ == Mode::kSched) sched_->add_request(slots_.back()->req);
+  w.begin_object().end_object();
+}
+
+void OpReplayer::op_get_computed_blocks(JsonWriter& w) {
+  KVCacheManager& kv = manager();
+  Slot& s = live_request(get_string("id"));
+  const std::int64_t n = kv.get_computed_blocks(s.req, scratch_blocks_);
+  w.begin_object().key("blocks");
+  write_blocks(w, scratch_blocks_);
+  w.key("num_computed_tokens").value(n).end_object();
+}
+
+void OpReplayer::op_allocate_slots(JsonWriter& w) {
+  KVCacheManager& kv = manager();
+  Slot& s = live_request(get_string("id"));
+  const std::int64_t n = get_int("num_tokens");
+  if (n < 0) throw OpError{"ValueError: num_tokens must be greater than 0"};
+  scratch_blocks_.clear();
+  const Index hits = json_.find(JsonLine::root(), "new_computed_blocks");
+  if (!json_.is_null_or_absent(hits)) {
+    if (json_[hits].type != Type::kArray) throw OpError{"TypeError: new_computed_blocks must be a list"};
+    for (Index e = JsonLine::first_child(hits), k = 0; k < json_[hits].size; ++k, e = json_.next(e)) {
+      const std::int64_t b = int_value(e, "block id");
+      if (b < 0 || b >= kv.pool().num_blocks()) throw OpError{"IndexError: block id out of range"};
+      scratch_blocks_.push_back(BlockId{static_cast<std::int32_t>(b)});
+    }
+  }
+  const AllocResult r = kv.allocate_slots(s.req, n, scratch_blocks_);
+  if (r.status == AllocStatus::kNoFreeBlocks) {
+    w.begin_object().key("blocks").null().end_object();
+    return;
+  }
+  if (!r.ok()) throw OpError{alloc_error(r.status)};
+  w.begin_object().key("blocks").begin_array();
+  const auto& table = s.req.blocks;
+  for (std::size_t i = table.size() - static_cast<std::size_t>(r.num_new_blocks); i < table.size(); ++i)
+    w.value(std::int64_t{to_int(table[i])});
+  w.end_array().end_object();
+}
+
+void OpReplayer::op_append_output(JsonWriter& w) {
+  if (mode_ == Mode::kNone) throw OpError{"RuntimeError: no init op yet"};
+  Slot& s = live_request(get_string("id"));
+  read_tokens(field("tokens"), scratch_tokens_);
+  for (Token t : scratch_tokens_) s.req.append_output_token(t);
+  w.begin_object().end_object();
+}
+
+void OpReplayer::op_set_num_computed_tokens(JsonWriter& w) {
+  if (mode_ == Mode::kNone) throw OpError{"RuntimeError: no init op yet"};
+  Slot& s = live_request(get_string("id"));
+  const std::int64_t n = get_int("n");
+  if (n < 0) throw OpError{"ValueError: n must be >= 0"};
+  s.req.num_computed_tokens = n;
+  w.begin_object().end_object();
+}
+
+void OpReplayer::op_free(JsonWriter& w, bool forget_request) {
+  if (mode_ != Mode::kKvm) throw OpError{"RuntimeError: free/finish need kvm mode (init)"};
+  const std::string_view id = get_string("id");
+  Slot& s = live_request(id);
+  kvm_->free(s.req);
+  if (forget_request) {
+    kvm_->release_request(s.req);
+    forget(s.req.index());
+  }
+  w.begin_object().end_object();
+}
+
+void OpReplayer::op_common_prefix(JsonWriter& w) {
+  KVCacheManager& kv = manager();
+  Slot& s = live_request(get_string("id"));
+  const std::int64_t num_running = get_int("num_running");
+  s.req.status = RequestStatus::kRunning;
+  w.begin_object().key("n").value(std::int64_t{kv.get_num_common_prefix_blocks(s.req, num_running)});
+  w.end_object();
+}
+
+void OpReplayer::op_reset_prefix_cache(JsonWriter& w) {
+  const bool ok = manager().reset_prefix_cache();
+  w.begin_object().key("ok").value(ok).end_object();
+}
+
+void OpReplayer::op_req_info(JsonWriter& w) {
+  KVCacheManager& kv = manager();
+  const Request& r = live_request(get_string("id")).req;
+  w.begin_object();
+  w.key("num_tokens").value(r.num_tokens());
+  w.key("num_computed_tokens").value(r.num_computed_tokens);
+  w.key("num_output_tokens").value(r.num_output_tokens());
+  w.key("num_block_hashes").value(static_cast<std::int64_t>(r.block_hashes.size()));
+  w.key("block_hash_extra_keys").begin_array();
+  for (HashId h : r.block_hashes) {
+    const ExtraKeysId e = kv.hashes().extra(h);
+    if (e == kExtraNone) {
+      w.null();
+      continue;
+    }
+    w.begin_array();
+    for (const std::string& s : kv.hashes().extra_strings(e)) w.value(std::string_view(s));
+    w.end_array();
+  }
+  w.end_array();
+  w.key("blocks");
+  write_blocks(w, r.blocks);
+  w.end_object();
+}
+
+void OpReplayer::op_snapshot(JsonWriter& w) {
+  KVCacheManager& kv = manager();
+  const BlockPool& pool = kv.pool();
+  const bool brief = get_bool_or("brief", false);
+  w.begin_object();
+  w.key("num_free_blocks").value(std::int64_t{pool.num_free_blocks()});
+  w.key("usage").value(kv.usage());
+  w.key("num_cached_hashes").value(pool.num_cached_hashes());
+  w.key("num_cached_blocks").value(pool.num_cached_blocks());
+  // Groups of blocks sharing one hash (size >= 2), sorted by their first id.
+  std::vector<std::vector<BlockId>> groups;
+  for (std::int32_t b = 0; b < pool.num_blocks(); ++b) {
+    const KVCacheBlock& blk = pool.block(BlockId{b});
+    if (blk.block_hash == kNoHash || blk.hash_prev != kNoBlock || blk.hash_next == kNoBlock) continue;
+    groups.emplace_back();
+    pool.cached_blocks_of(blk.block_hash, groups.back());
+  }
+  std::sort(groups.begin(), groups.end(),
+            [](const auto& a, const auto& b) { return to_int(a.front()) < to_int(b.front()); });
+  w.key("dup_hashes").begin_array();
+  for (const auto& g : groups) write_blocks(w, g);
+  w.end_array();
+  w.key("req_blocks").begin_object();
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (!slots_[i] || slots_[i]->req.blocks.empty()) continue;
+    w.key(names_[i]);
+    write_blocks(w, slots_[i]->req.blocks);
+  }
+  w.end_object();
+  if (!brief) {
+    w.key("free_queue").begin_array();
+    for (const KVCacheBlock& blk : pool.free_queue()) w.value(std::int64_t{to_int(blk.block_id)});
+    w.end_array();
+    w.key("cached_block_ids").begin_array();
+    for (std::int32_t b = 0; b < pool.num_blocks(); ++b)
+      if (pool.block(BlockId{b}).block_hash != kNoHash) w.value(std::int64_t{b});
+    w.end_array();
+    w.key("ref_cnts").begin_array();
+    for (std::int32_t b = 0; b < pool.num_blocks(); ++b)
+      w.value(std::int64_t{pool.block(BlockId{b}).ref_cnt});
+    w.end_array();
+  }
+  if (mode_ == Mode::kSched) {
+    w.key("running").begin_array();
+    for (const Request* r : sched_->running()) w.value(std::string_view(names_[static_cast<std::size_t>(r->index())]));
+    w.end_array();
+    w.key("waiting").begin_array();
+    for (const Request* r : sched_->waiting()) w.value(std::string_view(names_[static_cast<std::size_t>(r->index())]));
+    w.end_array();
+    w.key("requests").begin_object();
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      if (!slots_[i]) continue;
+      const Request& r = slots_[i]->req;
+      w.key(names_[i]).begin_object();
+      w.key("num_tokens").value(r.num_tokens());
+      w.key("num_computed_tokens").value(r.num_computed_tokens);
+      w.key("num_output_tokens").value(r.num_output_tokens());
+      w.key("status").value(status_name(r.status));
+      w.end_object();
+    }
+    w.end_object();
+  }
+  w.end_object();
+}
+
+// ---- sched mode ---------------------------------------------------------------------------
+
+void OpReplayer::op_schedule(JsonWriter& w) {
+  if (mode_ != Mode::kSched) throw OpError{"RuntimeError: schedule needs sched mode (sched_init)"};
+  sched_->schedule(sched_out_);
+  schedule_pending_ = true;
+  auto name = [&](const Request* r) { return std::string_view(names_[static_cast<std::size_t>(r->index())]); };
+  w.begin_object().key("new").begin_array();
+  for (const ScheduledRequest& s : sched_out_.scheduled) {
+    if (s.kind != ScheduledRequest::Kind::kNew) continue;
+    w.begin_object().key("id").value(name(s.request)).key("block_ids");
+    write_blocks(w, s.request->blocks);
+    w.key("num_computed_tokens").value(s.num_computed_tokens).end_object();
+  }
+  w.end_array().key("cached").begin_array();
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto kind = pass == 0 ? ScheduledRequest::Kind::kResumed : ScheduledRequest::Kind::kRunning;
+    for (const ScheduledRequest& s : sched_out_.scheduled) {
+      if (s.kind != kind) continue;
+      w.begin_object().key("id").value(name(s.request)).key("new_block_ids").begin_array();
+      const auto& table = s.request->blocks;
+      const std::size_t from =
+          kind == ScheduledRequest::Kind::kResumed ? 0 : table.size() - static_cast<std::size_t>(s.num_new_blocks);
+      for (std::size_t i = from; i < table.size(); ++i) w.value(std::int64_t{to_int(table[i])});
+      w.end_array().key("num_computed_tokens").value(s.num_computed_tokens);
+      w.key("resumed").value(kind == ScheduledRequest::Kind::kResumed).end_object();
+    }
+  }
+  w.end_array().key("num_scheduled_tokens").begin_array();
+  for (const ScheduledRequest& s : sched_out_.scheduled)
+    w.begin_array().value(name(s.request)).value(s.num_tokens).end_array();
+  w.end_array();
+  w.key("total").value(sched_out_.total_num_scheduled_tokens);
+  w.key("num_common_prefix_blocks").value(std::int64_t{sched_out_.num_common_prefix_blocks});
+  std::vector<std::string_view> finished;
+  for (std::int64_t i : sched_out_.finished) finished.push_back(names_[static_cast<std::size_t>(i)]);
+  std::sort(finished.begin(), finished.end());
+  w.key("finished").begin_array();
+  for (std::string_view f : finished) w.value(f);
+  // Victims leave from the back of the running list: running-list order is the reverse.
+  w.end_array().key("preempted").begin_array();
+  for (auto it = sched_out_.preempted.rbegin(); it != sched_out_.preempted.rend(); ++it) w.value(name(*it));
+  w.end_array().key("running").begin_array();
+  for (const Request* r : sched_->running()) w.value(name(r));
+  w.end_array().key("waiting").begin_array();
+  for (const Request* r : sched_->waiting()) w.value(name(r));
+  w.end_array().end_object();
+}
+
+void OpReplayer::op_update(JsonWriter& w) {
+  if (mode_ != Mode::kSched) throw OpError{"RuntimeError: update needs sched mode (sched_init)"};
+  if (!schedule_pending_) throw OpError{"RuntimeError: update must follow a schedule"};
+  const Index sampled = json_.find(JsonLine::root(), "sampled");
+  const Index rule = json_.find(JsonLine::root(), "rule");
+  if (!json_.is_null_or_absent(sampled) && json_[sampled].type != Type::kObject)
+    throw OpError{"TypeError: sampled must be an object"};
+  Int128 mul = 0, add = 0, mod = 0;
+  const bool have_rule = !json_.is_null_or_absent(rule);
+  if (have_rule) {
+    const Index m = json_.find(rule, "mul"), a = json_.find(rule, "add"), d = json_.find(rule, "mod");
+    if (m == JsonLine::kNone || a == JsonLine::kNone || d == JsonLine::kNone)
+      throw OpError{"KeyError: rule needs mul, add and mod"};
+    mul = int_value(m, "mul");
+    add = int_value(a, "add");
+    mod = int_value(d, "mod");
+    if (mod == 0) throw OpError{"ZeroDivisionError: integer modulo by zero"};
+  }
+  auto name = [&](const Request* r) { return std::string_view(names_[static_cast<std::size_t>(r->index())]); };
+  // Iterate the running list, not the step's output: a request aborted since schedule() is gone.
+  for (Request* rp : sched_->running()) {
+    Request& r = *rp;
+    if (r.num_scheduled_tokens == 0) continue;
+    std::int64_t tok = 0;
+    const Index given = json_.is_null_or_absent(sampled) ? JsonLine::kNone : json_.find(sampled, name(&r));
+    if (given != JsonLine::kNone) tok = int_value(given, "sampled token");
+    else if (have_rule) tok = static_cast<std::int64_t>(py_mod(Int128{r.num_tokens()} * mul + add, mod));
+    if (tok < std::numeric_limits<Token>::min() || tok > std::numeric_limits<Token>::max())
+      throw OpError{"ValueError: sampled token out of the 32-bit range"};
+    r.sampled_token = static_cast<Token>(tok);
+  }
+  sched_->update_from_output(outputs_);
+  schedule_pending_ = false;
+  w.begin_object().key("outputs").begin_array();
+  for (const RequestOutput& o : outputs_) {
+    const Request& r = *o.request;
+    w.begin_object().key("id").value(name(&r));
+    w.key("new_token_ids").begin_array().value(std::int64_t{o.token}).end_array();
+    w.key("finished").value(o.finished);
+    w.key("finish_reason");
+    if (const char* fr = finish_reason(r.status)) w.value(fr);
+    else w.null();
+    w.key("stop_reason");
+    if (r.stop_reason) w.value(std::int64_t{*r.stop_reason});
+    else w.null();
+    w.end_object();
+  }
+  w.end_array().key("running").begin_array();
+  for (const Request* r : sched_->running()) w.value(name(r));
+  w.end_array().key("waiting").begin_array();
+  for (const Request* r : sched_->waiting()) w.value(name(r));
+  w.end_array().end_object();
+  for (const RequestOutput& o : outputs_)
+    if (o.finished) forget(o.request->index());
+}
+
+void OpReplayer::op_abort(JsonWriter& w) {
+  if (mode_ != Mode::kSched) throw OpError{"RuntimeError: abort needs sched mode (sched_init)"};
+  const Index ids = field("ids");
+  if (json_[ids].type != Type::kArray) throw OpError{"TypeError: ids must be a list"};
+  for (Index e = JsonLine::first_child(ids), k = 0; k < json_[ids].size; ++k, e = json_.next(e)) {
+    if (json_[e].type != Type::kString) throw OpError{"TypeError: ids must be strings"};
+    const auto it = live_.find(json_[e].s);
+    if (it == live_.end()) continue;
+    const std::int64_t index = it->second;
+    if (sched_->abort_request(slots_[static_cast<std::size_t>(index)]->req)) forget(index);
+  }
+  w.begin_object().end_object();
+}
+
+}  // namespace kvsim
