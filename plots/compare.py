@@ -1,0 +1,293 @@
+"""Figures across runs: hit rate vs cache capacity, KV memory breakdown bars, latency table and
+CDF overlays, and a sweep's metric heatmaps over two swept keys."""
+
+import csv
+import os
+import re
+
+import numpy as np
+
+from common import (BREAKDOWN, Figure, Skipped, cdf_points, colors, latency_xlim, percent_axis,
+                    plt, save, thousands, with_commas)
+from rundata import CAPACITY_KEYS, fmt_value, short_key, sort_key
+
+MAX_CDF_LINES = 20
+
+
+def _scenario_label(run):
+    """The run's label without the keys that only change capacity: one line per scenario."""
+    rest = [(k, v) for k, v in run.params if short_key(k) not in CAPACITY_KEYS]
+    if run.params:
+        prefix = getattr(run, "group", "")
+        label = ", ".join("%s=%s" % (short_key(k), fmt_value(v)) for k, v in rest)
+        return (prefix + ": " if prefix else "") + (label or "all runs")
+    return run.name
+
+
+def hit_rate_vs_capacity(runs, out, formats):
+    groups = {}
+    for r in runs:
+        cap = r.capacity_tokens
+        if cap is None or "prefix_cache_hit_rate" not in r.summary:
+            continue
+        groups.setdefault(_scenario_label(r), []).append(r)
+    groups = {k: v for k, v in groups.items() if len({r.capacity_tokens for r in v}) >= 2}
+    if not groups:
+        raise Skipped("no scenario has runs at two or more cache capacities")
+    fig, ax = plt.subplots(figsize=(9, 5))
+    caps = []
+    order = sorted(groups.items(), key=lambda kv: (getattr(kv[1][0], "group", ""),
+                                                   [sort_key(v) for _, v in kv[1][0].params],
+                                                   kv[0]))
+    markers = "osD^vP*X"
+    for i, ((label, rs), color) in enumerate(zip(order, colors(len(groups)))):
+        rs = sorted(rs, key=lambda r: r.capacity_tokens)
+        x = [r.capacity_tokens for r in rs]
+        caps += x
+        ax.plot(x, [r.summary["prefix_cache_hit_rate"] for r in rs], "-", marker=markers[i % 8],
+                color=color, lw=1.8, ms=7 - 0.5 * (i % 4), label=label)
+        if all("first_lookup_hit_rate" in r.summary for r in rs):
+            ax.plot(x, [r.summary["first_lookup_hit_rate"] for r in rs], "x--", color=color,
+                    lw=1, alpha=0.7)
+    if max(caps) / max(1, min(caps)) >= 4:
+        ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(with_commas)
+    ax.xaxis.set_minor_formatter(lambda v, _: "")
+    ax.set_xlabel("KV cache capacity (token slots = num_gpu_blocks x block_size)")
+    ax.set_ylabel("prefix cache hit rate (tokens)")
+    ax.set_ylim(0, 1.0)
+    percent_axis(ax)
+    ax.set_title("Prefix cache hit rate vs cache capacity (solid: all lookups, dashed: first lookup)")
+    ax.legend(title="scenario", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    save(fig, out, "hit_rate_vs_capacity", formats)
+    return Figure("hit_rate_vs_capacity", "Hit rate vs cache capacity",
+                  "One line per scenario; capacity in token slots")
+
+
+def kv_breakdown_bars(runs, out, formats):
+    rs = [r for r in runs if isinstance(r.summary.get("kv_breakdown"), dict)]
+    if not rs:
+        raise Skipped("no run has a kv_breakdown in summary.json")
+    keys = [(k, label, c) for k, label, c in BREAKDOWN
+            if k != "external_fragmentation"
+            or any(r.summary["kv_breakdown"].get(k, 0) > 0 for r in rs)]
+    used_keys = [kc for kc in keys if kc[0] not in ("cached_free", "free")]
+    n = len(rs)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 1.6 + 0.42 * n), sharey=True)
+    y = np.arange(n)[::-1]
+    for ax, subset, normalise in ((ax1, keys, False), (ax2, used_keys, True)):
+        left = np.zeros(n)
+        denom = np.ones(n)
+        if normalise:
+            denom = np.array([sum(r.summary["kv_breakdown"].get(k, 0.0) for k, _, _ in subset)
+                              for r in rs])
+            denom = np.where(denom > 0, denom, 1.0)
+        for key, label, color in subset:
+            vals = np.array([r.summary["kv_breakdown"].get(key, 0.0) for r in rs]) / denom
+            ax.barh(y, vals, left=left, color=color, label=label, height=0.7,
+                    edgecolor="white", linewidth=0.5)
+            for yi, l, v in zip(y, left, vals):
+                if v >= 0.08:
+                    ax.text(l + v / 2, yi, "%.0f%%" % (100 * v), ha="center", va="center",
+                            fontsize=8, color="white" if key != "free" else "black")
+            left += vals
+        ax.set_xlim(0, 1)
+        percent_axis(ax, "x")
+        ax.grid(axis="y", visible=False)
+    ax1.set_yticks(y)
+    ax1.set_yticklabels([r.label for r in rs])
+    ax1.set_xlabel("share of the KV pool (mean over steps)")
+    ax1.set_title("Whole pool")
+    ax2.set_xlabel("share of allocated memory (mean over steps)")
+    ax2.set_title("Allocated memory only: where it goes")
+    h, lab = ax1.get_legend_handles_labels()
+    height = 1.6 + 0.42 * n
+    fig.legend(h, lab, loc="lower center", ncol=len(lab), frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
+    fig.suptitle("KV memory breakdown per scenario (token states, reservation, fragmentation)")
+    save(fig, out, "kv_breakdown_bars", formats, rect=(0, 0.45 / height, 1, 1))
+    return Figure("kv_breakdown_bars", "KV memory breakdown per scenario",
+                  "Mean share of pool token slots (left) and of allocated slots (right)")
+
+
+LATENCY_COLUMNS = [
+    ("completed", "completed", "%d"),
+    ("p50_ttft_ms", "TTFT p50 (ms)", "%.1f"), ("p90_ttft_ms", "TTFT p90 (ms)", "%.1f"),
+    ("p99_ttft_ms", "TTFT p99 (ms)", "%.1f"),
+    ("p50_tpot_ms", "TPOT p50 (ms)", "%.2f"), ("p99_tpot_ms", "TPOT p99 (ms)", "%.2f"),
+    ("p50_e2el_ms", "E2E p50 (ms)", "%.0f"), ("p99_e2el_ms", "E2E p99 (ms)", "%.0f"),
+    ("output_throughput", "output tok/s", "%.0f"),
+]
+
+
+def _cell(summary, key, fmt):
+    v = summary.get(key)
+    if v is None or v == "":
+        return "-"
+    try:
+        return fmt % v
+    except TypeError:
+        return str(v)
+
+
+def latency_table(runs, out, formats):
+    """latency_table.csv and a rendered table figure."""
+    rows = [[r.label] + [_cell(r.summary, k, f) for k, _, f in LATENCY_COLUMNS] for r in runs]
+    header = ["run"] + [h for _, h, _ in LATENCY_COLUMNS]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "latency_table.csv"), "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["run"] + [k for k, _, _ in LATENCY_COLUMNS])
+        for r in runs:
+            w.writerow([r.label] + [r.summary.get(k, "") for k, _, _ in LATENCY_COLUMNS])
+    label_w = max(len(r[0]) for r in rows)
+    fig_w = 2.0 + 0.075 * label_w + 1.0 * len(LATENCY_COLUMNS)
+    fig, ax = plt.subplots(figsize=(fig_w, 0.6 + 0.26 * (len(rows) + 1)))
+    ax.axis("off")
+    table = ax.table(cellText=rows, colLabels=header, cellLoc="right", colLoc="center",
+                     bbox=[0, 0, 1, 1])
+    table.auto_set_font_size(False)
+    table.set_fontsize(8.5)
+    table.auto_set_column_width(list(range(len(header))))
+    for (row, col), c in table.get_celld().items():
+        if row == 0:
+            c.set_facecolor("#e8eef7")
+            c.set_text_props(weight="bold")
+        elif row % 2 == 0:
+            c.set_facecolor("#f7f7f7")
+        if col == 0 and row > 0:
+            c.get_text().set_horizontalalignment("left")
+    ax.set_title("Latency percentiles per run (from summary.json)", pad=4)
+    save(fig, out, "latency_table", formats)
+    return Figure("latency_table", "Latency percentiles",
+                  "Also as latency_table.csv"), (header, rows)
+
+
+CDF_PANELS = [("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2el_ms", "end-to-end latency (ms)")]
+
+
+def latency_cdf_overlay(runs, out, formats):
+    rs = [r for r in runs if r.requests() is not None]
+    if not rs:
+        raise Skipped("no run has a requests.csv")
+    note = ""
+    if len(rs) > MAX_CDF_LINES:
+        note = " (first %d of %d runs)" % (MAX_CDF_LINES, len(rs))
+        rs = rs[:MAX_CDF_LINES]
+    fig, axes = plt.subplots(1, 3, figsize=(14, max(4.6, 1.2 + 0.2 * len(rs))))
+    for ax, (col, name) in zip(axes, CDF_PANELS):
+        lo, hi = float("inf"), 0.0
+        for r, color in zip(rs, colors(len(rs))):
+            v, y = cdf_points(r.requests()[col])
+            if v.size:
+                ax.plot(v, y, color=color, lw=1.4, label=r.label)
+                lo, hi = min(lo, float(v[0])), max(hi, float(v[-1]))
+        ax.set_xlabel(name)
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.02)
+        latency_xlim(ax, lo if hi > 0 else 0.0, hi)
+        ax.xaxis.set_major_formatter(thousands)
+        ax.set_title(name.split(" (")[0] + " CDF")
+    h, lab = axes[0].get_legend_handles_labels()
+    longest = max((len(s) for s in lab), default=10)
+    legend_w = min(0.45, (0.8 + 0.075 * longest) / 14.0)  # fraction of the 14-inch width
+    fig.legend(h, lab, loc="center left", bbox_to_anchor=(1.0 - legend_w, 0.5), frameon=False,
+               title="run", fontsize=8)
+    fig.suptitle("Request latency CDFs across runs" + note)
+    save(fig, out, "latency_cdf_overlay", formats, rect=(0, 0, 1.0 - legend_w, 1))
+    return Figure("latency_cdf_overlay", "Latency CDFs across runs", "One line per run" + note)
+
+
+HEATMAP_METRICS = [
+    ("prefix_cache_hit_rate", "prefix cache hit rate", "%.1f%%", 100.0, "viridis"),
+    ("p99_ttft_ms", "p99 TTFT (ms)", "%.0f", 1.0, "magma_r"),
+    ("output_throughput", "output throughput (tok/s)", "%.0f", 1.0, "viridis"),
+    ("num_preemptions", "preemptions", "%d", 1.0, "magma_r"),
+    ("mean_kv_cache_usage_perc", "mean KV usage", "%.0f%%", 100.0, "viridis"),
+    ("kv_breakdown.internal_fragmentation", "internal fragmentation (share of pool)", "%.2f%%",
+     100.0, "magma_r"),
+]
+
+
+def _metric(summary, key):
+    v = summary
+    for part in key.split("."):
+        if not isinstance(v, dict) or part not in v:
+            return None
+        v = v[part]
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _slug(text):
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")
+
+
+def sweep_heatmaps(sweep, out, formats):
+    """One figure per combination of the other swept keys (at most 4), each with one heatmap per
+    metric over the first two swept keys."""
+    if len(sweep.keys) < 2:
+        raise Skipped("sweep %s varies %d key(s); a heatmap needs two" % (sweep.name,
+                                                                           len(sweep.keys)))
+    ka, kb = sweep.keys[0], sweep.keys[1]
+    others = sweep.keys[2:]
+    va = sorted({dict(r.params)[ka] for r in sweep.runs}, key=sort_key)
+    vb = sorted({dict(r.params)[kb] for r in sweep.runs}, key=sort_key)
+    facets = {}
+    for r in sweep.runs:
+        p = dict(r.params)
+        facets.setdefault(tuple((k, p.get(k)) for k in others), []).append(r)
+    figures = []
+    facet_keys = sorted(facets, key=lambda f: [sort_key(v) for _, v in f])
+    for facet in facet_keys[:4]:
+        rs = facets[facet]
+        metrics = [m for m in HEATMAP_METRICS if any(_metric(r.summary, m[0]) is not None
+                                                     for r in rs)]
+        if not metrics:
+            continue
+        ncols = min(3, len(metrics))
+        nrows = (len(metrics) + ncols - 1) // ncols
+        cell_w = max(0.55, 0.12 * max(len(fmt_value(v)) for v in vb) + 0.3)
+        fig, axes = plt.subplots(nrows, ncols, squeeze=False,
+                                 figsize=(ncols * (2.2 + cell_w * len(vb)),
+                                          nrows * (1.6 + 0.45 * len(va))))
+        for ax in axes.flat[len(metrics):]:
+            ax.axis("off")
+        for ax, (key, name, fmt, scale, cmap) in zip(axes.flat, metrics):
+            grid = np.full((len(va), len(vb)), np.nan)
+            for r in rs:
+                p = dict(r.params)
+                v = _metric(r.summary, key)
+                if v is not None:
+                    grid[va.index(p[ka]), vb.index(p[kb])] = v * scale
+            im = ax.imshow(grid, cmap=cmap, aspect="auto", origin="lower")
+            ax.set_xticks(range(len(vb)))
+            ax.set_xticklabels([fmt_value(v) for v in vb])
+            ax.set_yticks(range(len(va)))
+            ax.set_yticklabels([fmt_value(v) for v in va])
+            ax.set_xlabel(short_key(kb))
+            ax.set_ylabel(short_key(ka))
+            ax.set_title(name)
+            ax.grid(False)
+            finite = grid[np.isfinite(grid)]
+            mid = (finite.min() + finite.max()) / 2 if finite.size else 0
+            for i in range(len(va)):
+                for j in range(len(vb)):
+                    if np.isfinite(grid[i, j]):
+                        light = (grid[i, j] < mid) == cmap.endswith("_r")
+                        ax.text(j, i, fmt % grid[i, j], ha="center", va="center", fontsize=8,
+                                color="black" if light else "white")
+            cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03)
+            if "%%" in fmt:
+                cb.ax.yaxis.set_major_formatter(lambda v, _: "%g%%" % v)
+        suffix = ", ".join("%s=%s" % (short_key(k), fmt_value(v)) for k, v in facet)
+        fig.suptitle("Sweep '%s': metrics over %s x %s%s" % (
+            sweep.name, short_key(ka), short_key(kb), " (%s)" % suffix if suffix else ""))
+        stem = "heatmap_" + _slug(sweep.name)
+        if suffix:
+            stem += "_" + _slug(suffix.replace(", ", "_"))
+        save(fig, out, stem, formats)
+        figures.append(Figure(stem, "Sweep heatmap" + (" (%s)" % suffix if suffix else ""),
+                              "%s over %s and %s" % (sweep.name, ka, kb)))
+    if len(facet_keys) > 4:
+        figures[-1].caption += " (first 4 of %d combinations of the other keys)" % len(facet_keys)
+    return figures

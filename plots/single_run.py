@@ -1,0 +1,169 @@
+"""Figures of one run folder: KV memory over time, usage and queues, hit rate, latency CDFs,
+preemptions and evictions."""
+
+import numpy as np
+
+from common import (BREAKDOWN, Figure, Skipped, cdf_points, latency_xlim, percent_axis, plt, save,
+                    thousands)
+
+
+def _time_axis(steps):
+    """x values and label: simulated seconds, or the step number when time does not advance
+    (cache_only mode)."""
+    t = steps["time_s"]
+    if t.size > 1 and float(t[-1]) > float(t[0]):
+        return t, "simulated time (s)"
+    return steps["step"], "step"
+
+
+def _need_steps(run, max_points):
+    steps = run.steps(max_points)
+    if steps is None:
+        raise Skipped("no steps.csv in %s" % run.path)
+    return steps
+
+
+def _note(steps):
+    if steps["bucket"] > 1:
+        return " (%d steps, each point averages %d)" % (steps["num_rows"], steps["bucket"])
+    return ""
+
+
+def kv_breakdown(run, out, formats, max_points):
+    steps = _need_steps(run, max_points)
+    x, xlabel = _time_axis(steps)
+    total = sum(steps["slots_" + k] for k, _, _ in BREAKDOWN)
+    total = np.where(total > 0, total, 1.0)
+    layers, labels, cols = [], [], []
+    for key, label, color in BREAKDOWN:
+        frac = steps["slots_" + key] / total
+        if key == "external_fragmentation" and not np.any(frac > 0):
+            continue  # always 0 for paged allocation: keep the legend short
+        mean = run.summary.get("kv_breakdown", {}).get(key)
+        layers.append(frac)
+        labels.append("%s%s" % (label, "" if mean is None else " (mean %.1f%%)" % (100 * mean)))
+        cols.append(color)
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    ax.stackplot(x, *layers, labels=labels, colors=cols, linewidth=0)
+    ax.set_xlim(float(x[0]), float(x[-1]) if x[-1] > x[0] else float(x[0]) + 1)
+    ax.set_ylim(0, 1)
+    percent_axis(ax)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("share of KV pool token slots")
+    cap = run.capacity_tokens
+    ax.set_title("%s: KV memory breakdown over time%s" % (
+        run.label, "" if cap is None else " (pool = {:,} token slots)".format(cap)))
+    h, lab = ax.get_legend_handles_labels()
+    ax.legend(h[::-1], lab[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    save(fig, out, "kv_breakdown", formats)
+    return Figure("kv_breakdown", "KV memory breakdown",
+                  "Token slots of the pool by state (PagedAttention taxonomy)" + _note(steps))
+
+
+def kv_usage_queue(run, out, formats, max_points):
+    steps = _need_steps(run, max_points)
+    x, xlabel = _time_axis(steps)
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 5.6), sharex=True)
+    ax1.plot(x, steps["kv_cache_usage_perc"], color="#1f77b4", lw=1.2,
+             label="KV cache usage (vLLM, cached-free counts as free)")
+    ax1.set_ylim(0, 1.05)
+    percent_axis(ax1)
+    ax1.set_ylabel("KV cache usage")
+    ax1.legend(loc="lower right", frameon=False)
+    ax1.set_title("%s: KV cache usage and scheduler queues" % run.label)
+    ax2.plot(x, steps["num_running"], color="#2ca02c", lw=1.2, label="running")
+    ax2.plot(x, steps["num_waiting"], color="#d62728", lw=1.2, label="waiting")
+    ax2.set_ylabel("requests")
+    ax2.set_ylim(bottom=0)
+    ax2.set_xlabel(xlabel)
+    ax2.legend(loc="upper right", frameon=False)
+    save(fig, out, "kv_usage_queue", formats)
+    return Figure("kv_usage_queue", "KV usage, running and waiting",
+                  "vLLM's kv_cache_usage_perc, and running / waiting requests" + _note(steps))
+
+
+def prefix_hit_rate(run, out, formats, max_points):
+    steps = _need_steps(run, max_points)
+    if not np.any(steps["cum_prefix_queries"] > 0):
+        raise Skipped("no prefix cache lookups in %s (prefix caching off?)" % run.path)
+    x, xlabel = _time_axis(steps)
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    ax.plot(x, steps["hit_rate_window"], color="#9ecae1", lw=1.0,
+            label="windowed (last %d steps)" % steps["window_rows"])
+    ax.plot(x, steps["hit_rate_cum"], color="#08519c", lw=2.0, label="cumulative")
+    final = run.summary.get("prefix_cache_hit_rate")
+    if final is not None:
+        ax.axhline(final, color="#08519c", ls=":", lw=1)
+        ax.annotate("run: %.1f%%" % (100 * final), (x[-1], final), xytext=(-4, 4),
+                    textcoords="offset points", ha="right", va="bottom", color="#08519c")
+    ax.set_ylim(0, 1.02)
+    percent_axis(ax)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("prefix cache hit rate (tokens)")
+    ax.set_title("%s: prefix cache hit rate (hit tokens / queried tokens)" % run.label)
+    ax.legend(loc="lower right", frameon=False)
+    save(fig, out, "prefix_hit_rate", formats)
+    return Figure("prefix_hit_rate", "Prefix cache hit rate",
+                  "Hits / queries in tokens, counted at every lookup" + _note(steps))
+
+
+LATENCIES = [("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2el_ms", "end-to-end latency"),
+             ("queue_ms", "queueing (arrival to first scheduled)")]
+
+
+def _ms(v):
+    return "{:,.0f}".format(v) if abs(v) >= 100 else "%.3g" % v
+
+
+def latency_cdfs(run, out, formats, max_points):
+    req = run.requests()
+    if req is None:
+        raise Skipped("no requests.csv in %s" % run.path)
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.4))
+    for ax, (col, name) in zip(axes.flat, LATENCIES):
+        finite = req[col][np.isfinite(req[col])]
+        v, y = cdf_points(finite)
+        if v.size == 0:
+            ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes)
+        else:
+            ax.plot(v, y, color="#1f77b4", lw=1.5)
+            for q, ls in ((0.5, "--"), (0.99, ":")):
+                val = float(np.quantile(finite, q))
+                ax.axvline(val, color="gray", ls=ls, lw=1,
+                           label="p%d = %s ms" % (round(q * 100), _ms(val)))
+            ax.legend(loc="lower right", frameon=True, fontsize=8)
+            latency_xlim(ax, float(v[0]), float(v[-1]))
+        ax.set_xlabel("%s (ms)" % name)
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.02)
+        ax.set_title("%s CDF (%d requests)" % (name.split(" (")[0], finite.size))
+    fig.suptitle("%s: request latency distributions" % run.label)
+    save(fig, out, "latency_cdf", formats)
+    n_rej = sum(1 for r in req["finish_reason"] if r == "rejected")
+    return Figure("latency_cdf", "Latency CDFs",
+                  "TTFT, TPOT, E2E and queueing over finished requests"
+                  + (" (%d rejected requests excluded)" % n_rej if n_rej else ""))
+
+
+def preemptions_evictions(run, out, formats, max_points):
+    steps = _need_steps(run, max_points)
+    x, xlabel = _time_axis(steps)
+    fig, axes = plt.subplots(3, 1, figsize=(10, 6.6), sharex=True)
+    series = [("preemptions", "preemptions", "#d62728"),
+              ("evictions", "evictions (cached blocks reused)", "#ff7f0e"),
+              ("blocks_allocated", "blocks allocated", "#1f77b4")]
+    for ax, (col, name, color) in zip(axes, series):
+        ax.plot(x, steps["cum_" + col], color=color, lw=1.8)
+        ax.set_ylabel("cumulative count")
+        ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_formatter(thousands)
+        total = int(steps["cum_" + col][-1])
+        ax.set_title("%s (total %s)" % (name, "{:,}".format(total)), loc="left", fontsize=10)
+    axes[-1].set_xlabel(xlabel)
+    fig.suptitle("%s: preemptions, evictions and block allocations over time" % run.label)
+    save(fig, out, "preemptions_evictions", formats)
+    return Figure("preemptions_evictions", "Preemptions and evictions",
+                  "Cumulative counts of the per-step counters of steps.csv")
+
+
+FIGURES = [kv_breakdown, kv_usage_queue, prefix_hit_rate, latency_cdfs, preemptions_evictions]
