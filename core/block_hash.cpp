@@ -12,7 +12,8 @@ namespace {
 
 std::uint64_t default_bucket_hash(std::uint64_t parent_hash, std::span<const Token> tokens,
                                   std::int32_t extra) {
-  const std::uint64_t seed = parent_hash * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(extra);
+  const std::uint64_t seed =
+      parent_hash * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(extra);
   return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), seed);
 }
 
@@ -148,32 +149,34 @@ const std::vector<std::string>& BlockHashTable::extra_strings(ExtraKeysId e) con
   return extra_tuples_[static_cast<std::size_t>(e)];
 }
 
-void BlockHashTable::check_invariants() const {
+std::string BlockHashTable::find_violation() const {
   std::int64_t live = 0;
   for (std::size_t n = 0; n < nodes_.size(); ++n) {
     const Node& node = nodes_[n];
     if (node.refs == 0) continue;
     ++live;
-    KVSIM_ASSERT(node.parent == kNoHash || nodes_[slot(node.parent)].refs > 0,
-                 "live node with a dead parent");
+    KVSIM_CHECK(node.parent == kNoHash || nodes_[slot(node.parent)].refs > 0,
+                "live node with a dead parent");
     bool found = false;
     for (std::uint64_t i = node.hash & bucket_mask_; buckets_[i] >= 0; i = (i + 1) & bucket_mask_)
       if (buckets_[i] == static_cast<std::int32_t>(n)) found = true;
-    KVSIM_ASSERT(found, "live hash node not reachable from its bucket");
+    KVSIM_CHECK(found, "live hash node not reachable from its bucket");
   }
-  KVSIM_ASSERT(live == live_, "live hash node count mismatch");
+  KVSIM_CHECK(live == live_, "live hash node count mismatch");
   std::int64_t in_buckets = 0;
   for (std::int32_t b : buckets_) in_buckets += b >= 0;
-  KVSIM_ASSERT(in_buckets == live_, "bucket count mismatch");
+  KVSIM_CHECK(in_buckets == live_, "bucket count mismatch");
+  return {};
 }
 
-void BlockHashTable::check_ref_counts(std::span<const std::int32_t> external) const {
-  KVSIM_ASSERT(external.size() == nodes_.size(), "external ref vector has the wrong size");
+std::string BlockHashTable::find_ref_count_violation(std::span<const std::int32_t> external) const {
+  KVSIM_CHECK(external.size() == nodes_.size(), "external ref vector has the wrong size");
   std::vector<std::int32_t> expected(external.begin(), external.end());
   for (const Node& node : nodes_)
     if (node.refs > 0 && node.parent != kNoHash) ++expected[slot(node.parent)];
   for (std::size_t n = 0; n < nodes_.size(); ++n)
-    KVSIM_ASSERT(nodes_[n].refs == expected[n], "hash node reference count mismatch");
+    KVSIM_CHECK(nodes_[n].refs == expected[n], "hash node reference count mismatch");
+  return {};
 }
 
 }  // namespace kvsim

@@ -54,11 +54,12 @@ class BlockHashTable {
   std::int64_t size() const { return live_; }
   std::int32_t block_size() const { return block_size_; }
 
-  /// Verifies the table: every live node findable by its key, counts consistent. Aborts on failure.
-  void check_invariants() const;
-  /// Verifies every live node's count == external[node] + its number of live children, where
+  /// The first broken invariant ("" if none): every live node findable by its key, live parents,
+  /// counts consistent. O(nodes + buckets).
+  std::string find_violation() const;
+  /// Checks every live node's count == external[node] + its number of live children, where
   /// `external` (indexed by HashId, size capacity()) counts the holders outside the table.
-  void check_ref_counts(std::span<const std::int32_t> external) const;
+  std::string find_ref_count_violation(std::span<const std::int32_t> external) const;
   /// One past the largest HashId ever handed out.
   std::size_t capacity() const { return nodes_.size(); }
 

@@ -5,7 +5,9 @@
 namespace kvsim {
 
 BlockPool::BlockPool(std::int32_t num_blocks, bool enable_caching, BlockHashTable& hashes)
-    : enable_caching_(enable_caching), hashes_(hashes), blocks_(static_cast<std::size_t>(num_blocks)) {
+    : enable_caching_(enable_caching),
+      hashes_(hashes),
+      blocks_(static_cast<std::size_t>(num_blocks)) {
   KVSIM_ASSERT(num_blocks > 0);
   for (std::int32_t i = 0; i < num_blocks; ++i) {
     blocks_[static_cast<std::size_t>(i)].block_id = BlockId{i};
@@ -76,10 +78,14 @@ void BlockPool::cache_block(BlockId b, HashId h) {
 // vLLM's _maybe_evict_cached_block: the block leaves its hash group; an emptied group is deleted.
 void BlockPool::evict(KVCacheBlock& blk) {
   const std::size_t s = head_slot(blk.block_hash);
-  if (blk.hash_prev == kNoBlock) hash_head_[s] = blk.hash_next;
-  else block(blk.hash_prev).hash_next = blk.hash_next;
-  if (blk.hash_next == kNoBlock) hash_tail_[s] = blk.hash_prev;
-  else block(blk.hash_next).hash_prev = blk.hash_prev;
+  if (blk.hash_prev == kNoBlock)
+    hash_head_[s] = blk.hash_next;
+  else
+    block(blk.hash_prev).hash_next = blk.hash_next;
+  if (blk.hash_next == kNoBlock)
+    hash_tail_[s] = blk.hash_prev;
+  else
+    block(blk.hash_next).hash_prev = blk.hash_prev;
   if (hash_head_[s] == kNoBlock) --num_cached_hashes_;
   --num_cached_blocks_;
   blk.hash_prev = blk.hash_next = kNoBlock;
@@ -109,52 +115,56 @@ void BlockPool::cached_blocks_of(HashId h, std::vector<BlockId>& out) const {
   for (BlockId b = get_cached_block(h); b != kNoBlock; b = block(b).hash_next) out.push_back(b);
 }
 
-void BlockPool::check_invariants() const {
+std::string BlockPool::find_violation() const {
   std::vector<char> queued(blocks_.size(), 0);
   std::int64_t queue_len = 0;
   for (const KVCacheBlock& blk : free_queue_) {
     const std::size_t i = static_cast<std::size_t>(to_int(blk.block_id));
-    KVSIM_ASSERT(i < blocks_.size() && &blocks_[i] == &blk, "free queue holds a foreign block");
-    KVSIM_ASSERT(!queued[i], "block queued twice");
+    KVSIM_CHECK(i < blocks_.size() && &blocks_[i] == &blk, "free queue holds a foreign block");
+    KVSIM_CHECK(!queued[i], "block queued twice");
     queued[i] = 1;
     ++queue_len;
   }
-  KVSIM_ASSERT(queue_len == static_cast<std::int64_t>(free_queue_.size()), "queue size mismatch");
+  KVSIM_CHECK(queue_len == static_cast<std::int64_t>(free_queue_.size()), "queue size mismatch");
   std::int64_t cached_blocks = 0;
   std::int64_t heads = 0;
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const KVCacheBlock& blk = blocks_[i];
-    KVSIM_ASSERT(to_int(blk.block_id) == static_cast<std::int32_t>(i), "block id mismatch");
-    KVSIM_ASSERT(blk.ref_cnt >= 0, "negative ref count");
-    KVSIM_ASSERT((blk.ref_cnt == 0) == static_cast<bool>(queued[i]),
-                 "a block must be queued iff its ref count is 0");
+    KVSIM_CHECK(to_int(blk.block_id) == static_cast<std::int32_t>(i), "block id mismatch");
+    KVSIM_CHECK(blk.ref_cnt >= 0, "negative ref count");
+    KVSIM_CHECK((blk.ref_cnt == 0) == static_cast<bool>(queued[i]),
+                "a block must be queued iff its ref count is 0");
     if (blk.block_hash == kNoHash) {
-      KVSIM_ASSERT(blk.hash_prev == kNoBlock && blk.hash_next == kNoBlock, "stale hash links");
+      KVSIM_CHECK(blk.hash_prev == kNoBlock && blk.hash_next == kNoBlock, "stale hash links");
       continue;
     }
-    KVSIM_ASSERT(enable_caching_, "a block has a hash while caching is disabled");
-    KVSIM_ASSERT(hashes_.ref_count(blk.block_hash) > 0, "cached block with a dead hash");
+    KVSIM_CHECK(enable_caching_, "a block has a hash while caching is disabled");
+    KVSIM_CHECK(hashes_.ref_count(blk.block_hash) > 0, "cached block with a dead hash");
     ++cached_blocks;
     const std::size_t s = head_slot(blk.block_hash);
     if (blk.hash_prev == kNoBlock) {
-      KVSIM_ASSERT(hash_head_[s] == blk.block_id, "chain head mismatch");
+      KVSIM_CHECK(hash_head_[s] == blk.block_id, "chain head mismatch");
       ++heads;
     } else {
-      KVSIM_ASSERT(block(blk.hash_prev).hash_next == blk.block_id, "broken hash chain");
-      KVSIM_ASSERT(block(blk.hash_prev).block_hash == blk.block_hash, "chain mixes hashes");
+      KVSIM_CHECK(block(blk.hash_prev).hash_next == blk.block_id, "broken hash chain");
+      KVSIM_CHECK(block(blk.hash_prev).block_hash == blk.block_hash, "chain mixes hashes");
     }
-    if (blk.hash_next == kNoBlock) KVSIM_ASSERT(hash_tail_[s] == blk.block_id, "chain tail mismatch");
+    if (blk.hash_next == kNoBlock)
+      KVSIM_CHECK(hash_tail_[s] == blk.block_id, "chain tail mismatch");
   }
-  KVSIM_ASSERT(cached_blocks == num_cached_blocks_, "cached block count mismatch");
-  KVSIM_ASSERT(heads == num_cached_hashes_, "cached hash count mismatch");
+  KVSIM_CHECK(cached_blocks == num_cached_blocks_, "cached block count mismatch");
+  KVSIM_CHECK(heads == num_cached_hashes_, "cached hash count mismatch");
   for (std::size_t s = 0; s < hash_head_.size(); ++s) {
     if (hash_head_[s] == kNoBlock) {
-      KVSIM_ASSERT(hash_tail_[s] == kNoBlock, "tail without head");
+      KVSIM_CHECK(hash_tail_[s] == kNoBlock, "tail without head");
       continue;
     }
-    KVSIM_ASSERT(to_int(block(hash_head_[s]).block_hash) == static_cast<std::int32_t>(s),
-                 "index entry points at a block with another hash");
+    KVSIM_CHECK(to_int(block(hash_head_[s]).block_hash) == static_cast<std::int32_t>(s),
+                "index entry points at a block with another hash");
   }
+  return {};
 }
+
+void BlockPool::check_invariants() const { KVSIM_ASSERT_NO_VIOLATION(find_violation()); }
 
 }  // namespace kvsim

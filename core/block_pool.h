@@ -1,11 +1,12 @@
 #pragma once
 // BlockPool: the KV cache blocks, their reference counts, the free-block queue (eviction order) and
-// the prefix-cache index (hash -> blocks in insertion order). The vLLM v0.7.2 manager keeps these in
-// KVCacheManager; kvsim splits them out the way vLLM v0.8 does (vllm/v1/core/block_pool.py).
+// the prefix-cache index (hash -> blocks in insertion order). The vLLM v0.7.2 manager keeps these
+// in KVCacheManager; kvsim splits them out the way vLLM v0.8 does (vllm/v1/core/block_pool.py).
 
 #include <boost/intrusive/list.hpp>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/block_hash.h"
@@ -21,7 +22,8 @@ using FreeListLinkMode = boost::intrusive::link_mode<boost::intrusive::safe_link
 
 /// One KV cache block (vLLM's KVCacheBlock). Lives in BlockPool for the pool's lifetime.
 struct KVCacheBlock {
-  boost::intrusive::list_member_hook<FreeListLinkMode> free_hook;  // in the free queue iff ref_cnt == 0
+  boost::intrusive::list_member_hook<FreeListLinkMode>
+      free_hook;  // in the free queue iff ref_cnt == 0
   BlockId block_id = kNoBlock;
   std::int32_t ref_cnt = 0;
   HashId block_hash = kNoHash;  // set once the block is full and cached; holds a table reference
@@ -33,11 +35,12 @@ struct KVCacheBlock {
 class BlockPool {
  public:
   /// The free queue: head = next block to reuse (evict), tail = most recently freed. O(1) unlink.
-  using FreeQueue = boost::intrusive::list<
-      KVCacheBlock,
-      boost::intrusive::member_hook<KVCacheBlock, boost::intrusive::list_member_hook<FreeListLinkMode>,
-                                    &KVCacheBlock::free_hook>,
-      boost::intrusive::constant_time_size<true>>;
+  using FreeQueue =
+      boost::intrusive::list<KVCacheBlock,
+                             boost::intrusive::member_hook<
+                                 KVCacheBlock, boost::intrusive::list_member_hook<FreeListLinkMode>,
+                                 &KVCacheBlock::free_hook>,
+                             boost::intrusive::constant_time_size<true>>;
 
   /// Statistics since construction. Every field is a running total.
   struct Stats {
@@ -55,7 +58,9 @@ class BlockPool {
   std::int32_t num_free_blocks() const { return static_cast<std::int32_t>(free_queue_.size()); }
   bool enable_caching() const { return enable_caching_; }
   KVCacheBlock& block(BlockId b) { return blocks_[static_cast<std::size_t>(to_int(b))]; }
-  const KVCacheBlock& block(BlockId b) const { return blocks_[static_cast<std::size_t>(to_int(b))]; }
+  const KVCacheBlock& block(BlockId b) const {
+    return blocks_[static_cast<std::size_t>(to_int(b))];
+  }
   const FreeQueue& free_queue() const { return free_queue_; }
   const Stats& stats() const { return stats_; }
 
@@ -69,7 +74,8 @@ class BlockPool {
   /// vLLM's _touch: takes each block out of the free queue if its ref_cnt is 0, then ref_cnt += 1.
   void touch(std::span<const BlockId> blocks);
 
-  /// Drops one reference; a block reaching 0 is appended to the free-queue tail (kept cached). O(1).
+  /// Drops one reference; a block reaching 0 is appended to the free-queue tail (kept cached).
+  /// O(1).
   void free_block(BlockId b);
 
   /// Marks a full block as cached under `h` (takes a new reference on `h`) and appends it to the
@@ -88,7 +94,9 @@ class BlockPool {
 
   /// Verifies: every block either free (ref 0, queued once) or used (ref > 0, not queued); queue
   /// length agrees; the index holds exactly the blocks with a hash, each under its own hash, with
-  /// consistent chains and counts. Aborts with a message on failure. O(num_blocks).
+  /// consistent chains and counts. Returns the first violation ("" if none). O(num_blocks).
+  std::string find_violation() const;
+  /// Aborts with the violation's message if find_violation() finds one.
   void check_invariants() const;
 
  private:

@@ -17,8 +17,8 @@ KVCacheManager::KVCacheManager(const KVCacheConfig& config, BlockHashTable::Buck
   KVSIM_ASSERT(config.num_preallocate_tokens >= 0);
 }
 
-ExtraKeysId KVCacheManager::extra_keys(const Request& request, std::int64_t start,
-                                       std::int64_t end, std::int64_t& mm_idx) {
+ExtraKeysId KVCacheManager::extra_keys(const Request& request, std::int64_t start, std::int64_t end,
+                                       std::int64_t& mm_idx) {
   const auto& mm = request.mm_positions;
   if (mm.empty()) return kExtraNone;
   if (mm.back().offset + mm.back().length < start) return kExtraNone;
@@ -27,14 +27,16 @@ ExtraKeysId KVCacheManager::extra_keys(const Request& request, std::int64_t star
   std::int64_t cur = mm_idx;
   while (cur < static_cast<std::int64_t>(mm.size())) {
     const MMPlaceholder& p = mm[static_cast<std::size_t>(cur)];
-    if (end <= p.offset) break;  // the block has not reached this placeholder
+    if (end <= p.offset) break;         // the block has not reached this placeholder
     if (start > p.offset + p.length) {  // the block is past this placeholder
       ++cur;
       continue;
     }
     mm_scratch_.push_back(p.hash);
-    if (end >= p.offset + p.length) ++cur;  // the block may also reach the next placeholder
-    else break;
+    if (end >= p.offset + p.length)
+      ++cur;  // the block may also reach the next placeholder
+    else
+      break;
   }
   mm_idx = cur;
   return hashes_.intern_extra(mm_scratch_);
@@ -46,8 +48,10 @@ void KVCacheManager::hash_request_tokens(Request& request) {
   const bool need_extra = !request.mm_positions.empty();
   std::int64_t mm_idx = 0;
   HashId parent = kNoHash;
-  for (std::int64_t start = 0; start + bs <= static_cast<std::int64_t>(tokens.size()); start += bs) {
-    const ExtraKeysId extra = need_extra ? extra_keys(request, start, start + bs, mm_idx) : kExtraNone;
+  for (std::int64_t start = 0; start + bs <= static_cast<std::int64_t>(tokens.size());
+       start += bs) {
+    const ExtraKeysId extra =
+        need_extra ? extra_keys(request, start, start + bs, mm_idx) : kExtraNone;
     const HashId h = hashes_.intern(
         parent, std::span<const Token>(tokens.data() + start, static_cast<std::size_t>(bs)), extra);
     request.block_hashes.push_back(h);
@@ -82,8 +86,10 @@ AllocResult KVCacheManager::allocate_slots(Request& request, std::int64_t num_to
   for (BlockId b : new_computed_blocks) num_evictable += pool_.block(b).ref_cnt == 0;
   if (num_new > pool_.num_free_blocks() - num_evictable) return {AllocStatus::kNoFreeBlocks, 0};
 
-  if (config_.enable_caching) pool_.touch(new_computed_blocks);
-  else if (num_hits > 0) return {AllocStatus::kHitsWithoutCache, 0};
+  if (config_.enable_caching)
+    pool_.touch(new_computed_blocks);
+  else if (num_hits > 0)
+    return {AllocStatus::kHitsWithoutCache, 0};
   table.insert(table.end(), new_computed_blocks.begin(), new_computed_blocks.end());
 
   std::int32_t num_allocated = 0;
@@ -175,27 +181,31 @@ std::int32_t KVCacheManager::get_num_common_prefix_blocks(const Request& request
   return n;
 }
 
-void KVCacheManager::check_invariants(std::span<const Request* const> live) const {
-  pool_.check_invariants();
-  hashes_.check_invariants();
+std::string KVCacheManager::find_violation(std::span<const Request* const> live) const {
+  if (std::string v = pool_.find_violation(); !v.empty()) return v;
+  if (std::string v = hashes_.find_violation(); !v.empty()) return v;
   std::vector<std::int32_t> block_refs(static_cast<std::size_t>(pool_.num_blocks()), 0);
   std::vector<std::int32_t> hash_refs(hashes_.capacity(), 0);
   for (const Request* r : live) {
-    KVSIM_ASSERT(static_cast<std::int64_t>(r->blocks.size()) <= max_num_blocks_per_req_,
-                 "block table longer than max_model_len allows");
+    KVSIM_CHECK(static_cast<std::int64_t>(r->blocks.size()) <= max_num_blocks_per_req_,
+                "block table longer than max_model_len allows");
     for (BlockId b : r->blocks) {
-      KVSIM_ASSERT(to_int(b) >= 0 && to_int(b) < pool_.num_blocks(), "block id out of range");
+      KVSIM_CHECK(to_int(b) >= 0 && to_int(b) < pool_.num_blocks(), "block id out of range");
       ++block_refs[static_cast<std::size_t>(to_int(b))];
     }
     for (HashId h : r->block_hashes) ++hash_refs[static_cast<std::size_t>(to_int(h))];
   }
   for (std::int32_t i = 0; i < pool_.num_blocks(); ++i) {
     const KVCacheBlock& blk = pool_.block(BlockId{i});
-    KVSIM_ASSERT(blk.ref_cnt == block_refs[static_cast<std::size_t>(i)],
-                 "a block's ref count differs from the number of tables holding it");
+    KVSIM_CHECK(blk.ref_cnt == block_refs[static_cast<std::size_t>(i)],
+                "a block's ref count differs from the number of tables holding it");
     if (blk.block_hash != kNoHash) ++hash_refs[static_cast<std::size_t>(to_int(blk.block_hash))];
   }
-  hashes_.check_ref_counts(hash_refs);
+  return hashes_.find_ref_count_violation(hash_refs);
+}
+
+void KVCacheManager::check_invariants(std::span<const Request* const> live) const {
+  KVSIM_ASSERT_NO_VIOLATION(find_violation(live));
 }
 
 }  // namespace kvsim

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/block_hash.h"
@@ -80,7 +81,10 @@ class KVCacheManager {
 
   /// Full consistency walk: pool and hash-table invariants, and `live` (every request that may
   /// hold blocks or hashes) agrees with the ref counts: each block's ref_cnt equals its number of
-  /// occurrences in their tables, each hash node's count equals its holders. Aborts on failure.
+  /// occurrences in their tables, each hash node's count equals its holders. Returns the first
+  /// violation ("" if none). O(blocks + hash nodes + table entries).
+  std::string find_violation(std::span<const Request* const> live) const;
+  /// Aborts with the violation's message if find_violation() finds one.
   void check_invariants(std::span<const Request* const> live) const;
 
  private:

@@ -14,22 +14,32 @@ Request::Request(std::int64_t index, std::vector<Token> prompt, SamplingLimits l
 
 const char* status_name(RequestStatus s) {
   switch (s) {
-    case RequestStatus::kWaiting: return "WAITING";
-    case RequestStatus::kRunning: return "RUNNING";
-    case RequestStatus::kPreempted: return "PREEMPTED";
-    case RequestStatus::kFinishedStopped: return "FINISHED_STOPPED";
-    case RequestStatus::kFinishedLengthCapped: return "FINISHED_LENGTH_CAPPED";
-    case RequestStatus::kFinishedAborted: return "FINISHED_ABORTED";
+    case RequestStatus::kWaiting:
+      return "WAITING";
+    case RequestStatus::kRunning:
+      return "RUNNING";
+    case RequestStatus::kPreempted:
+      return "PREEMPTED";
+    case RequestStatus::kFinishedStopped:
+      return "FINISHED_STOPPED";
+    case RequestStatus::kFinishedLengthCapped:
+      return "FINISHED_LENGTH_CAPPED";
+    case RequestStatus::kFinishedAborted:
+      return "FINISHED_ABORTED";
   }
   return "?";
 }
 
 const char* finish_reason(RequestStatus s) {
   switch (s) {
-    case RequestStatus::kFinishedStopped: return "stop";
-    case RequestStatus::kFinishedLengthCapped: return "length";
-    case RequestStatus::kFinishedAborted: return "abort";
-    default: return nullptr;
+    case RequestStatus::kFinishedStopped:
+      return "stop";
+    case RequestStatus::kFinishedLengthCapped:
+      return "length";
+    case RequestStatus::kFinishedAborted:
+      return "abort";
+    default:
+      return nullptr;
   }
 }
 

@@ -59,8 +59,8 @@ void Scheduler::schedule(SchedulerOutput& out) {
     if (!scheduled) break;
     KVSIM_ASSERT(res.ok(), "allocate_slots failed for a running request");
     req.num_scheduled_tokens = n;
-    out.scheduled.push_back({&req, n, req.num_computed_tokens, res.num_new_blocks,
-                             ScheduledRequest::Kind::kRunning});
+    out.scheduled.push_back(
+        {&req, n, req.num_computed_tokens, res.num_new_blocks, ScheduledRequest::Kind::kRunning});
     budget -= n;
     ++i;
   }
@@ -102,8 +102,8 @@ void Scheduler::schedule(SchedulerOutput& out) {
   out.total_num_scheduled_tokens = config_.max_num_batched_tokens - budget;
   out.num_common_prefix_blocks =
       running_.empty() ? 0
-                       : kv_.get_num_common_prefix_blocks(*running_.front(),
-                                                          static_cast<std::int64_t>(running_.size()));
+                       : kv_.get_num_common_prefix_blocks(
+                             *running_.front(), static_cast<std::int64_t>(running_.size()));
   ++stats_.num_steps;
 }
 
@@ -170,27 +170,30 @@ bool Scheduler::abort_request(Request& req) {
   return true;
 }
 
-void Scheduler::check_invariants() const {
+std::string Scheduler::find_violation() const {
   std::vector<const Request*> live;
   live.reserve(running_.size() + waiting_.size());
   for (const Request* r : running_) {
-    KVSIM_ASSERT(r->status == RequestStatus::kRunning, "a running request is not RUNNING");
+    KVSIM_CHECK(r->status == RequestStatus::kRunning, "a running request is not RUNNING");
     live.push_back(r);
   }
   for (const Request* r : waiting_) {
-    KVSIM_ASSERT(r->status == RequestStatus::kWaiting || r->status == RequestStatus::kPreempted ||
-                     r->status == RequestStatus::kRunning,
-                 "a waiting request has a finished status");
-    KVSIM_ASSERT(r->blocks.empty(), "a waiting request holds blocks");
-    KVSIM_ASSERT(r->num_computed_tokens == 0, "a waiting request has computed tokens");
+    KVSIM_CHECK(r->status == RequestStatus::kWaiting || r->status == RequestStatus::kPreempted ||
+                    r->status == RequestStatus::kRunning,
+                "a waiting request has a finished status");
+    KVSIM_CHECK(r->blocks.empty(), "a waiting request holds blocks");
+    KVSIM_CHECK(r->num_computed_tokens == 0, "a waiting request has computed tokens");
     live.push_back(r);
   }
   std::vector<const Request*> sorted = live;
   std::sort(sorted.begin(), sorted.end());
-  KVSIM_ASSERT(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
-               "a request is queued twice");
-  KVSIM_ASSERT(static_cast<std::int64_t>(running_.size()) <= config_.max_num_seqs);
-  kv_.check_invariants(live);
+  KVSIM_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+              "a request is queued twice");
+  KVSIM_CHECK(static_cast<std::int64_t>(running_.size()) <= config_.max_num_seqs,
+              "more running requests than max_num_seqs");
+  return kv_.find_violation(live);
 }
+
+void Scheduler::check_invariants() const { KVSIM_ASSERT_NO_VIOLATION(find_violation()); }
 
 }  // namespace kvsim

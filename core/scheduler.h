@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/kv_cache_manager.h"
@@ -36,7 +37,7 @@ struct SchedulerOutput {
   std::vector<std::int64_t> finished;       // request indices finished since the previous step
   std::int64_t total_num_scheduled_tokens = 0;
   std::int32_t num_common_prefix_blocks = 0;
-  std::int64_t prefix_queries_tokens = 0;   // this step's lookups (see SchedulerStats)
+  std::int64_t prefix_queries_tokens = 0;  // this step's lookups (see SchedulerStats)
   std::int64_t prefix_hits_tokens = 0;
 };
 
@@ -50,7 +51,8 @@ struct RequestOutput {
 /// Running totals since construction. Every field counts tokens or events as named.
 struct SchedulerStats {
   std::int64_t prefix_queries_tokens = 0;  // request.num_tokens at every lookup (vLLM's queries)
-  std::int64_t prefix_hits_tokens = 0;     // hit tokens used at every lookup (after the last-block rule)
+  std::int64_t prefix_hits_tokens =
+      0;  // hit tokens used at every lookup (after the last-block rule)
   std::int64_t num_preemptions = 0;
   std::int64_t num_steps = 0;
 };
@@ -87,7 +89,9 @@ class Scheduler {
   const SchedulerStats& stats() const { return stats_; }
 
   /// Manager invariants over every live request, plus: no request both running and waiting,
-  /// waiting requests hold no blocks, running ones are RUNNING. Aborts on failure.
+  /// waiting requests hold no blocks, running ones are RUNNING. Returns the first violation.
+  std::string find_violation() const;
+  /// Aborts with the violation's message if find_violation() finds one.
   void check_invariants() const;
 
  private:
@@ -99,9 +103,9 @@ class Scheduler {
   KVCacheManager kv_;
   std::vector<Request*> running_;
   std::deque<Request*> waiting_;
-  std::vector<Request*> next_running_;       // scratch for update_from_output
-  std::vector<std::int64_t> finished_ids_;   // since the last schedule()
-  std::vector<BlockId> hits_;                // scratch for get_computed_blocks
+  std::vector<Request*> next_running_;      // scratch for update_from_output
+  std::vector<std::int64_t> finished_ids_;  // since the last schedule()
+  std::vector<BlockId> hits_;               // scratch for get_computed_blocks
   SchedulerStats stats_;
 };
 

@@ -46,7 +46,7 @@ int replay(const Args& args) {
   if (!in) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
 
   OpReplayer replayer(options);
-  std::string buf;   // unconsumed input
+  std::string buf;  // unconsumed input
   std::string out;
   out.reserve(kFlushBytes + 4096);
   std::string chunk(kChunkBytes, '\0');

@@ -92,14 +92,30 @@ bool JsonLine::parse_string(std::string_view& out) {
     if (++pos_ >= text_.size()) break;
     const char e = text_[pos_++];
     switch (e) {
-      case '"': unescaped_ += '"'; break;
-      case '\\': unescaped_ += '\\'; break;
-      case '/': unescaped_ += '/'; break;
-      case 'b': unescaped_ += '\b'; break;
-      case 'f': unescaped_ += '\f'; break;
-      case 'n': unescaped_ += '\n'; break;
-      case 'r': unescaped_ += '\r'; break;
-      case 't': unescaped_ += '\t'; break;
+      case '"':
+        unescaped_ += '"';
+        break;
+      case '\\':
+        unescaped_ += '\\';
+        break;
+      case '/':
+        unescaped_ += '/';
+        break;
+      case 'b':
+        unescaped_ += '\b';
+        break;
+      case 'f':
+        unescaped_ += '\f';
+        break;
+      case 'n':
+        unescaped_ += '\n';
+        break;
+      case 'r':
+        unescaped_ += '\r';
+        break;
+      case 't':
+        unescaped_ += '\t';
+        break;
       case 'u': {
         if (pos_ + 4 > text_.size()) return fail("short \\u escape");
         std::uint32_t cp = 0;
@@ -111,7 +127,8 @@ bool JsonLine::parse_string(std::string_view& out) {
         append_utf8(unescaped_, cp);
         break;
       }
-      default: return fail("bad escape in string");
+      default:
+        return fail("bad escape in string");
     }
   }
   return fail("unterminated string");
@@ -290,11 +307,21 @@ void JsonWriter::string_raw(std::string_view s) {
   out_ += '"';
   for (char c : s) {
     switch (c) {
-      case '"': out_ += "\\\""; break;
-      case '\\': out_ += "\\\\"; break;
-      case '\n': out_ += "\\n"; break;
-      case '\r': out_ += "\\r"; break;
-      case '\t': out_ += "\\t"; break;
+      case '"':
+        out_ += "\\\"";
+        break;
+      case '\\':
+        out_ += "\\\\";
+        break;
+      case '\n':
+        out_ += "\\n";
+        break;
+      case '\r':
+        out_ += "\\r";
+        break;
+      case '\t':
+        out_ += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];

@@ -19,7 +19,7 @@ class JsonLine {
     bool b = false;
     std::int64_t i = 0;
     double d = 0;
-    std::string_view s;    // kString (object keys are kString values too)
+    std::string_view s;      // kString (object keys are kString values too)
     std::uint32_t size = 0;  // kArray: elements, kObject: members
     std::uint32_t end = 0;   // index of the first value after this subtree
   };
@@ -64,19 +64,59 @@ class JsonLine {
 class JsonWriter {
  public:
   explicit JsonWriter(std::string& out) : out_(out) {}
-  JsonWriter& begin_object() { sep(); out_ += '{'; first_ = true; return *this; }
-  JsonWriter& end_object() { out_ += '}'; first_ = false; return *this; }
-  JsonWriter& begin_array() { sep(); out_ += '['; first_ = true; return *this; }
-  JsonWriter& end_array() { out_ += ']'; first_ = false; return *this; }
-  JsonWriter& key(std::string_view k) { sep(); string_raw(k); out_ += ':'; first_ = true; return *this; }
+  JsonWriter& begin_object() {
+    sep();
+    out_ += '{';
+    first_ = true;
+    return *this;
+  }
+  JsonWriter& end_object() {
+    out_ += '}';
+    first_ = false;
+    return *this;
+  }
+  JsonWriter& begin_array() {
+    sep();
+    out_ += '[';
+    first_ = true;
+    return *this;
+  }
+  JsonWriter& end_array() {
+    out_ += ']';
+    first_ = false;
+    return *this;
+  }
+  JsonWriter& key(std::string_view k) {
+    sep();
+    string_raw(k);
+    out_ += ':';
+    first_ = true;
+    return *this;
+  }
   JsonWriter& value(std::int64_t v);
   JsonWriter& value(double v);
-  JsonWriter& value(bool v) { sep(); out_ += v ? "true" : "false"; return *this; }
-  JsonWriter& value(std::string_view v) { sep(); string_raw(v); return *this; }
+  JsonWriter& value(bool v) {
+    sep();
+    out_ += v ? "true" : "false";
+    return *this;
+  }
+  JsonWriter& value(std::string_view v) {
+    sep();
+    string_raw(v);
+    return *this;
+  }
   JsonWriter& value(const char* v) { return value(std::string_view(v)); }
-  JsonWriter& null() { sep(); out_ += "null"; return *this; }
+  JsonWriter& null() {
+    sep();
+    out_ += "null";
+    return *this;
+  }
   /// Pastes pre-rendered JSON as one value.
-  JsonWriter& raw(std::string_view json) { sep(); out_ += json; return *this; }
+  JsonWriter& raw(std::string_view json) {
+    sep();
+    out_ += json;
+    return *this;
+  }
 
  private:
   void sep() {

@@ -15,7 +15,8 @@ using Type = JsonLine::Type;
 
 const char* alloc_error(AllocStatus s) {
   switch (s) {
-    case AllocStatus::kZeroTokens: return "ValueError: num_tokens must be greater than 0";
+    case AllocStatus::kZeroTokens:
+      return "ValueError: num_tokens must be greater than 0";
     case AllocStatus::kHitsWithoutCache:
       return "AssertionError: Computed blocks should be empty when prefix caching is disabled";
     case AllocStatus::kBeyondMaxBlocks:
@@ -24,7 +25,8 @@ const char* alloc_error(AllocStatus s) {
       return "AssertionError: a block to cache has fewer than block_size tokens";
     case AllocStatus::kBadPrevBlock:
       return "AssertionError: inconsistent block hashes in _cache_full_blocks";
-    default: return "RuntimeError: allocation failed";
+    default:
+      return "RuntimeError: allocation failed";
   }
 }
 
@@ -51,7 +53,8 @@ bool OpReplayer::process_line(std::string_view line, std::string& out) {
   JsonWriter w(out);
   try {
     if (!json_.parse(line)) throw OpError{"JSONDecodeError: " + json_.error()};
-    if (json_[JsonLine::root()].type != Type::kObject) throw OpError{"TypeError: op is not an object"};
+    if (json_[JsonLine::root()].type != Type::kObject)
+      throw OpError{"TypeError: op is not an object"};
     const Index op = json_.find(JsonLine::root(), "op");
     if (op == JsonLine::kNone || json_[op].type != Type::kString)
       throw OpError{"KeyError: missing string field 'op'"};
@@ -182,7 +185,8 @@ namespace {
 KVCacheConfig read_kv_config(std::int64_t bs, std::int64_t blocks, std::int64_t max_len,
                              bool caching, std::int64_t prealloc) {
   if (bs <= 0 || bs > (1 << 20)) throw std::invalid_argument("block_size must be in 1..2^20");
-  if (blocks <= 0 || blocks > (1 << 28)) throw std::invalid_argument("num_gpu_blocks must be in 1..2^28");
+  if (blocks <= 0 || blocks > (1 << 28))
+    throw std::invalid_argument("num_gpu_blocks must be in 1..2^28");
   if (max_len <= 0) throw std::invalid_argument("max_model_len must be > 0");
   if (prealloc < 0) throw std::invalid_argument("num_preallocate_tokens must be >= 0");
   KVCacheConfig c;
@@ -199,7 +203,8 @@ void OpReplayer::op_init(JsonWriter& w) {
   KVCacheConfig c;
   try {
     c = read_kv_config(get_int("block_size"), get_int("num_gpu_blocks"), get_int("max_model_len"),
-                       get_bool_or("enable_caching", true), get_int_or("num_preallocate_tokens", 64));
+                       get_bool_or("enable_caching", true),
+                       get_int_or("num_preallocate_tokens", 64));
   } catch (const std::invalid_argument& e) {
     throw OpError{std::string("ValueError: ") + e.what()};
   }
@@ -218,7 +223,8 @@ void OpReplayer::op_sched_init(JsonWriter& w) {
   SchedulerConfig sc;
   try {
     c = read_kv_config(get_int("block_size"), get_int("num_gpu_blocks"), get_int("max_model_len"),
-                       get_bool_or("enable_caching", true), get_int_or("num_preallocate_tokens", 64));
+                       get_bool_or("enable_caching", true),
+                       get_int_or("num_preallocate_tokens", 64));
     sc.max_model_len = c.max_model_len;
     sc.max_num_seqs = get_int("max_num_seqs");
     sc.max_num_batched_tokens = get_int("max_num_batched_tokens");
@@ -276,8 +282,8 @@ void OpReplayer::op_add_request(JsonWriter& w) {
     }
   }
   const auto index = static_cast<std::int64_t>(slots_.size());
-  slots_.push_back(std::make_unique<Slot>(Slot{Request(index, std::move(prompt), std::move(lim),
-                                                        std::move(mm))}));
+  slots_.push_back(std::make_unique<Slot>(
+      Slot{Request(index, std::move(prompt), std::move(lim), std::move(mm))}));
   names_.emplace_back(id);
   live_.emplace(names_.back(), index);
   if (mode_ == Mode::kSched) sched_->add_request(slots_.back()->req);
@@ -301,8 +307,10 @@ void OpReplayer::op_allocate_slots(JsonWriter& w) {
   scratch_blocks_.clear();
   const Index hits = json_.find(JsonLine::root(), "new_computed_blocks");
   if (!json_.is_null_or_absent(hits)) {
-    if (json_[hits].type != Type::kArray) throw OpError{"TypeError: new_computed_blocks must be a list"};
-    for (Index e = JsonLine::first_child(hits), k = 0; k < json_[hits].size; ++k, e = json_.next(e)) {
+    if (json_[hits].type != Type::kArray)
+      throw OpError{"TypeError: new_computed_blocks must be a list"};
+    for (Index e = JsonLine::first_child(hits), k = 0; k < json_[hits].size;
+         ++k, e = json_.next(e)) {
       const std::int64_t b = int_value(e, "block id");
       if (b < 0 || b >= kv.pool().num_blocks()) throw OpError{"IndexError: block id out of range"};
       scratch_blocks_.push_back(BlockId{static_cast<std::int32_t>(b)});
@@ -316,7 +324,8 @@ void OpReplayer::op_allocate_slots(JsonWriter& w) {
   if (!r.ok()) throw OpError{alloc_error(r.status)};
   w.begin_object().key("blocks").begin_array();
   const auto& table = s.req.blocks;
-  for (std::size_t i = table.size() - static_cast<std::size_t>(r.num_new_blocks); i < table.size(); ++i)
+  for (std::size_t i = table.size() - static_cast<std::size_t>(r.num_new_blocks); i < table.size();
+       ++i)
     w.value(std::int64_t{to_int(table[i])});
   w.end_array().end_object();
 }
@@ -355,7 +364,8 @@ void OpReplayer::op_common_prefix(JsonWriter& w) {
   Slot& s = live_request(get_string("id"));
   const std::int64_t num_running = get_int("num_running");
   s.req.status = RequestStatus::kRunning;
-  w.begin_object().key("n").value(std::int64_t{kv.get_num_common_prefix_blocks(s.req, num_running)});
+  w.begin_object().key("n").value(
+      std::int64_t{kv.get_num_common_prefix_blocks(s.req, num_running)});
   w.end_object();
 }
 
@@ -402,7 +412,8 @@ void OpReplayer::op_snapshot(JsonWriter& w) {
   std::vector<std::vector<BlockId>> groups;
   for (std::int32_t b = 0; b < pool.num_blocks(); ++b) {
     const KVCacheBlock& blk = pool.block(BlockId{b});
-    if (blk.block_hash == kNoHash || blk.hash_prev != kNoBlock || blk.hash_next == kNoBlock) continue;
+    if (blk.block_hash == kNoHash || blk.hash_prev != kNoBlock || blk.hash_next == kNoBlock)
+      continue;
     groups.emplace_back();
     pool.cached_blocks_of(blk.block_hash, groups.back());
   }
@@ -433,10 +444,12 @@ void OpReplayer::op_snapshot(JsonWriter& w) {
   }
   if (mode_ == Mode::kSched) {
     w.key("running").begin_array();
-    for (const Request* r : sched_->running()) w.value(std::string_view(names_[static_cast<std::size_t>(r->index())]));
+    for (const Request* r : sched_->running())
+      w.value(std::string_view(names_[static_cast<std::size_t>(r->index())]));
     w.end_array();
     w.key("waiting").begin_array();
-    for (const Request* r : sched_->waiting()) w.value(std::string_view(names_[static_cast<std::size_t>(r->index())]));
+    for (const Request* r : sched_->waiting())
+      w.value(std::string_view(names_[static_cast<std::size_t>(r->index())]));
     w.end_array();
     w.key("requests").begin_object();
     for (std::size_t i = 0; i < slots_.size(); ++i) {
@@ -460,7 +473,9 @@ void OpReplayer::op_schedule(JsonWriter& w) {
   if (mode_ != Mode::kSched) throw OpError{"RuntimeError: schedule needs sched mode (sched_init)"};
   sched_->schedule(sched_out_);
   schedule_pending_ = true;
-  auto name = [&](const Request* r) { return std::string_view(names_[static_cast<std::size_t>(r->index())]); };
+  auto name = [&](const Request* r) {
+    return std::string_view(names_[static_cast<std::size_t>(r->index())]);
+  };
   w.begin_object().key("new").begin_array();
   for (const ScheduledRequest& s : sched_out_.scheduled) {
     if (s.kind != ScheduledRequest::Kind::kNew) continue;
@@ -470,13 +485,15 @@ void OpReplayer::op_schedule(JsonWriter& w) {
   }
   w.end_array().key("cached").begin_array();
   for (int pass = 0; pass < 2; ++pass) {
-    const auto kind = pass == 0 ? ScheduledRequest::Kind::kResumed : ScheduledRequest::Kind::kRunning;
+    const auto kind =
+        pass == 0 ? ScheduledRequest::Kind::kResumed : ScheduledRequest::Kind::kRunning;
     for (const ScheduledRequest& s : sched_out_.scheduled) {
       if (s.kind != kind) continue;
       w.begin_object().key("id").value(name(s.request)).key("new_block_ids").begin_array();
       const auto& table = s.request->blocks;
-      const std::size_t from =
-          kind == ScheduledRequest::Kind::kResumed ? 0 : table.size() - static_cast<std::size_t>(s.num_new_blocks);
+      const std::size_t from = kind == ScheduledRequest::Kind::kResumed
+                                   ? 0
+                                   : table.size() - static_cast<std::size_t>(s.num_new_blocks);
       for (std::size_t i = from; i < table.size(); ++i) w.value(std::int64_t{to_int(table[i])});
       w.end_array().key("num_computed_tokens").value(s.num_computed_tokens);
       w.key("resumed").value(kind == ScheduledRequest::Kind::kResumed).end_object();
@@ -489,13 +506,15 @@ void OpReplayer::op_schedule(JsonWriter& w) {
   w.key("total").value(sched_out_.total_num_scheduled_tokens);
   w.key("num_common_prefix_blocks").value(std::int64_t{sched_out_.num_common_prefix_blocks});
   std::vector<std::string_view> finished;
-  for (std::int64_t i : sched_out_.finished) finished.push_back(names_[static_cast<std::size_t>(i)]);
+  for (std::int64_t i : sched_out_.finished)
+    finished.push_back(names_[static_cast<std::size_t>(i)]);
   std::sort(finished.begin(), finished.end());
   w.key("finished").begin_array();
   for (std::string_view f : finished) w.value(f);
   // Victims leave from the back of the running list: running-list order is the reverse.
   w.end_array().key("preempted").begin_array();
-  for (auto it = sched_out_.preempted.rbegin(); it != sched_out_.preempted.rend(); ++it) w.value(name(*it));
+  for (auto it = sched_out_.preempted.rbegin(); it != sched_out_.preempted.rend(); ++it)
+    w.value(name(*it));
   w.end_array().key("running").begin_array();
   for (const Request* r : sched_->running()) w.value(name(r));
   w.end_array().key("waiting").begin_array();
@@ -513,7 +532,8 @@ void OpReplayer::op_update(JsonWriter& w) {
   Int128 mul = 0, add = 0, mod = 0;
   const bool have_rule = !json_.is_null_or_absent(rule);
   if (have_rule) {
-    const Index m = json_.find(rule, "mul"), a = json_.find(rule, "add"), d = json_.find(rule, "mod");
+    const Index m = json_.find(rule, "mul"), a = json_.find(rule, "add"),
+                d = json_.find(rule, "mod");
     if (m == JsonLine::kNone || a == JsonLine::kNone || d == JsonLine::kNone)
       throw OpError{"KeyError: rule needs mul, add and mod"};
     mul = int_value(m, "mul");
@@ -521,15 +541,20 @@ void OpReplayer::op_update(JsonWriter& w) {
     mod = int_value(d, "mod");
     if (mod == 0) throw OpError{"ZeroDivisionError: integer modulo by zero"};
   }
-  auto name = [&](const Request* r) { return std::string_view(names_[static_cast<std::size_t>(r->index())]); };
+  auto name = [&](const Request* r) {
+    return std::string_view(names_[static_cast<std::size_t>(r->index())]);
+  };
   // Iterate the running list, not the step's output: a request aborted since schedule() is gone.
   for (Request* rp : sched_->running()) {
     Request& r = *rp;
     if (r.num_scheduled_tokens == 0) continue;
     std::int64_t tok = 0;
-    const Index given = json_.is_null_or_absent(sampled) ? JsonLine::kNone : json_.find(sampled, name(&r));
-    if (given != JsonLine::kNone) tok = int_value(given, "sampled token");
-    else if (have_rule) tok = static_cast<std::int64_t>(py_mod(Int128{r.num_tokens()} * mul + add, mod));
+    const Index given =
+        json_.is_null_or_absent(sampled) ? JsonLine::kNone : json_.find(sampled, name(&r));
+    if (given != JsonLine::kNone)
+      tok = int_value(given, "sampled token");
+    else if (have_rule)
+      tok = static_cast<std::int64_t>(py_mod(Int128{r.num_tokens()} * mul + add, mod));
     if (tok < std::numeric_limits<Token>::min() || tok > std::numeric_limits<Token>::max())
       throw OpError{"ValueError: sampled token out of the 32-bit range"};
     r.sampled_token = static_cast<Token>(tok);
@@ -543,11 +568,15 @@ void OpReplayer::op_update(JsonWriter& w) {
     w.key("new_token_ids").begin_array().value(std::int64_t{o.token}).end_array();
     w.key("finished").value(o.finished);
     w.key("finish_reason");
-    if (const char* fr = finish_reason(r.status)) w.value(fr);
-    else w.null();
+    if (const char* fr = finish_reason(r.status))
+      w.value(fr);
+    else
+      w.null();
     w.key("stop_reason");
-    if (r.stop_reason) w.value(std::int64_t{*r.stop_reason});
-    else w.null();
+    if (r.stop_reason)
+      w.value(std::int64_t{*r.stop_reason});
+    else
+      w.null();
     w.end_object();
   }
   w.end_array().key("running").begin_array();
