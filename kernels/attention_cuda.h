@@ -1,0 +1,80 @@
+#pragma once
+// CUDA launchers of kvsim_kernels (host API; all pointers are device pointers). Built only with
+// KVSIM_KERNELS_HAVE_CUDA. Launchers are asynchronous on `stream` and return the launch status.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/paged_kv.h"
+#include "kernels/work_plan.h"
+
+namespace kvsim::kernels {
+
+/// Device copy of an attention_work_plan (see work_plan.h), passed by value to the kernels.
+struct attention_work_view {
+  const std::int32_t* item_row = nullptr;         // [num_items]
+  const std::int32_t* item_seq = nullptr;         // [num_items]
+  const std::int32_t* item_kv_begin = nullptr;    // [num_items]
+  const std::int32_t* item_kv_end = nullptr;      // [num_items]
+  const std::int32_t* row_item_indptr = nullptr;  // [num_rows + 1]
+  std::int32_t num_items = 0;
+  std::int32_t num_rows = 0;
+  std::int32_t max_items_per_row = 0;             // > 1: the merge kernel runs
+};
+
+/// Split-KV partials; needed only when work.max_items_per_row > 1.
+struct attention_split_workspace {
+  float* o_part = nullptr;    // [num_items, num_q_heads, head_size] normalised partial outputs
+  float* lse_part = nullptr;  // [num_items, num_q_heads] log2-sum-exp: m + log2(l) (base 2!)
+};
+
+/// Paged decode: one query row per sequence (work planned with q_indptr = nullptr).
+/// kv: device pool/tables/lengths, dtype kF16 or kBF16, head_size 64/128/256, block_size
+/// 8/16/32, strides and pool 16-byte aligned. q/out: `[num_rows, num_q_heads, head_size]`.
+/// Grid (num_items, Hkv) of PagedAttentionKernel, then PagedAttentionMergeKernel if split.
+cudaError_t PagedAttentionDecode(const paged_kv_view& kv, const void* q, void* out,
+                                 std::int32_t num_q_heads, float scale,
+                                 const attention_work_view& work,
+                                 const attention_split_workspace& workspace, cudaStream_t stream);
+
+/// Paged prefill/append: rows of q_len chunks, bottom-right causal (the plan encodes each row's
+/// visible keys). Same kernel as decode, one CTA per (query row, KV chunk, KV head).
+cudaError_t PagedAttentionPrefill(const paged_kv_view& kv, const void* q, void* out,
+                                  std::int32_t num_q_heads, float scale,
+                                  const attention_work_view& work,
+                                  const attention_split_workspace& workspace, cudaStream_t stream);
+
+/// CTAs resident at once on the current device for these parameters (occupancy x SMs): the
+/// `max_ctas` argument of plan_attention_work.
+cudaError_t PagedAttentionMaxResidentCtas(DType dtype, std::int32_t head_size,
+                                          std::int32_t block_size, std::int32_t group_size,
+                                          std::int64_t* max_ctas);
+
+/// reshape_and_cache: key/value `[num_tokens, Hkv, D]` (pool dtype, any of f32/f16/bf16) into
+/// slots `slot_mapping[num_tokens]`; negative slots are skipped. Block tables are not used.
+cudaError_t ReshapeAndCache(const paged_kv_view& kv, const void* key, const void* value,
+                            const std::int64_t* slot_mapping, std::int64_t num_tokens,
+                            cudaStream_t stream);
+
+/// Dense fp32 reference attention (kernels.md §7.5), no paging, no shared code with the fast path.
+struct dense_attention_args {
+  const float* q = nullptr;                 // [num_rows, num_q_heads, head_size]
+  const float* k = nullptr;                 // [total_kv, num_kv_heads, head_size] seqs concatenated
+  const float* v = nullptr;                 // [total_kv, num_kv_heads, head_size]
+  const std::int32_t* q_indptr = nullptr;   // [num_seqs + 1]
+  const std::int32_t* kv_indptr = nullptr;  // [num_seqs + 1]
+  float* scores = nullptr;                  // scratch [num_rows, num_q_heads, max_kv_len]
+  float* out = nullptr;                     // [num_rows, num_q_heads, head_size]
+  std::int32_t num_seqs = 0;
+  std::int32_t num_rows = 0;
+  std::int32_t num_q_heads = 0;
+  std::int32_t num_kv_heads = 0;
+  std::int32_t head_size = 0;
+  std::int32_t max_kv_len = 0;
+  float scale = 1.0f;
+};
+/// Grid (num_rows, Hq), 128 threads, three fp32 passes (scores, expf + sum, P.V).
+cudaError_t DenseAttentionReference(const dense_attention_args& args, cudaStream_t stream);
+
+}  // namespace kvsim::kernels

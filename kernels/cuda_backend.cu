@@ -1,0 +1,118 @@
+// AttentionBackend over the CUDA kernels: the pool lives on the device, arguments are host arrays.
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "kernels/attention_cuda.h"
+#include "kernels/backend.h"
+#include "kernels/check.h"
+#include "kernels/cuda_utils.h"
+#include "kernels/device_work_plan.h"
+#include "kernels/work_plan.h"
+
+namespace kvsim::kernels {
+namespace {
+
+class CudaBackend final : public AttentionBackend {
+ public:
+  BackendKind kind() const override { return BackendKind::kCuda; }
+
+  void init_pool(const kv_pool_shape& shape) override {
+    KVSIM_KERNELS_CHECK(shape.dtype != DType::kF32, "the cuda backend stores fp16 or bf16 only");
+    shape_ = shape;
+    pool_.resize(pool_bytes());
+    // 0xff bytes are NaN in fp16 (0xffff) and bf16 (0xffff) alike.
+    KVSIM_CUDA_CHECK(cudaMemset(pool_.get(), 0xff, pool_bytes()));
+  }
+  const kv_pool_shape& pool_shape() const override { return shape_; }
+
+  void write_kv(const void* key, const void* value, const std::int64_t* slot_mapping,
+                std::int64_t num_tokens) override {
+    if (num_tokens <= 0) return;
+    const std::size_t bytes = static_cast<std::size_t>(num_tokens) * shape_.num_kv_heads *
+                              shape_.head_size * dtype_size_bytes(shape_.dtype);
+    key_.upload(static_cast<const std::byte*>(key), bytes);
+    value_.upload(static_cast<const std::byte*>(value), bytes);
+    slots_.upload(slot_mapping, static_cast<std::size_t>(num_tokens));
+    const std::int64_t num_slots = std::int64_t{shape_.num_blocks} * shape_.block_size;
+    for (std::int64_t i = 0; i < num_tokens; ++i)
+      KVSIM_KERNELS_CHECK(slot_mapping[i] < num_slots, "slot out of range");
+    KVSIM_CUDA_CHECK(ReshapeAndCache(view(), key_.get(), value_.get(), slots_.get(), num_tokens, nullptr));
+    KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  void attention(const attention_batch& batch, const void* q, void* out) override {
+    KVSIM_KERNELS_CHECK(batch.num_q_heads % shape_.num_kv_heads == 0, "Hq % Hkv != 0");
+    const std::int64_t rows = batch.num_q_rows();
+    for (std::int32_t s = 0; s < batch.num_seqs; ++s) {
+      const std::int32_t q_len = batch.q_indptr ? batch.q_indptr[s + 1] - batch.q_indptr[s] : 1;
+      KVSIM_KERNELS_CHECK(q_len <= batch.seq_lens[s] || (batch.seq_lens[s] == 0 && q_len <= 1),
+                          "q_len > seq_len");
+    }
+    const std::size_t row_bytes = static_cast<std::size_t>(batch.num_q_heads) * shape_.head_size *
+                                  dtype_size_bytes(shape_.dtype);
+    const std::size_t qo_bytes = static_cast<std::size_t>(rows) * row_bytes;
+    tables_.upload(batch.block_tables,
+                   static_cast<std::size_t>(batch.num_seqs) * batch.max_blocks_per_seq);
+    lens_.upload(batch.seq_lens, static_cast<std::size_t>(batch.num_seqs));
+    q_.upload(static_cast<const std::byte*>(q), qo_bytes);
+    out_.resize(qo_bytes);
+    KVSIM_CUDA_CHECK(cudaMemset(out_.get(), 0xff, qo_bytes));  // NaN: unwritten rows show up
+
+    std::int64_t max_ctas = 0;
+    KVSIM_CUDA_CHECK(PagedAttentionMaxResidentCtas(shape_.dtype, shape_.head_size, shape_.block_size,
+                                                   batch.num_q_heads / shape_.num_kv_heads, &max_ctas));
+    const attention_work_plan plan =
+        plan_attention_work(batch.seq_lens, batch.q_indptr, batch.num_seqs, shape_.num_kv_heads,
+                            shape_.block_size, max_ctas, forced_splits_);
+    work_.upload(plan, batch.num_q_heads, shape_.head_size);
+
+    paged_kv_view kv = view();
+    kv.block_tables = tables_.get();
+    kv.max_blocks_per_seq = batch.max_blocks_per_seq;
+    kv.seq_lens = lens_.get();
+    kv.num_seqs = batch.num_seqs;
+    if (batch.q_indptr == nullptr) {
+      KVSIM_CUDA_CHECK(PagedAttentionDecode(kv, q_.get(), out_.get(), batch.num_q_heads, batch.scale,
+                                            work_.view(), work_.workspace(), nullptr));
+    } else {
+      KVSIM_CUDA_CHECK(PagedAttentionPrefill(kv, q_.get(), out_.get(), batch.num_q_heads, batch.scale,
+                                             work_.view(), work_.workspace(), nullptr));
+    }
+    KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
+    out_.download(static_cast<std::byte*>(out), qo_bytes);
+  }
+
+  void read_pool(void* dst) const override { pool_.download(static_cast<std::byte*>(dst), pool_bytes()); }
+  void load_pool(const void* src) override {
+    pool_.upload(static_cast<const std::byte*>(src), pool_bytes());
+  }
+  void set_forced_splits(std::int32_t splits) override { forced_splits_ = splits; }
+
+ private:
+  std::size_t pool_bytes() const {
+    return static_cast<std::size_t>(shape_.num_elements()) * dtype_size_bytes(shape_.dtype);
+  }
+  paged_kv_view view() const { return make_vllm_v1_view(pool_.get(), shape_); }
+
+  kv_pool_shape shape_;
+  std::int32_t forced_splits_ = 0;
+  DeviceBuffer<std::byte> pool_;     // [2, num_blocks, block_size, num_kv_heads, head_size]
+  DeviceBuffer<std::byte> key_;      // [num_tokens, num_kv_heads, head_size]
+  DeviceBuffer<std::byte> value_;    // [num_tokens, num_kv_heads, head_size]
+  DeviceBuffer<std::int64_t> slots_; // [num_tokens]
+  DeviceBuffer<std::int32_t> tables_;  // [num_seqs, max_blocks_per_seq]
+  DeviceBuffer<std::int32_t> lens_;    // [num_seqs]
+  DeviceBuffer<std::byte> q_;        // [num_rows, num_q_heads, head_size]
+  DeviceBuffer<std::byte> out_;      // [num_rows, num_q_heads, head_size]
+  DeviceWorkPlan work_;
+};
+
+}  // namespace
+
+namespace detail {
+std::unique_ptr<AttentionBackend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+}  // namespace detail
+
+}  // namespace kvsim::kernels

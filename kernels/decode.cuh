@@ -1,0 +1,325 @@
+#pragma once
+// Paged attention kernel (kernels.md §7.2) and the split-KV merge kernel (§7.4).
+//
+// One CTA per (work item, KV head); a work item is one query row and a KV range [begin, end).
+// All G query heads of the KV head are served by the same CTA, so each K/V byte crosses HBM once:
+//   threadIdx.x  lane along the head dimension (16-byte vectors: D/8 lanes per token row)
+//   threadIdx.y  query head within the group (0..G-1)
+//   threadIdx.z  token stream: tokens of a tile are split round-robin over blockDim.z
+// K/V tiles of kTileTokens tokens go global -> shared with 16-byte cp.async, two stages deep.
+// Each (head, stream) keeps an fp32 online softmax (exp2, log2e folded into the scale); the
+// streams are merged through shared memory at the end.
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention_cuda.h"
+#include "kernels/cuda_vec.cuh"
+#include "kernels/decode_dispatch.h"
+
+namespace kvsim::kernels {
+
+/// Tokens per shared-memory tile: 4 KB of K plus 4 KB of V per stage.
+template <typename T, int HEAD_DIM>
+constexpr int DecodeTileTokens() {
+  return 4096 / (HEAD_DIM * static_cast<int>(sizeof(T)));
+}
+
+/// Block shape (lanes, G, Z) for a head size and group size: Z is the largest power of two with
+/// lanes*G*Z <= 128, raised so that lanes*Z is a multiple of 32 (every warp full).
+struct decode_block_shape {
+  int lanes;
+  int group;
+  int streams;
+  int num_threads() const { return lanes * group * streams; }
+};
+inline decode_block_shape make_decode_block_shape(int head_dim, int group) {
+  const int lanes = head_dim / 8;
+  int z = 1;
+  while (lanes * group * z * 2 <= 128) z *= 2;
+  if (lanes * z < 32) z = 32 / lanes;
+  return {lanes, group, z};
+}
+
+/// Dynamic shared memory of PagedAttentionKernel: the two K/V stages, or the stream-merge area.
+template <typename T, int HEAD_DIM>
+inline int decode_smem_bytes(const decode_block_shape& shape) {
+  const int tiles = 2 * 2 * DecodeTileTokens<T, HEAD_DIM>() * HEAD_DIM * static_cast<int>(sizeof(T));
+  const int merge = shape.group * shape.streams * (HEAD_DIM + 2) * static_cast<int>(sizeof(float));
+  return tiles > merge ? tiles : merge;
+}
+
+/// Attention of one (work item, KV head); see the file comment. Writes `out` directly when the
+/// item is its row's only one, otherwise the fp32 partial (o, lse base 2) for the merge kernel.
+template <typename T, int HEAD_DIM, int BLOCK_SIZE>
+__global__ void __launch_bounds__(1024)
+    PagedAttentionKernel(const paged_kv_view kv,
+                         const T* __restrict__ q,  // [num_rows, num_q_heads, HEAD_DIM]
+                         T* __restrict__ out,      // [num_rows, num_q_heads, HEAD_DIM]
+                         const int num_q_heads, const float scale_log2,
+                         const attention_work_view work,
+                         float* __restrict__ o_part,     // [num_items, num_q_heads, HEAD_DIM]
+                         float* __restrict__ lse_part) {  // [num_items, num_q_heads]
+  using Vec = detail::Vec8<T>;
+  constexpr int kLanes = HEAD_DIM / 8;
+  constexpr int kTile = DecodeTileTokens<T, HEAD_DIM>();
+  constexpr int kVecsPerTile = kTile * kLanes;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* smem_k = reinterpret_cast<T*>(smem_raw);  // [2, kTile, HEAD_DIM]
+  T* smem_v = smem_k + 2 * kTile * HEAD_DIM;   // [2, kTile, HEAD_DIM]
+
+  const int x = threadIdx.x;
+  const int g = threadIdx.y;
+  const int z = threadIdx.z;
+  const int group = blockDim.y;
+  const int streams = blockDim.z;
+  const int tid = x + kLanes * (g + group * z);
+  const int num_threads = kLanes * group * streams;
+  const int item = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int row = work.item_row[item];
+  const int seq = work.item_seq[item];
+  const int kv_begin = work.item_kv_begin[item];
+  const int kv_end = work.item_kv_end[item];
+  const int head = kv_head * group + g;
+  const T* __restrict__ pool = static_cast<const T*>(kv.pool);
+
+  float qf[8];
+  {
+    const uint4 raw = *reinterpret_cast<const uint4*>(
+        q + (static_cast<std::int64_t>(row) * num_q_heads + head) * HEAD_DIM + x * 8);
+    Vec::to_float(raw, qf);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) qf[i] *= scale_log2;
+  }
+
+  float m = -INFINITY;
+  float l = 0.0f;
+  float acc[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+
+  const int num_tiles = (kv_end - kv_begin + kTile - 1) / kTile;
+  // Issues the cp.async copies of tile `tile` into `stage`; tokens >= kv_end are zero-filled and
+  // their block-table entries are never read.
+  auto load_tile = [&](int tile, int stage) {
+    const int tile_start = kv_begin + tile * kTile;
+    for (int i = tid; i < kVecsPerTile; i += num_threads) {
+      const int r = i / kLanes;
+      const int c = i % kLanes;
+      const int t = tile_start + r;
+      const bool valid = t < kv_end;
+      std::int64_t off = 0;
+      if (valid) {
+        const std::int64_t block =
+            kv.block_tables[static_cast<std::int64_t>(seq) * kv.max_blocks_per_seq + t / BLOCK_SIZE];
+        off = block * kv.stride_block + (t % BLOCK_SIZE) * kv.stride_token +
+              kv_head * kv.stride_head + c * 8;
+      }
+      const int s = (stage * kTile + r) * HEAD_DIM + c * 8;
+      detail::cp_async_16(smem_k + s, pool + off, valid);
+      detail::cp_async_16(smem_v + s, pool + (valid ? off + kv.stride_kv : 0), valid);
+    }
+    detail::cp_async_commit();
+  };
+
+  if (num_tiles > 0) load_tile(0, 0);
+  const int iters = (kTile + streams - 1) / streams;  // uniform trip count: shuffles stay converged
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    if (tile + 1 < num_tiles) {
+      load_tile(tile + 1, (tile + 1) & 1);
+      detail::cp_async_wait<1>();
+    } else {
+      detail::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int stage = tile & 1;
+    const int tile_start = kv_begin + tile * kTile;
+    for (int it = 0; it < iters; ++it) {
+      const int j = z + it * streams;
+      const bool valid = j < kTile && tile_start + j < kv_end;
+      float kf[8];
+      if (valid) {
+        Vec::to_float(*reinterpret_cast<const uint4*>(smem_k + (stage * kTile + j) * HEAD_DIM + x * 8), kf);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) kf[i] = 0.0f;
+      }
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s = fmaf(qf[i], kf[i], s);
+#pragma unroll
+      for (int offset = kLanes / 2; offset > 0; offset >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, offset);
+      if (valid) {  // select, never multiply: masked tokens never touch acc (NaN-safe)
+        float vf[8];
+        Vec::to_float(*reinterpret_cast<const uint4*>(smem_v + (stage * kTile + j) * HEAD_DIM + x * 8), vf);
+        const float m_new = fmaxf(m, s);
+        const float correction = exp2f(m - m_new);
+        const float p = exp2f(s - m_new);
+        l = l * correction + p;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] = fmaf(p, vf[i], acc[i] * correction);
+        m = m_new;
+      }
+    }
+    __syncthreads();  // the next iteration's load overwrites the other stage
+  }
+
+  if (streams > 1) {  // merge the Z token streams of each head through shared memory
+    float* smem_o = reinterpret_cast<float*>(smem_raw);       // [G, Z, HEAD_DIM]
+    float* smem_ml = smem_o + group * streams * HEAD_DIM;     // [G, Z, 2]
+    const int slot = g * streams + z;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) smem_o[slot * HEAD_DIM + x * 8 + i] = acc[i];
+    if (x == 0) {
+      smem_ml[slot * 2] = m;
+      smem_ml[slot * 2 + 1] = l;
+    }
+    __syncthreads();
+    if (z == 0) {
+      float m_all = -INFINITY;
+      for (int zz = 0; zz < streams; ++zz) m_all = fmaxf(m_all, smem_ml[(g * streams + zz) * 2]);
+      float l_all = 0.0f;
+      float o_all[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o_all[i] = 0.0f;
+      if (m_all != -INFINITY) {
+        for (int zz = 0; zz < streams; ++zz) {
+          const int other = g * streams + zz;
+          const float w = exp2f(smem_ml[other * 2] - m_all);  // empty stream: exp2(-inf) = 0
+          l_all = fmaf(smem_ml[other * 2 + 1], w, l_all);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) o_all[i] = fmaf(smem_o[other * HEAD_DIM + x * 8 + i], w, o_all[i]);
+        }
+      }
+      m = m_all;
+      l = l_all;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = o_all[i];
+    }
+  }
+  if (z != 0) return;
+
+  const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key: output 0, lse -inf
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] *= inv_l;
+  const int items_of_row = work.row_item_indptr[row + 1] - work.row_item_indptr[row];
+  if (items_of_row == 1) {
+    *reinterpret_cast<uint4*>(out + (static_cast<std::int64_t>(row) * num_q_heads + head) * HEAD_DIM +
+                              x * 8) = Vec::from_float(acc);
+  } else {
+    float* dst = o_part + (static_cast<std::int64_t>(item) * num_q_heads + head) * HEAD_DIM + x * 8;
+    reinterpret_cast<float4*>(dst)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    reinterpret_cast<float4*>(dst)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    if (x == 0)
+      lse_part[static_cast<std::int64_t>(item) * num_q_heads + head] =
+          l > 0.0f ? m + log2f(l) : -INFINITY;
+  }
+}
+
+/// Merges the split partials of each (row, query head): out = sum_j w_j o_j / sum_j w_j with
+/// w_j = 2^(lse_j - max lse), fp32. Rows with a single item were written by the main kernel.
+/// Grid (num_rows, num_q_heads), threads stride over the head dimension.
+template <typename T>
+__global__ void PagedAttentionMergeKernel(const float* __restrict__ o_part,    // [num_items, Hq, D]
+                                          const float* __restrict__ lse_part,  // [num_items, Hq]
+                                          const std::int32_t* __restrict__ row_item_indptr,  // [num_rows + 1]
+                                          T* __restrict__ out,  // [num_rows, Hq, D]
+                                          const int num_q_heads, const int head_dim) {
+  const int row = blockIdx.x;
+  const int head = blockIdx.y;
+  const int begin = row_item_indptr[row];
+  const int end = row_item_indptr[row + 1];
+  if (end - begin <= 1) return;
+  float m_all = -INFINITY;
+  for (int j = begin; j < end; ++j)
+    m_all = fmaxf(m_all, lse_part[static_cast<std::int64_t>(j) * num_q_heads + head]);
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float num = 0.0f;
+    float den = 0.0f;
+    if (m_all != -INFINITY) {
+      for (int j = begin; j < end; ++j) {
+        const float w = exp2f(lse_part[static_cast<std::int64_t>(j) * num_q_heads + head] - m_all);
+        den += w;
+        num = fmaf(w, o_part[(static_cast<std::int64_t>(j) * num_q_heads + head) * head_dim + d], num);
+      }
+    }
+    out[(static_cast<std::int64_t>(row) * num_q_heads + head) * head_dim + d] =
+        detail::Vec8<T>::from_float1(den > 0.0f ? num / den : 0.0f);
+  }
+}
+
+namespace detail {
+
+/// Checks the launch preconditions shared by decode and prefill.
+inline bool paged_attention_args_ok(const paged_kv_view& kv, const void* q, const void* out,
+                                    int num_q_heads) {
+  const auto aligned = [](std::int64_t v) { return v % 8 == 0; };
+  return kv.pool != nullptr && q != nullptr && out != nullptr && kv.num_kv_heads > 0 &&
+         num_q_heads > 0 && num_q_heads % kv.num_kv_heads == 0 &&
+         reinterpret_cast<std::uintptr_t>(kv.pool) % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(q) % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(out) % 16 == 0 && aligned(kv.stride_kv) &&
+         aligned(kv.stride_block) && aligned(kv.stride_token) && aligned(kv.stride_head);
+}
+
+template <typename T>
+cudaError_t PagedAttentionRun(const paged_kv_view& kv, const void* q, void* out,
+                              std::int32_t num_q_heads, float scale,
+                              const attention_work_view& work,
+                              const attention_split_workspace& workspace, cudaStream_t stream) {
+  if (!paged_attention_args_ok(kv, q, out, num_q_heads)) return cudaErrorInvalidValue;
+  if (work.num_items == 0 || work.num_rows == 0) return cudaSuccess;
+  if (work.max_items_per_row > 1 && (workspace.o_part == nullptr || workspace.lse_part == nullptr))
+    return cudaErrorInvalidValue;
+  const int group = num_q_heads / kv.num_kv_heads;
+  const float scale_log2 = scale * 1.4426950408889634f;
+  DISPATCH_HEAD_DIM(kv.head_size, HEAD_DIM, {
+    DISPATCH_BLOCK_SIZE(kv.block_size, BLOCK_SIZE, {
+      const decode_block_shape shape = make_decode_block_shape(HEAD_DIM, group);
+      if (shape.num_threads() > 1024) return cudaErrorInvalidConfiguration;
+      const int smem = decode_smem_bytes<T, HEAD_DIM>(shape);
+      const dim3 grid(static_cast<unsigned>(work.num_items), static_cast<unsigned>(kv.num_kv_heads));
+      const dim3 block(static_cast<unsigned>(shape.lanes), static_cast<unsigned>(shape.group),
+                       static_cast<unsigned>(shape.streams));
+      PagedAttentionKernel<T, HEAD_DIM, BLOCK_SIZE><<<grid, block, smem, stream>>>(
+          kv, static_cast<const T*>(q), static_cast<T*>(out), num_q_heads, scale_log2, work,
+          workspace.o_part, workspace.lse_part);
+      cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess || work.max_items_per_row <= 1) return err;
+      PagedAttentionMergeKernel<T><<<dim3(static_cast<unsigned>(work.num_rows),
+                                          static_cast<unsigned>(num_q_heads)),
+                                     64, 0, stream>>>(workspace.o_part, workspace.lse_part,
+                                                      work.row_item_indptr, static_cast<T*>(out),
+                                                      num_q_heads, HEAD_DIM);
+      return cudaGetLastError();
+    })
+  })
+  return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t PagedAttentionMaxCtas(std::int32_t head_size, std::int32_t block_size,
+                                  std::int32_t group, std::int64_t* max_ctas) {
+  int device = 0;
+  int num_sms = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  DISPATCH_HEAD_DIM(head_size, HEAD_DIM, {
+    DISPATCH_BLOCK_SIZE(block_size, BLOCK_SIZE, {
+      const decode_block_shape shape = make_decode_block_shape(HEAD_DIM, group);
+      int per_sm = 0;
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, PagedAttentionKernel<T, HEAD_DIM, BLOCK_SIZE>, shape.num_threads(),
+          static_cast<std::size_t>(decode_smem_bytes<T, HEAD_DIM>(shape)));
+      *max_ctas = static_cast<std::int64_t>(per_sm > 0 ? per_sm : 1) * num_sms;
+      return err;
+    })
+  })
+  return cudaSuccess;
+}
+
+}  // namespace detail
+}  // namespace kvsim::kernels

@@ -1,0 +1,12 @@
+// Explicit instantiations of the paged attention kernels for __nv_bfloat16 (3 head sizes x 3 block sizes).
+#include "kernels/decode.cuh"
+
+namespace kvsim::kernels::detail {
+
+template cudaError_t PagedAttentionRun<__nv_bfloat16>(const paged_kv_view&, const void*, void*, std::int32_t,
+                                           float, const attention_work_view&,
+                                           const attention_split_workspace&, cudaStream_t);
+template cudaError_t PagedAttentionMaxCtas<__nv_bfloat16>(std::int32_t, std::int32_t, std::int32_t,
+                                               std::int64_t*);
+
+}  // namespace kvsim::kernels::detail
