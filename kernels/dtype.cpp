@@ -41,18 +41,6 @@ half_bits float_to_half(float f) {
   return {static_cast<std::uint16_t>(sign | h)};
 }
 
-float half_to_float(half_bits h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h.bits & 0x8000u) << 16;
-  const std::uint32_t exp = (h.bits >> 10) & 0x1fu;
-  const std::uint32_t mant = h.bits & 0x3ffu;
-  if (exp == 0x1fu) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  if (exp == 0) {
-    const float v = std::ldexp(static_cast<float>(mant), -24);  // exact
-    return sign ? -v : v;
-  }
-  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-
 bf16_bits float_to_bf16(float f) {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return {static_cast<std::uint16_t>((x >> 16) | 0x0040u)};

@@ -29,8 +29,18 @@ static_assert(sizeof(half_bits) == 2 && sizeof(bf16_bits) == 2);
 
 /// fp32 -> fp16, round to nearest even; overflow gives inf, NaN stays NaN (quiet).
 half_bits float_to_half(float f);
-/// fp16 -> fp32 (exact).
-float half_to_float(half_bits h);
+/// fp16 -> fp32 (exact). Inline: it sits in the CPU backend's inner loop.
+inline float half_to_float(half_bits h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h.bits & 0x8000u) << 16;
+  const std::uint32_t exp = (h.bits >> 10) & 0x1fu;
+  const std::uint32_t mant = h.bits & 0x3ffu;
+  if (exp == 0x1fu) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
+  if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in float
+    const float v = static_cast<float>(mant) * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
+}
 /// fp32 -> bf16, round to nearest even; NaN stays NaN (quiet).
 bf16_bits float_to_bf16(float f);
 /// bf16 -> fp32 (exact).
