@@ -286,7 +286,16 @@ class Sweep:
         runs = []
         for row in rows[1:]:
             values = {c: parse_value(v) for c, v in zip(header, row)}
-            summary = {c: v for c, v in values.items() if c not in swept}
+            summary = {}
+            for c, v in values.items():
+                if c in swept:
+                    continue
+                for prefix in ("kv_breakdown.", "kv_breakdown_"):  # flattened by kvsim merge
+                    if c.startswith(prefix):
+                        summary.setdefault("kv_breakdown", {})[c[len(prefix):]] = v
+                        break
+                else:
+                    summary[c] = v
             params = [(k, values.get(k)) for k in swept]
             runs.append(Run("", summary=summary, params=params))
         return runs

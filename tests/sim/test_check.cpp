@@ -84,7 +84,7 @@ kvsim::CheckReport compare(const nlohmann::json& base, const nlohmann::json& cur
 
 }  // namespace
 
-TEST_CASE("default rules are exact for counters, relative for latencies, absolute for hit rates",
+TEST_CASE("default rules are exact for counters and relative for latencies and absolute for hit rates",
           "[sim]") {
   using K = CheckRule::Kind;
   CHECK(kvsim::default_check_rule("prefix_cache_hits").kind == K::kExact);
@@ -128,7 +128,7 @@ TEST_CASE("one more prefix cache hit fails the gate", "[sim]") {
   CHECK(table.find("REGRESSION") != std::string::npos);
 }
 
-TEST_CASE("a changed hit rate, preemption count or scenario name fails", "[sim]") {
+TEST_CASE("a changed hit rate or preemption count or scenario name fails", "[sim]") {
   auto cur = sample_summary();
   cur["prefix_cache_hit_rate"] = 0.5714285714285714 + 1e-6;
   cur["num_preemptions"] = 2;
@@ -212,7 +212,7 @@ TEST_CASE("two run folders and a summary.json can be compared directly", "[sim]"
   CHECK(status_of(report, "num_evictions") == CheckStatus::kRegression);
 }
 
-TEST_CASE("a malformed baseline is a ConfigError naming file, line and column", "[sim]") {
+TEST_CASE("a malformed baseline is a ConfigError naming file and line and column", "[sim]") {
   TempDir tmp;
   const fs::path bad_yaml = tmp.path / "bad.yaml";
   write_file(bad_yaml, "metrics:\n  completed: 200\n  name: [unclosed\n");
@@ -249,7 +249,7 @@ TEST_CASE("a malformed baseline is a ConfigError naming file, line and column", 
   CHECK_THROWS_AS(kvsim::load_metric_set(tmp.path), kvsim::ConfigError);  // no summary.json
 }
 
-TEST_CASE("kvsim check exits 0 on a match, 1 on a regression and 2 on bad input", "[sim]") {
+TEST_CASE("kvsim check exits 0 on a match and 1 on a regression and 2 on bad input", "[sim]") {
   const fs::path kvsim_bin = fs::path(KVSIM_BINARY_DIR) / "kvsim";
   if (!fs::exists(kvsim_bin)) {
     WARN("kvsim not built at " << kvsim_bin << "; skipping the command-line check");

@@ -1,0 +1,163 @@
+// plots/kvsim_plot.py renders synthetic run folders (tests/sim/fixtures/make_plot_fixtures.py, which
+// follows sim/OUTPUTS.md) into PNG, SVG and index.html. Skipped with a warning when Debian's
+// /usr/bin/python3 has no matplotlib.
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kSource = KVSIM_SOURCE_DIR;
+const std::string kPython = "MPLBACKEND=Agg /usr/bin/python3";
+
+int shell(const std::string& cmd) {
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+bool have_matplotlib() {
+  return fs::exists("/usr/bin/python3") &&
+         shell(kPython + " -c 'import matplotlib, numpy' > /dev/null 2>&1") == 0;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// Fixtures generated once per test process into a temporary folder.
+struct Fixtures {
+  fs::path root;
+  Fixtures() {
+    root = fs::temp_directory_path() / ("kvsim-test-plot-" + std::to_string(::getpid()));
+    fs::remove_all(root);
+    fs::create_directories(root);
+    const int rc = shell(kPython + " " +
+                         (kSource / "tests/sim/fixtures/make_plot_fixtures.py").string() + " " +
+                         (root / "fx").string());
+    REQUIRE(rc == 0);
+  }
+  ~Fixtures() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+};
+
+int plot(const std::string& args, const fs::path& log) {
+  return shell(kPython + " " + (kSource / "plots/kvsim_plot.py").string() + " -q " + args + " > " +
+               log.string() + " 2>&1");
+}
+
+void require_figure(const fs::path& out, const std::string& stem) {
+  for (const char* ext : {".png", ".svg"}) {
+    const fs::path p = out / (stem + ext);
+    INFO(p);
+    REQUIRE(fs::exists(p));
+    CHECK(fs::file_size(p) > 1000);
+  }
+  CHECK(read_file(out / "index.html").find(stem + ".png") != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("one run folder renders its five figures and an index", "[sim][plots]") {
+  if (!have_matplotlib()) {
+    WARN("/usr/bin/python3 cannot import matplotlib: plots test skipped");
+    return;
+  }
+  Fixtures fx;
+  const fs::path out = fx.root / "single";
+  const int rc = plot((fx.root / "fx/runs/chat-a").string() + " -o " + out.string(),
+                      fx.root / "log.txt");
+  INFO(read_file(fx.root / "log.txt"));
+  REQUIRE(rc == 0);
+  for (const char* stem : {"kv_breakdown", "kv_usage_queue", "prefix_hit_rate", "latency_cdf",
+                           "preemptions_evictions"}) {
+    require_figure(out, stem);
+  }
+  const std::string index = read_file(out / "index.html");
+  CHECK(index.find("prefix_cache_hit_rate") != std::string::npos);  // the summary table
+  CHECK(index.find("Not drawn") == std::string::npos);
+
+  // Same inputs, same bytes.
+  const fs::path again = fx.root / "single-again";
+  REQUIRE(plot((fx.root / "fx/runs/chat-a").string() + " -o " + again.string(),
+               fx.root / "log.txt") == 0);
+  for (const auto& entry : fs::directory_iterator(out)) {
+    INFO(entry.path().filename());
+    CHECK(read_file(entry.path()) == read_file(again / entry.path().filename()));
+  }
+}
+
+TEST_CASE("a sweep folder renders the comparison figures and a heatmap", "[sim][plots]") {
+  if (!have_matplotlib()) {
+    WARN("/usr/bin/python3 cannot import matplotlib: plots test skipped");
+    return;
+  }
+  Fixtures fx;
+  const fs::path out = fx.root / "sweep-out";
+  const int rc = plot((fx.root / "fx/sweep").string() + " -o " + out.string(), fx.root / "log.txt");
+  INFO(read_file(fx.root / "log.txt"));
+  REQUIRE(rc == 0);
+  for (const char* stem : {"hit_rate_vs_capacity", "kv_breakdown_bars", "latency_table",
+                           "latency_cdf_overlay", "heatmap_sweep"}) {
+    require_figure(out, stem);
+  }
+  const std::string table = read_file(out / "latency_table.csv");
+  CHECK(table.rfind("run,completed,p50_ttft_ms", 0) == 0);
+  CHECK(std::count(table.begin(), table.end(), '\n') == 17);  // header + 16 runs
+}
+
+TEST_CASE("several run folders are compared and a missing optional file skips its figure",
+          "[sim][plots]") {
+  if (!have_matplotlib()) {
+    WARN("/usr/bin/python3 cannot import matplotlib: plots test skipped");
+    return;
+  }
+  Fixtures fx;
+  fs::remove(fx.root / "fx/runs/chat-b/steps.csv");
+  fs::remove(fx.root / "fx/runs/chat-b/requests.csv");
+  const fs::path out = fx.root / "cmp";
+  int rc = plot((fx.root / "fx/runs/chat-a").string() + " " + (fx.root / "fx/runs/chat-b").string() +
+                    " -o " + out.string(),
+                fx.root / "log.txt");
+  INFO(read_file(fx.root / "log.txt"));
+  REQUIRE(rc == 0);
+  require_figure(out, "kv_breakdown_bars");
+  require_figure(out, "latency_cdf_overlay");  // chat-a still has requests.csv
+
+  const fs::path single = fx.root / "single-b";
+  rc = plot((fx.root / "fx/runs/chat-b").string() + " -o " + single.string(), fx.root / "log.txt");
+  REQUIRE(rc == 0);
+  CHECK_FALSE(fs::exists(single / "kv_breakdown.png"));
+  const std::string index = read_file(single / "index.html");
+  CHECK(index.find("no steps.csv") != std::string::npos);
+  CHECK(index.find("no requests.csv") != std::string::npos);
+}
+
+TEST_CASE("a folder that is not a run is refused with status 2", "[sim][plots]") {
+  if (!have_matplotlib()) {
+    WARN("/usr/bin/python3 cannot import matplotlib: plots test skipped");
+    return;
+  }
+  Fixtures fx;
+  fs::create_directories(fx.root / "empty");
+  CHECK(plot((fx.root / "empty").string(), fx.root / "log.txt") == 2);
+  CHECK(read_file(fx.root / "log.txt").find("not a run folder") != std::string::npos);
+  std::ofstream(fx.root / "fx/runs/chat-a/summary.json") << "{\"name\": \"x\",\n";
+  CHECK(plot((fx.root / "fx/runs/chat-a").string(), fx.root / "log.txt") == 2);
+  CHECK(read_file(fx.root / "log.txt").find("summary.json:2:1: malformed JSON") !=
+        std::string::npos);
+}
