@@ -26,9 +26,14 @@ def _scenario_label(run):
 
 def hit_rate_vs_capacity(runs, out, formats):
     groups = {}
+    off = 0
     for r in runs:
         cap = r.capacity_tokens
         if cap is None or "prefix_cache_hit_rate" not in r.summary:
+            continue
+        if (r.summary.get("enable_prefix_caching") is False
+                or r.summary.get("prefix_cache_queries") == 0):
+            off += 1  # no lookups: a hit rate of 0 would only flatten the plot
             continue
         groups.setdefault(_scenario_label(r), []).append(r)
     groups = {k: v for k, v in groups.items() if len({r.capacity_tokens for r in v}) >= 2}
@@ -57,11 +62,13 @@ def hit_rate_vs_capacity(runs, out, formats):
     ax.set_ylabel("prefix cache hit rate (tokens)")
     ax.set_ylim(0, 1.0)
     percent_axis(ax)
-    ax.set_title("Prefix cache hit rate vs cache capacity (solid: all lookups, dashed: first lookup)")
+    ax.set_title("Prefix cache hit rate vs cache capacity\n"
+                 "(solid: all lookups, dashed: first lookup only)")
     ax.legend(title="scenario", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     save(fig, out, "hit_rate_vs_capacity", formats)
     return Figure("hit_rate_vs_capacity", "Hit rate vs cache capacity",
-                  "One line per scenario; capacity in token slots")
+                  "One line per scenario; capacity in token slots" +
+                  ("; %d runs without prefix caching left out" % off if off else ""))
 
 
 def kv_breakdown_bars(runs, out, formats):
@@ -73,8 +80,16 @@ def kv_breakdown_bars(runs, out, formats):
             or any(r.summary["kv_breakdown"].get(k, 0) > 0 for r in rs)]
     used_keys = [kc for kc in keys if kc[0] not in ("cached_free", "free")]
     n = len(rs)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 1.6 + 0.42 * n), sharey=True)
-    y = np.arange(n)[::-1]
+    # Top to bottom in run order, with a gap wherever the first swept key (or the sweep) changes.
+    pos, prev = [], None
+    for r in rs:
+        key = (getattr(r, "group", ""), repr(r.params[0][1]) if r.params else r.name)
+        step = 0.0 if prev is None else (1.0 if key == prev or not r.params else 1.5)
+        pos.append((pos[-1] if pos else 0.0) + step)
+        prev = key
+    span = pos[-1] + 1 if pos else 1
+    y = span - 1 - np.array(pos)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 1.6 + 0.42 * span), sharey=True)
     for ax, subset, normalise in ((ax1, keys, False), (ax2, used_keys, True)):
         left = np.zeros(n)
         denom = np.ones(n)
@@ -92,6 +107,7 @@ def kv_breakdown_bars(runs, out, formats):
                             fontsize=8, color="white" if key != "free" else "black")
             left += vals
         ax.set_xlim(0, 1)
+        ax.set_ylim(-0.6, span - 0.4)
         percent_axis(ax, "x")
         ax.grid(axis="y", visible=False)
     ax1.set_yticks(y)
@@ -101,7 +117,7 @@ def kv_breakdown_bars(runs, out, formats):
     ax2.set_xlabel("share of allocated memory (mean over steps)")
     ax2.set_title("Allocated memory only: where it goes")
     h, lab = ax1.get_legend_handles_labels()
-    height = 1.6 + 0.42 * n
+    height = 1.6 + 0.42 * span
     fig.legend(h, lab, loc="lower center", ncol=len(lab), frameon=False,
                bbox_to_anchor=(0.5, 0.0))
     fig.suptitle("KV memory breakdown per scenario (token states, reservation, fragmentation)")
@@ -163,7 +179,8 @@ def latency_table(runs, out, formats):
                   "Also as latency_table.csv"), (header, rows)
 
 
-CDF_PANELS = [("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2el_ms", "end-to-end latency (ms)")]
+CDF_PANELS = [("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"),
+              ("e2el_ms", "end-to-end latency (ms)")]
 
 
 def latency_cdf_overlay(runs, out, formats):
@@ -219,7 +236,8 @@ def _metric(summary, key):
 
 
 def _slug(text):
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_")
+    """A file-name-safe form: `block_size=16, x=on` -> `block_size-16_x-on`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text.replace("=", "-")).strip("_")
 
 
 def sweep_heatmaps(sweep, out, formats):

@@ -156,7 +156,7 @@ def plot_compare(runs, sweeps, out, formats, max_points, per_run, drawer):
 def main(argv=None):
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401  (only checking that it imports)
         import numpy  # noqa: F401
     except ImportError as e:
         _die("%s cannot import %s; kvsim plot needs Debian's python3-matplotlib and runs under "

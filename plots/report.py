@@ -113,7 +113,8 @@ def _compare_table(runs, latency):
     out.append("</tr>")
     for r in runs:
         out.append('<tr><td class="k">%s</td>' % html.escape(r.label))
-        out += ["<td>%s</td>" % html.escape(_fmt(k, _get(r.summary, k))) for k, _ in COMPARE_COLUMNS]
+        out += ["<td>%s</td>" % html.escape(_fmt(k, _get(r.summary, k)))
+                for k, _ in COMPARE_COLUMNS]
         out.append("</tr>")
     out.append("</table>")
     if latency:

@@ -125,7 +125,8 @@ class Run:
         return self._steps or None
 
     def requests(self):
-        """requests.csv as columns of floats (NaN where empty) plus finish_reason. None if absent."""
+        """requests.csv as columns of floats (NaN where empty) plus finish_reason; None if
+        absent."""
         if self._requests is None:
             p = self.file("requests.csv")
             self._requests = load_requests(p) if p else {}

@@ -2,6 +2,10 @@
 
 #include "sim/check.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -9,10 +13,6 @@
 #include <set>
 #include <sstream>
 #include <system_error>
-#include <unistd.h>
-
-#include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include "sim/errors.h"
 
@@ -74,8 +74,8 @@ nlohmann::json yaml_scalar_to_json(const YAML::Node& node) {
 void flatten_yaml(const YAML::Node& node, const std::string& prefix, MetricSet& out,
                   const std::string& file) {
   for (const auto& kv : node) {
-    const std::string key = prefix.empty() ? kv.first.as<std::string>()
-                                           : prefix + "." + kv.first.as<std::string>();
+    const std::string key =
+        prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
     if (v.IsMap()) {
       flatten_yaml(v, key, out, file);
@@ -243,10 +243,21 @@ CheckRule CheckRule::parse(std::string_view text) {
 
 CheckRule default_check_rule(std::string_view m) {
   using K = CheckRule::Kind;
-  static const std::set<std::string_view> kExactNames = {
-      "prefix_cache_hits", "prefix_cache_queries", "num_preemptions", "num_evictions",
-      "num_blocks_allocated", "num_steps", "completed", "rejected", "block_size",
-      "num_gpu_blocks", "enable_prefix_caching", "seed", "name", "profile", "mode"};
+  static const std::set<std::string_view> kExactNames = {"prefix_cache_hits",
+                                                         "prefix_cache_queries",
+                                                         "num_preemptions",
+                                                         "num_evictions",
+                                                         "num_blocks_allocated",
+                                                         "num_steps",
+                                                         "completed",
+                                                         "rejected",
+                                                         "block_size",
+                                                         "num_gpu_blocks",
+                                                         "enable_prefix_caching",
+                                                         "seed",
+                                                         "name",
+                                                         "profile",
+                                                         "mode"};
   if (kExactNames.count(m) || (starts_with(m, "total_") && ends_with(m, "_tokens"))) {
     return {K::kExact, 0.0};
   }
@@ -331,13 +342,13 @@ CheckReport compare_metrics(const MetricSet& baseline, const MetricSet& current)
     if (!has_b) {
       row.status = CheckStatus::kNew;
     } else if (!has_c) {
-      row.status = row.rule.kind == CheckRule::Kind::kIgnore ? CheckStatus::kIgnored
-                                                             : CheckStatus::kMissing;
+      row.status =
+          row.rule.kind == CheckRule::Kind::kIgnore ? CheckStatus::kIgnored : CheckStatus::kMissing;
     } else {
       row.delta = format_delta(row.baseline, row.current);
-      const bool same = row.baseline == row.current ||
-                        (is_number(row.baseline) && is_number(row.current) &&
-                         row.baseline.get<double>() == row.current.get<double>());
+      const bool same =
+          row.baseline == row.current || (is_number(row.baseline) && is_number(row.current) &&
+                                          row.baseline.get<double>() == row.current.get<double>());
       if (same) {
         row.status = CheckStatus::kSame;
         row.delta.clear();

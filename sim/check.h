@@ -7,11 +7,10 @@
 
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace kvsim {
 
@@ -86,8 +85,8 @@ struct CheckReport {
 /// Compares `current` against `baseline` with the baseline's rules. Pure; O(n log n).
 CheckReport compare_metrics(const MetricSet& baseline, const MetricSet& current);
 
-/// A fixed-width table: metric, baseline, current, delta, rule, status. Only rows that moved, failed,
-/// are new or missing unless `all_rows`; ends with a one-line verdict.
+/// A fixed-width table: metric, baseline, current, delta, rule, status. Only rows that moved,
+/// failed, are new or missing unless `all_rows`; ends with a one-line verdict.
 std::string format_check_report(const CheckReport& report, bool all_rows);
 
 /// Writes a baseline YAML for `current` to `path`: a header comment (`previous`'s when it has one,

@@ -62,8 +62,9 @@ int check(const Args& args) {
   if (update) {
     const std::string ext = baseline_path.extension().string();
     if (ext != ".yaml" && ext != ".yml") {
-      throw ConfigError(baseline + ": --update-baseline writes a baseline .yaml, not a run folder "
-                                   "or summary.json");
+      throw ConfigError(baseline +
+                        ": --update-baseline writes a baseline .yaml, not a run folder "
+                        "or summary.json");
     }
     std::error_code ec;
     if (!std::filesystem::exists(baseline_path, ec)) {

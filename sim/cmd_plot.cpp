@@ -88,7 +88,8 @@ int plot(const Args& args) {
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw std::runtime_error("waitpid failed: " + std::string(std::strerror(errno)));
+    if (errno != EINTR)
+      throw std::runtime_error("waitpid failed: " + std::string(std::strerror(errno)));
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 1;  // killed by a signal

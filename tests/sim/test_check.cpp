@@ -1,15 +1,14 @@
 // kvsim check: rules, the comparison, baseline files, and the gate failing when a result changes.
 
-#include <catch2/catch.hpp>
-
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <string>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "sim/check.h"
 #include "sim/errors.h"
@@ -84,8 +83,9 @@ kvsim::CheckReport compare(const nlohmann::json& base, const nlohmann::json& cur
 
 }  // namespace
 
-TEST_CASE("default rules are exact for counters and relative for latencies and absolute for hit rates",
-          "[sim]") {
+TEST_CASE(
+    "default rules are exact for counters and relative for latencies and absolute for hit rates",
+    "[sim]") {
   using K = CheckRule::Kind;
   CHECK(kvsim::default_check_rule("prefix_cache_hits").kind == K::kExact);
   CHECK(kvsim::default_check_rule("num_preemptions").kind == K::kExact);
@@ -262,8 +262,8 @@ TEST_CASE("kvsim check exits 0 on a match and 1 on a regression and 2 on bad inp
   const fs::path b = write_run(tmp.path, "b", changed);
   const fs::path baseline = tmp.path / "a.yaml";
   const auto run = [&](const std::string& args) {
-    const std::string cmd = kvsim_bin.string() + " check " + args + " > " +
-                            (tmp.path / "out.txt").string() + " 2>&1";
+    const std::string cmd =
+        kvsim_bin.string() + " check " + args + " > " + (tmp.path / "out.txt").string() + " 2>&1";
     const int status = std::system(cmd.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   };

@@ -1,17 +1,17 @@
-// plots/kvsim_plot.py renders synthetic run folders (tests/sim/fixtures/make_plot_fixtures.py, which
-// follows sim/OUTPUTS.md) into PNG, SVG and index.html. Skipped with a warning when Debian's
+// plots/kvsim_plot.py renders synthetic run folders (tests/sim/fixtures/make_plot_fixtures.py,
+// which follows sim/OUTPUTS.md) into PNG, SVG and index.html. Skipped with a warning when Debian's
 // /usr/bin/python3 has no matplotlib.
 
-#include <catch2/catch.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace fs = std::filesystem;
 
@@ -44,9 +44,9 @@ struct Fixtures {
     root = fs::temp_directory_path() / ("kvsim-test-plot-" + std::to_string(::getpid()));
     fs::remove_all(root);
     fs::create_directories(root);
-    const int rc = shell(kPython + " " +
-                         (kSource / "tests/sim/fixtures/make_plot_fixtures.py").string() + " " +
-                         (root / "fx").string());
+    const int rc =
+        shell(kPython + " " + (kSource / "tests/sim/fixtures/make_plot_fixtures.py").string() +
+              " " + (root / "fx").string());
     REQUIRE(rc == 0);
   }
   ~Fixtures() {
@@ -79,8 +79,8 @@ TEST_CASE("one run folder renders its five figures and an index", "[sim][plots]"
   }
   Fixtures fx;
   const fs::path out = fx.root / "single";
-  const int rc = plot((fx.root / "fx/runs/chat-a").string() + " -o " + out.string(),
-                      fx.root / "log.txt");
+  const int rc =
+      plot((fx.root / "fx/runs/chat-a").string() + " -o " + out.string(), fx.root / "log.txt");
   INFO(read_file(fx.root / "log.txt"));
   REQUIRE(rc == 0);
   for (const char* stem : {"kv_breakdown", "kv_usage_queue", "prefix_hit_rate", "latency_cdf",
@@ -130,8 +130,8 @@ TEST_CASE("several run folders are compared and a missing optional file skips it
   fs::remove(fx.root / "fx/runs/chat-b/steps.csv");
   fs::remove(fx.root / "fx/runs/chat-b/requests.csv");
   const fs::path out = fx.root / "cmp";
-  int rc = plot((fx.root / "fx/runs/chat-a").string() + " " + (fx.root / "fx/runs/chat-b").string() +
-                    " -o " + out.string(),
+  int rc = plot((fx.root / "fx/runs/chat-a").string() + " " +
+                    (fx.root / "fx/runs/chat-b").string() + " -o " + out.string(),
                 fx.root / "log.txt");
   INFO(read_file(fx.root / "log.txt"));
   REQUIRE(rc == 0);
