@@ -9,6 +9,7 @@ import csv
 import json
 import math
 import os
+import warnings
 
 import numpy as np
 
@@ -162,7 +163,10 @@ def load_steps(path, max_points):
         raise DataError("%s: missing columns %s" % (path, ", ".join(missing)))
     cols = [header.index(c) for c in wanted]
     try:
-        data = np.loadtxt(path, delimiter=",", skiprows=1, usecols=cols, ndmin=2, dtype=np.float64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "input contained no data"
+            data = np.loadtxt(path, delimiter=",", skiprows=1, usecols=cols, ndmin=2,
+                              dtype=np.float64)
     except ValueError as e:
         raise DataError("%s: %s" % (path, e))
     n = data.shape[0]

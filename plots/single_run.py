@@ -19,6 +19,8 @@ def _time_axis(steps):
 def _need_steps(run, max_points):
     steps = run.steps(max_points)
     if steps is None:
+        if run.file("steps.csv"):
+            raise Skipped("steps.csv in %s has no rows" % run.path)
         raise Skipped("no steps.csv in %s" % run.path)
     return steps
 
@@ -118,7 +120,12 @@ def _ms(v):
 def latency_cdfs(run, out, formats, max_points):
     req = run.requests()
     if req is None:
+        if run.file("requests.csv"):
+            raise Skipped("requests.csv in %s has no rows" % run.path)
         raise Skipped("no requests.csv in %s" % run.path)
+    if not np.any(np.isfinite(req["e2el_ms"])):
+        raise Skipped("no finished request in %s (all %d rejected)" % (run.path,
+                                                                      len(req["finish_reason"])))
     fig, axes = plt.subplots(2, 2, figsize=(10, 6.4))
     for ax, (col, name) in zip(axes.flat, LATENCIES):
         finite = req[col][np.isfinite(req[col])]
