@@ -252,6 +252,52 @@ TEST_CASE("a pool beyond 2^31 elements is addressed with 64-bit offsets", "[kern
   check_output(p, run_cuda(*backend, p, 0), reference_output(p), 0);
 }
 
+TEST_CASE("the raw cuda launchers work on a (num_blocks, 2, bs, Hkv, D) pool through the strides", "[kernels][gpu]") {
+  for (const int splits : {1, 3}) {
+    const paged_problem p = make_problem({DType::kBF16, 8, 2, 128, 16},
+                                         {{1, 700}, {1, 15}, {5, 200}, {1, 0}}, 81);
+    const kv_pool_shape shape = p.pool_shape();
+    const std::int64_t hd = shape.head_size;
+    const std::int64_t bs = shape.block_size;
+    const std::int64_t hkv = shape.num_kv_heads;
+    DeviceBuffer<std::byte> pool(static_cast<std::size_t>(shape.num_elements()) * 2);
+    KVSIM_CUDA_CHECK(cudaMemset(pool.get(), 0xff, pool.size_bytes()));
+    paged_kv_view kv = make_vllm_v1_view(pool.get(), shape);
+    kv.stride_kv = bs * hkv * hd;
+    kv.stride_block = 2 * bs * hkv * hd;
+    const auto keys = new_tokens(p, 0);
+    const auto values = new_tokens(p, 1);
+    DeviceBuffer<std::byte> d_keys(keys.size()), d_values(values.size());
+    DeviceBuffer<std::int64_t> d_slots(p.slot_mapping.size());
+    d_keys.upload(keys.data(), keys.size());
+    d_values.upload(values.data(), values.size());
+    d_slots.upload(p.slot_mapping.data(), p.slot_mapping.size());
+    KVSIM_CUDA_CHECK(ReshapeAndCache(kv, d_keys.get(), d_values.get(), d_slots.get(),
+                                     static_cast<std::int64_t>(p.slot_mapping.size()), nullptr));
+    DeviceBuffer<std::int32_t> tables(p.block_tables.size()), lens(p.seq_lens.size());
+    tables.upload(p.block_tables.data(), p.block_tables.size());
+    lens.upload(p.seq_lens.data(), p.seq_lens.size());
+    kv.block_tables = tables.get();
+    kv.max_blocks_per_seq = p.max_blocks;
+    kv.seq_lens = lens.get();
+    kv.num_seqs = p.num_seqs();
+    const auto q = encode(p.q, shape.dtype);
+    DeviceBuffer<std::byte> d_q(q.size()), d_out(q.size());
+    d_q.upload(q.data(), q.size());
+    KVSIM_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, d_out.size_bytes()));
+    const attention_work_plan plan = plan_attention_work(p.seq_lens.data(), p.q_indptr.data(), p.num_seqs(),
+                                                         shape.num_kv_heads, shape.block_size, 1000, splits);
+    DeviceWorkPlan work;
+    work.upload(plan, p.shape.num_q_heads, shape.head_size);
+    KVSIM_CUDA_CHECK(PagedAttentionPrefill(kv, d_q.get(), d_out.get(), p.shape.num_q_heads, p.scale,
+                                           work.view(), work.workspace(), nullptr));
+    KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<std::byte> out(q.size());
+    d_out.download(out.data(), out.size());
+    check_output(p, out, reference_output(p), splits);
+  }
+}
+
 TEST_CASE("cuda launchers reject unsupported head sizes and the occupancy query works", "[kernels][gpu]") {
   std::int64_t max_ctas = 0;
   REQUIRE(PagedAttentionMaxResidentCtas(DType::kF16, 128, 16, 4, &max_ctas) == cudaSuccess);
