@@ -240,14 +240,28 @@ def _slug(text):
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text.replace("=", "-")).strip("_")
 
 
-def sweep_heatmaps(sweep, out, formats):
+def _find_key(sweep, name):
+    """A swept key by its full (`cache.block_size`) or short (`block_size`) name."""
+    for k in sweep.keys:
+        if name in (k, short_key(k)):
+            return k
+    raise Skipped("--heatmap-keys: sweep %s does not vary '%s' (it varies: %s)" % (
+        sweep.name, name, ", ".join(sweep.keys) or "nothing"))
+
+
+def sweep_heatmaps(sweep, out, formats, axes_keys=None):
     """One figure per combination of the other swept keys (at most 4), each with one heatmap per
-    metric over the first two swept keys."""
+    metric over two swept keys: `axes_keys` (rows, columns) or the first two."""
     if len(sweep.keys) < 2:
         raise Skipped("sweep %s varies %d key(s); a heatmap needs two" % (sweep.name,
                                                                            len(sweep.keys)))
-    ka, kb = sweep.keys[0], sweep.keys[1]
-    others = sweep.keys[2:]
+    if axes_keys:
+        ka, kb = _find_key(sweep, axes_keys[0]), _find_key(sweep, axes_keys[1])
+        if ka == kb:
+            raise Skipped("--heatmap-keys: two different keys are needed")
+    else:
+        ka, kb = sweep.keys[0], sweep.keys[1]
+    others = [k for k in sweep.keys if k not in (ka, kb)]
     va = sorted({dict(r.params)[ka] for r in sweep.runs}, key=sort_key)
     vb = sorted({dict(r.params)[kb] for r in sweep.runs}, key=sort_key)
     facets = {}

@@ -40,6 +40,9 @@ def _parse_args(argv):
                     help="comma-separated image formats (default: png,svg)")
     ap.add_argument("--max-points", type=int, default=3000,
                     help="steps.csv rows are averaged into at most this many points (default 3000)")
+    ap.add_argument("--heatmap-keys", metavar="ROWS,COLS",
+                    help="the two swept keys a sweep heatmap is drawn over (full or short names, "
+                         "e.g. block_size,enable_prefix_caching; default: the first two)")
     ap.add_argument("--per-run", action="store_true",
                     help="when comparing, also draw each run's own figures under OUT_DIR/runs/")
     ap.add_argument("-q", "--quiet", action="store_true", help="print only errors")
@@ -112,7 +115,7 @@ def plot_single(run, out, formats, max_points, drawer):
                 [run], single=True)
 
 
-def plot_compare(runs, sweeps, out, formats, max_points, per_run, drawer):
+def plot_compare(runs, sweeps, out, formats, max_points, per_run, heatmap_keys, drawer):
     import compare
     from report import write_index
 
@@ -127,6 +130,13 @@ def plot_compare(runs, sweeps, out, formats, max_points, per_run, drawer):
     if not all_runs:
         _die("no runs found in %s" % ", ".join(s.path for s in sweeps))
     _unique_labels(all_runs)
+    if heatmap_keys:
+        varied = {k for sw in sweeps for key in sw.keys for k in (key, key.rsplit(".", 1)[-1])}
+        unknown = [k for k in heatmap_keys if k not in varied]
+        if unknown:
+            _die("--heatmap-keys: no sweep varies %s (swept keys: %s)" % (
+                ", ".join(unknown), ", ".join(sorted({k for sw in sweeps for k in sw.keys}))
+                or "none"))
     figures, skipped = [], []
     drawer.say("%d runs -> %s" % (len(all_runs), out))
     drawer.draw("hit_rate_vs_capacity", compare.hit_rate_vs_capacity, figures, skipped,
@@ -139,7 +149,7 @@ def plot_compare(runs, sweeps, out, formats, max_points, per_run, drawer):
                 out, formats)
     for sw in sweeps:
         drawer.draw("heatmap " + sw.name, compare.sweep_heatmaps, figures, skipped, sw, out,
-                    formats)
+                    formats, heatmap_keys)
     os.makedirs(out, exist_ok=True)
     title = "kvsim comparison: " + ", ".join(
         [s.name for s in sweeps] + [r.label for r in runs][:6] + (["..."] if len(runs) > 6 else []))
@@ -171,6 +181,11 @@ def main(argv=None):
         formats.insert(0, "png")  # index.html shows the PNGs
     if args.max_points < 10:
         _die("--max-points must be at least 10")
+    heatmap_keys = None
+    if args.heatmap_keys:
+        heatmap_keys = [k.strip() for k in args.heatmap_keys.split(",")]
+        if len(heatmap_keys) != 2 or not all(heatmap_keys):
+            _die("--heatmap-keys takes two keys: ROWS,COLS")
     drawer = Drawer(args.quiet)
     try:
         runs, sweeps = collect(args.paths)
@@ -184,7 +199,8 @@ def main(argv=None):
                 out = os.path.join(sweeps[0].path, "plots")
             else:
                 out = "plots-compare"
-            plot_compare(runs, sweeps, out, formats, args.max_points, args.per_run, drawer)
+            plot_compare(runs, sweeps, out, formats, args.max_points, args.per_run, heatmap_keys,
+                         drawer)
     except DataError as e:
         _die(str(e))
     drawer.say("index: %s" % os.path.join(out, "index.html"))
