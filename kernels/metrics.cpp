@@ -62,6 +62,11 @@ bool passes(const error_stats& stats, const tolerance& tol) {
   return stats.num_nonfinite == 0 && stats.num_violations == 0 && stats.rel_fro <= tol.max_rel_fro;
 }
 
+bool passes_against_baseline(const error_stats& kernel, const error_stats& baseline) {
+  return kernel.num_nonfinite == 0 && kernel.max_abs <= 2.0 * baseline.max_abs + 1e-5 &&
+         kernel.mean_abs <= 1.5 * baseline.mean_abs + 1e-6;
+}
+
 std::string to_string(const error_stats& st) {
   char buf[256];
   std::snprintf(buf, sizeof buf,

@@ -41,6 +41,11 @@ error_stats compare_outputs(const float* out, const float* ref, std::int64_t n,
 /// Pass the same `tol` that compare_outputs counted the violations against.
 bool passes(const error_stats& stats, const tolerance& tol);
 
+/// Primary rule of kernels.md §8 (FA3 style): the kernel's error against the high-precision
+/// reference may be at most twice a same-dtype baseline's max error (+1e-5) and 1.5x its mean
+/// error (+1e-6), e.g. the CPU backend (fp32 math, output rounded to the dtype). Non-finite fails.
+bool passes_against_baseline(const error_stats& kernel, const error_stats& baseline);
+
 /// One line: "max_abs=... mean_abs=... rel_fro=... nmse=... nonfinite=... violations=.../n".
 std::string to_string(const error_stats& stats);
 

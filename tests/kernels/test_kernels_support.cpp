@@ -68,6 +68,22 @@ TEST_CASE("metrics compute max abs, relative Frobenius error and NMSE", "[kernel
   CHECK(default_tolerance(DType::kF16).rtol == Approx(1e-3));
 }
 
+TEST_CASE("the baseline rule accepts errors near the baseline and rejects worse ones", "[kernels]") {
+  error_stats baseline;
+  baseline.max_abs = 1e-3;
+  baseline.mean_abs = 1e-4;
+  error_stats kernel = baseline;
+  CHECK(passes_against_baseline(kernel, baseline));
+  kernel.max_abs = 2.5e-3;
+  CHECK_FALSE(passes_against_baseline(kernel, baseline));
+  kernel.max_abs = 1e-3;
+  kernel.mean_abs = 2e-4;
+  CHECK_FALSE(passes_against_baseline(kernel, baseline));
+  kernel.mean_abs = 1e-4;
+  kernel.num_nonfinite = 1;
+  CHECK_FALSE(passes_against_baseline(kernel, baseline));
+}
+
 TEST_CASE("the work plan covers every visible key exactly once", "[kernels]") {
   const std::vector<std::int32_t> lens{1328, 18, 463, 0, 1};
   const std::vector<std::int32_t> indptr{0, 1, 6, 135, 136, 137};

@@ -15,9 +15,9 @@
 namespace kvsim::kernels::testing {
 namespace {
 
-/// Writes p's K/V with the CUDA write kernel into a NaN pool, then runs attention with
+/// Writes p's K/V through the backend's write path (the CUDA write kernel for kCuda) into a NaN pool, then runs attention with
 /// `forced_splits` (0 = auto); returns the raw output bytes (dtype storage).
-std::vector<std::byte> run_cuda(AttentionBackend& backend, const paged_problem& p, int forced_splits) {
+std::vector<std::byte> run_backend(AttentionBackend& backend, const paged_problem& p, int forced_splits) {
   backend.init_pool(p.pool_shape());
   const auto keys = new_tokens(p, 0);
   const auto values = new_tokens(p, 1);
@@ -82,7 +82,19 @@ TEST_CASE("cuda decode matches the dense reference with splits forced to 1, 2, 3
                                            {1, 511}, {1, 512},    {1, 513},  {1, lens.uniform_int(2, 2000)}};
           const paged_problem p = make_problem({dtype, heads.first, heads.second, d, bs}, seqs, seed++);
           const std::vector<float> ref = reference_output(p);
-          for (const int splits : {1, 2, 3, 0}) check_output(p, run_cuda(*backend, p, splits), ref, splits);
+          // Same-dtype baseline: the CPU backend (fp32 math, output rounded to dtype).
+          auto cpu = make_attention_backend(BackendKind::kCpu);
+          const auto cpu_out = decode_floats(run_backend(*cpu, p, 0).data(), dtype, static_cast<std::int64_t>(p.q.size()));
+          const tolerance tol = default_tolerance(dtype);
+          const error_stats baseline = compare_outputs(cpu_out.data(), ref.data(), static_cast<std::int64_t>(ref.size()), tol);
+          for (const int splits : {1, 2, 3, 0}) {
+            const auto out = run_backend(*backend, p, splits);
+            check_output(p, out, ref, splits);
+            const auto outf = decode_floats(out.data(), dtype, static_cast<std::int64_t>(p.q.size()));
+            const error_stats st = compare_outputs(outf.data(), ref.data(), static_cast<std::int64_t>(ref.size()), tol);
+            INFO("baseline " << to_string(baseline) << " kernel " << to_string(st));
+            CHECK(passes_against_baseline(st, baseline));
+          }
         }
       }
     }
@@ -99,7 +111,7 @@ TEST_CASE("cuda prefill matches the dense reference on mixed chunked-prefill bat
                                          {7, bs + 1 + 7}, {16, 16}, {8, 600}, {1, 0}};
         const paged_problem p = make_problem({dtype, heads.first, heads.second, 128, bs}, seqs, seed++);
         const std::vector<float> ref = reference_output(p);
-        for (const int splits : {1, 2, 3, 0}) check_output(p, run_cuda(*backend, p, splits), ref, splits);
+        for (const int splits : {1, 2, 3, 0}) check_output(p, run_backend(*backend, p, splits), ref, splits);
       }
     }
   }
@@ -110,10 +122,10 @@ TEST_CASE("cuda attention handles uniform inputs and large logits", "[kernels][g
   const problem_shape shape{DType::kF16, 32, 8, 128, 16};
   const std::vector<seq_spec> seqs{{1, 4096}, {1, 700}, {3, 300}};
   const paged_problem uniform = make_problem(shape, seqs, 7, Init::kUniform);
-  check_output(uniform, run_cuda(*backend, uniform, 0), reference_output(uniform), 0);
+  check_output(uniform, run_backend(*backend, uniform, 0), reference_output(uniform), 0);
   paged_problem big = make_problem(shape, seqs, 8);
   for (float& x : big.q) x = round_to_dtype(x * 20.0f, shape.dtype);
-  for (const int splits : {1, 3}) check_output(big, run_cuda(*backend, big, splits), reference_output(big), splits);
+  for (const int splits : {1, 3}) check_output(big, run_backend(*backend, big, splits), reference_output(big), splits);
 }
 
 TEST_CASE("cuda spikes at page and split-chunk boundaries return that token's value", "[kernels][gpu]") {
@@ -127,7 +139,7 @@ TEST_CASE("cuda spikes at page and split-chunk boundaries return that token's va
       make_spike(p, 0, t_star, 0, h);
       const std::vector<float> ref = reference_output(p);
       for (const int splits : {1, 3}) {
-        const auto out = run_cuda(*backend, p, splits);
+        const auto out = run_backend(*backend, p, splits);
         const auto outf = decode_floats(out.data(), shape.dtype, static_cast<std::int64_t>(p.q.size()));
         for (int i = 0; i < shape.head_size; ++i) {
           const float expect = p.v[0][static_cast<std::size_t>((t_star * shape.num_kv_heads + 1) * shape.head_size + i)];
@@ -221,8 +233,8 @@ TEST_CASE("cuda attention is bitwise repeatable", "[kernels][gpu]") {
   const paged_problem p = make_problem({DType::kBF16, 32, 8, 128, 16},
                                        {{1, 3000}, {1, 17}, {4, 900}, {1, 1}}, 51);
   for (const int splits : {1, 3, 0}) {
-    const auto a = run_cuda(*backend, p, splits);
-    const auto b = run_cuda(*backend, p, splits);
+    const auto a = run_backend(*backend, p, splits);
+    const auto b = run_backend(*backend, p, splits);
     INFO("splits=" << splits);
     CHECK(std::memcmp(a.data(), b.data(), a.size()) == 0);
   }
@@ -235,8 +247,8 @@ TEST_CASE("paged and contiguous identity block tables give bitwise identical out
                                              {{1, 2049}, {1, 31}, {1, 700}, {6, 300}}, 61);
     const paged_problem contiguous = with_identity_tables(paged);
     for (const int splits : {1, 2, 0}) {
-      const auto a = run_cuda(*backend, paged, splits);
-      const auto b = run_cuda(*backend, contiguous, splits);
+      const auto a = run_backend(*backend, paged, splits);
+      const auto b = run_backend(*backend, contiguous, splits);
       INFO("bs=" << bs << " splits=" << splits);
       CHECK(std::memcmp(a.data(), b.data(), a.size()) == 0);
     }
@@ -249,7 +261,7 @@ TEST_CASE("a pool beyond 2^31 elements is addressed with 64-bit offsets", "[kern
   const paged_problem small = make_problem({DType::kF16, 32, 8, 128, 16}, {{1, 1000}, {2, 300}}, 71);
   const paged_problem p = shift_blocks(small, 70000 - small.num_blocks);
   REQUIRE(p.pool_shape().num_elements() > (std::int64_t{1} << 31));
-  check_output(p, run_cuda(*backend, p, 0), reference_output(p), 0);
+  check_output(p, run_backend(*backend, p, 0), reference_output(p), 0);
 }
 
 TEST_CASE("the raw cuda launchers work on a (num_blocks, 2, bs, Hkv, D) pool through the strides", "[kernels][gpu]") {
