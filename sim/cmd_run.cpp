@@ -1,6 +1,149 @@
-// PLACEHOLDER until its owner lands the real command: says so and exits 2.
+// kvsim run SCENARIO.yaml [-o DIR] [--set key.path=value ...] [--seed N] [--quiet]
+//                         [--check-invariants]
+// Runs one scenario into DIR/<name>/ (default DIR: results). Exit 0 ok, 1 run failure (a request
+// that can never fit, I/O), 2 bad input (ConfigError, printed by main as one line).
+
+#include <chrono>
 #include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
 #include "sim/commands.h"
+#include "sim/errors.h"
+#include "sim/scenario.h"
+#include "sim/simulator.h"
+
 namespace kvsim::cli {
-int run(const Args&) { std::fprintf(stderr, "kvsim: 'run' is not built yet\n"); return 2; }
+namespace {
+
+constexpr const char* kRunUsage =
+    "usage: kvsim run SCENARIO.yaml [-o DIR] [--set key.path=value ...] [--seed N] [--quiet]\n"
+    "                 [--check-invariants]\n"
+    "  -o DIR              parent folder of the run folder DIR/<name>/ (default: results)\n"
+    "  --set k.path=value  override a scenario key (value parsed as YAML), repeatable\n"
+    "  --seed N            override the scenario's seed\n"
+    "  --quiet             no progress bar and no summary on the terminal\n"
+    "  --check-invariants  check the KV cache manager's invariants after every step (slow)\n";
+
+std::uint64_t parse_seed(const std::string& text) {
+  try {
+    std::size_t used = 0;
+    const unsigned long long v = std::stoull(text, &used);
+    if (used == text.size() && text[0] != '-') return v;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(fmt::format("--seed: expected a non-negative integer, got '{}'", text));
+}
+
+void print_summary(const RunResult& r, std::FILE* out) {
+  const nlohmann::json j = nlohmann::json::parse(r.summary_json);
+  auto d = [&](const char* k) { return j.value(k, 0.0); };
+  auto i = [&](const char* k) { return j.value(k, std::int64_t{0}); };
+  std::fprintf(out, "%s  (%s, %s)  ->  %s\n", j.value("name", "").c_str(),
+               j.value("profile", "").c_str(), j.value("mode", "").c_str(), r.folder.c_str());
+  std::fprintf(out, "  requests   %lld completed, %lld rejected, %lld steps, %.3f s simulated\n",
+               static_cast<long long>(i("completed")), static_cast<long long>(i("rejected")),
+               static_cast<long long>(i("num_steps")), d("duration"));
+  std::fprintf(out, "  KV cache   %lld blocks of %lld tokens, usage mean %.1f%% max %.1f%%\n",
+               static_cast<long long>(i("num_gpu_blocks")), static_cast<long long>(i("block_size")),
+               100 * d("mean_kv_cache_usage_perc"), 100 * d("max_kv_cache_usage_perc"));
+  std::fprintf(out, "  prefix     hit rate %.4f (first lookup %.4f), %lld preemptions, %lld evictions\n",
+               d("prefix_cache_hit_rate"), d("first_lookup_hit_rate"),
+               static_cast<long long>(i("num_preemptions")),
+               static_cast<long long>(i("num_evictions")));
+  if (j.value("mode", "") == "timed") {
+    std::fprintf(out, "  throughput %.2f req/s, %.1f output tok/s\n", d("request_throughput"),
+                 d("output_throughput"));
+    std::fprintf(out, "  TTFT ms    mean %.2f  p50 %.2f  p99 %.2f\n", d("mean_ttft_ms"),
+                 d("p50_ttft_ms"), d("p99_ttft_ms"));
+    std::fprintf(out, "  TPOT ms    mean %.2f  p50 %.2f  p99 %.2f\n", d("mean_tpot_ms"),
+                 d("p50_tpot_ms"), d("p99_tpot_ms"));
+    std::fprintf(out, "  E2E ms     mean %.2f  p50 %.2f  p99 %.2f\n", d("mean_e2el_ms"),
+                 d("p50_e2el_ms"), d("p99_e2el_ms"));
+  }
+  const auto& b = j["kv_breakdown"];
+  if (b.is_object())
+    std::fprintf(out,
+                 "  KV slots   token states %.1f%%, reservation %.1f%%, internal frag %.1f%%, "
+                 "cached free %.1f%%, free %.1f%%\n",
+                 100 * b.value("token_states", 0.0), 100 * b.value("reservation", 0.0),
+                 100 * b.value("internal_fragmentation", 0.0), 100 * b.value("cached_free", 0.0),
+                 100 * b.value("free", 0.0));
+}
+
+}  // namespace
+
+int run(const Args& args) {
+  std::optional<std::string> scenario_path;
+  std::string out_dir = "results";
+  std::vector<std::string> sets;
+  std::optional<std::uint64_t> seed;
+  bool quiet = false, check = false;
+  for (std::size_t k = 0; k < args.size(); ++k) {
+    const std::string& a = args[k];
+    auto value = [&](const char* flag) -> std::string {
+      if (k + 1 >= args.size()) throw ConfigError(fmt::format("{}: missing value", flag));
+      return args[++k];
+    };
+    if (a == "-h" || a == "--help") {
+      std::fputs(kRunUsage, stdout);
+      return 0;
+    } else if (a == "-o" || a == "--output") {
+      out_dir = value("-o");
+    } else if (a == "--set") {
+      sets.push_back(value("--set"));
+    } else if (a.rfind("--set=", 0) == 0) {
+      sets.push_back(a.substr(6));
+    } else if (a == "--seed") {
+      seed = parse_seed(value("--seed"));
+    } else if (a == "--quiet" || a == "-q") {
+      quiet = true;
+    } else if (a == "--check-invariants") {
+      check = true;
+    } else if (!a.empty() && a[0] == '-') {
+      throw ConfigError(fmt::format("run: unknown option '{}'\n{}", a, kRunUsage));
+    } else if (!scenario_path) {
+      scenario_path = a;
+    } else {
+      throw ConfigError(fmt::format("run: unexpected argument '{}' (one scenario per run)", a));
+    }
+  }
+  if (!scenario_path) throw ConfigError(std::string("run: missing SCENARIO.yaml\n") + kRunUsage);
+
+  const Scenario scenario = load_scenario(*scenario_path, sets, seed);
+  RunOptions opts;
+  opts.check_invariants = check;
+  const bool tty = !quiet && ::isatty(2);
+  const auto wall0 = std::chrono::steady_clock::now();
+  if (tty) {
+    opts.progress = [wall0](const SimProgress& p) {
+      const double wall =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+      std::fprintf(stderr,
+                   "\r\033[K  sim %9.2f s | %lld requests done | %lld steps | running %lld waiting "
+                   "%lld | %.0f req/s",
+                   static_cast<double>(p.now_ns) / 1e9, static_cast<long long>(p.requests_done),
+                   static_cast<long long>(p.num_steps), static_cast<long long>(p.num_running),
+                   static_cast<long long>(p.num_waiting),
+                   wall > 0 ? static_cast<double>(p.requests_done) / wall : 0.0);
+      std::fflush(stderr);
+    };
+  }
+  RunResult result;
+  try {
+    result = run_scenario(scenario, out_dir, opts);
+  } catch (...) {
+    if (tty) std::fputs("\n", stderr);
+    throw;
+  }
+  if (tty) std::fputs("\n", stderr);
+  if (!quiet) print_summary(result, stdout);
+  return 0;
+}
+
 }  // namespace kvsim::cli

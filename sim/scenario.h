@@ -1,0 +1,105 @@
+#pragma once
+// Scenario: the top-level YAML a user runs (`kvsim run SCENARIO.yaml`). Sections follow vLLM's
+// config classes and keys its engine arguments; the full schema with defaults is in
+// sim/SCENARIO.md. Parsing validates every key (unknown keys get a did-you-mean ConfigError at
+// file:line:col), applies `--set section.key=value` overrides to the YAML tree first, and sizes the
+// KV cache, so a Scenario that loads is ready to run.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "core/scheduler.h"
+#include "sim/hardware.h"
+#include "sim/model_config.h"
+#include "sim/yaml_util.h"
+
+namespace kvsim {
+
+/// `engine:` -- which vLLM behaviour to reproduce and how time is simulated.
+struct EngineConfig {
+  enum class Mode : std::uint8_t { kTimed, kCacheOnly };
+  std::string profile = "vllm-0.7.2";  // the only profile so far
+  Mode mode = Mode::kTimed;
+};
+const char* mode_name(EngineConfig::Mode m);
+
+/// `cache:` -- the KV cache (vLLM's CacheConfig plus the sizing keys of sim/hardware.h).
+struct CacheConfig {
+  CacheSizingConfig sizing;                     // block_size, gpu_memory_utilization, ...
+  bool enable_prefix_caching = true;
+  std::int64_t num_preallocate_tokens = 64;     // vLLM 0.7.2; default 0 in cache_only mode
+  std::optional<std::int64_t> capacity_tokens;  // num_gpu_blocks = capacity_tokens / block_size
+};
+
+/// `outputs:` -- optional files and the steps.csv sampling period.
+struct OutputsConfig {
+  bool trace_json = false;
+  bool metrics_prom = false;
+  std::int64_t steps_every = 10;  // steps.csv row (and KV breakdown) every N steps
+};
+
+/// `validate:` -- parsed for the kernel validation harness (kvsim validate); unused by `run`.
+struct ValidateConfig {
+  std::string backend = "cpu";          // cpu | cuda
+  std::int64_t sample_every_steps = 0;  // 0: off
+  double sample_prob = 0.0;
+  std::string dtype = "auto";           // auto | float32 | float16 | bfloat16
+};
+
+/// One axis of `sweep:`: a dotted key path and the values it takes, in file order.
+struct SweepAxis {
+  std::string key;
+  std::vector<YAML::Node> values;
+};
+
+struct Scenario {
+  std::string file;  // the YAML file (for messages and relative paths)
+  std::string name;
+  std::uint64_t seed = 0;
+  EngineConfig engine;
+  std::optional<ModelConfig> model;  // required in timed mode
+  HardwareConfig hardware;
+  CacheConfig cache;
+  SchedulerConfig scheduler;
+  YAML::Node workload;  // validated by make_request_source (sim/workload.h)
+  YAML::Node latency;   // validated by make_latency_model (sim/latency_model.h)
+  ValidateConfig validate;
+  OutputsConfig outputs;
+  std::vector<SweepAxis> sweep;
+  std::int64_t num_gpu_blocks = 0;          // the pool actually used
+  std::optional<KVCachePlan> plan;          // when sized from a model and memory budget
+  YAML::Node root;                          // the tree after --set (sections kept as written)
+
+  YamlContext ctx() const { return YamlContext{file, ""}; }
+  /// The core's cache configuration.
+  [[nodiscard]] KVCacheConfig kv_cache_config() const;
+};
+
+/// Applies one `--set a.b.c=value` to `root` (value parsed as a YAML scalar or flow collection;
+/// missing maps are created). Throws ConfigError on a malformed assignment.
+void apply_set(YAML::Node& root, std::string_view assignment);
+
+/// Parses and validates a scenario tree. `file` names it in messages and anchors relative paths.
+[[nodiscard]] Scenario parse_scenario(const YAML::Node& root, const std::string& file);
+
+/// Loads `path`, applies `sets` in order, then `seed` (when given), and parses.
+[[nodiscard]] Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets,
+                                     std::optional<std::uint64_t> seed = std::nullopt);
+
+/// config.resolved.yaml: every section with its defaults filled in (workload, latency and model
+/// are kept as written, with --set applied; their defaults belong to their own readers).
+[[nodiscard]] std::string resolved_yaml(const Scenario& s);
+
+/// The cartesian product of the sweep axes, first axis slowest: each point is the list of
+/// (key, value text) to pass as --set.
+[[nodiscard]] std::vector<std::vector<std::pair<std::string, std::string>>> sweep_points(
+    const Scenario& s);
+/// A point's folder name: "cache.block_size=16,cache.enable_prefix_caching=true".
+[[nodiscard]] std::string sweep_point_name(const std::vector<std::pair<std::string, std::string>>& p);
+
+}  // namespace kvsim

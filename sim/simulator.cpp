@@ -1,0 +1,442 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/assert.h"
+
+namespace kvsim {
+
+struct Simulator::Live {
+  RequestSpec spec;  // prompt moved into `request` while live
+  std::unique_ptr<Request> request;
+  SimTimeNs first_scheduled_ns = -1;
+  SimTimeNs first_token_ns = -1;
+  SimTimeNs last_token_ns = -1;
+  std::int64_t first_lookup_hit_tokens = 0;
+};
+
+Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn step_time)
+    : scenario_(scenario), source_(source), step_time_(std::move(step_time)) {
+  scheduler_ = std::make_unique<Scheduler>(scenario.scheduler, scenario.kv_cache_config());
+  view_.scheduler = scheduler_.get();
+  view_.out = &out_;
+  view_.final_kv_tokens = &final_kv_tokens_;
+}
+
+Simulator::~Simulator() = default;
+
+void Simulator::run() {
+  if (scenario_.engine.mode == EngineConfig::Mode::kCacheOnly)
+    run_cache_only();
+  else
+    run_timed();
+  for (StepObserver* o : observers_) o->on_simulation_end(engine_.now(), *scheduler_);
+}
+
+// ---- arrivals -------------------------------------------------------------------------------
+
+void Simulator::queue_arrival(RequestSpec spec, bool open_loop) {
+  std::int64_t slot;
+  if (!free_pending_.empty()) {
+    slot = free_pending_.back();
+    free_pending_.pop_back();
+    pending_[static_cast<std::size_t>(slot)] = std::move(spec);
+    pending_open_loop_[static_cast<std::size_t>(slot)] = open_loop;
+  } else {
+    slot = static_cast<std::int64_t>(pending_.size());
+    pending_.push_back(std::move(spec));
+    pending_open_loop_.push_back(open_loop);
+  }
+  const SimTimeNs t = std::max(pending_[static_cast<std::size_t>(slot)].arrival_ns, engine_.now());
+  engine_.schedule(t, kPriorityArrival, EventKind::kArrival, slot);
+}
+
+void Simulator::pull_next_open_loop() {
+  if (open_loop_done_) return;
+  std::optional<RequestSpec> next = source_.next();
+  if (!next) {
+    open_loop_done_ = true;
+    return;
+  }
+  queue_arrival(std::move(*next), true);
+}
+
+std::int64_t Simulator::final_output_tokens(const RequestSpec& spec) const {
+  std::int64_t n = spec.max_tokens;
+  n = std::min<std::int64_t>(
+      n, scenario_.scheduler.max_model_len - static_cast<std::int64_t>(spec.prompt.size()));
+  if (!spec.ignore_eos && spec.eos_token_id) {
+    for (std::int64_t i = 0; i < n; ++i)
+      if (output_token(spec.output_seed, i) == *spec.eos_token_id) return i + 1;
+  }
+  return std::max<std::int64_t>(n, 1);
+}
+
+bool Simulator::reject_if_invalid(const RequestSpec& spec) {
+  const auto prompt = static_cast<std::int64_t>(spec.prompt.size());
+  if (prompt > 0 && spec.max_tokens >= 1 &&
+      prompt + spec.max_tokens <= scenario_.scheduler.max_model_len)
+    return false;
+  RequestRecord rec;
+  rec.request_id = spec.id;
+  rec.arrival_ns = spec.arrival_ns;
+  rec.prompt_tokens = prompt;
+  rec.reason = FinishReason::kRejected;
+  request_done(rec);
+  return true;
+}
+
+void Simulator::request_done(const RequestRecord& rec) {
+  ++requests_done_;
+  for (StepObserver* o : observers_) o->on_request_done(rec);
+}
+
+void Simulator::on_arrival(std::int64_t pending_slot) {
+  RequestSpec spec = std::move(pending_[static_cast<std::size_t>(pending_slot)]);
+  free_pending_.push_back(pending_slot);
+  if (!reject_if_invalid(spec)) {
+    std::int64_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      slot = static_cast<std::int64_t>(live_.size());
+      live_.emplace_back();
+      final_kv_tokens_.push_back(0);
+      request_ids_.push_back(0);
+    }
+    const auto s = static_cast<std::size_t>(slot);
+    Live& l = live_[s];
+    final_kv_tokens_[s] =
+        static_cast<std::int64_t>(spec.prompt.size()) + final_output_tokens(spec) - 1;
+    request_ids_[s] = spec.id;
+    SamplingLimits limits;
+    limits.max_tokens = spec.max_tokens;
+    limits.ignore_eos = spec.ignore_eos;
+    limits.eos_token_id = spec.eos_token_id;
+    l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits));
+    spec.prompt.clear();
+    l.spec = std::move(spec);
+    l.first_scheduled_ns = l.first_token_ns = l.last_token_ns = -1;
+    l.first_lookup_hit_tokens = 0;
+    scheduler_->add_request(*l.request);
+  }
+  if (!step_in_flight_ && !schedule_queued_) {
+    schedule_queued_ = true;
+    engine_.schedule(engine_.now(), kPriorityScheduleStep, EventKind::kScheduleStep);
+  }
+}
+
+// ---- timed mode -----------------------------------------------------------------------------
+
+void Simulator::fail_cannot_fit(const Request& r) const {
+  const std::int64_t bs = scenario_.cache.sizing.block_size;
+  const std::int64_t idx = r.index();
+  throw RunError(fmt::format(
+      "request {} can never be scheduled: it needs {} blocks of {} tokens ({} prompt + {} generated "
+      "tokens) and the pool has {} blocks in all; raise the KV cache (cache.num_gpu_blocks_override, "
+      "gpu_memory_utilization) or lower scheduler.max_model_len",
+      request_ids_[static_cast<std::size_t>(idx)], cdiv(r.num_tokens(), bs), bs,
+      r.num_prompt_tokens(), r.num_output_tokens(), scenario_.num_gpu_blocks));
+}
+
+void Simulator::start_step() {
+  schedule_queued_ = false;
+  if (step_in_flight_) return;
+  Scheduler& sched = *scheduler_;
+  if (sched.running().empty() && sched.waiting().empty()) return;
+  sched.schedule(out_);
+  if (out_.scheduled.empty()) {
+    KVSIM_ASSERT(sched.running().empty(), "running requests but nothing scheduled");
+    fail_cannot_fit(*sched.waiting().front());
+  }
+  const SimTimeNs now = engine_.now();
+  StepView& v = view_;
+  v.step = step_;
+  v.start_ns = now;
+  v.prefill_tokens = v.decode_tokens = v.num_prefill_seqs = v.sum_context_tokens = 0;
+  v.sum_context_sq = 0;
+  v.attention_pairs = 0;
+  v.outputs = {};
+  v.prev_token_ns = {};
+  v.request_id_of_index = request_ids_;
+  for (const ScheduledRequest& sr : out_.scheduled) {
+    const Request& r = *sr.request;
+    Live& l = live_[static_cast<std::size_t>(r.index())];
+    if (l.first_scheduled_ns < 0) {
+      l.first_scheduled_ns = now;
+      l.first_lookup_hit_tokens = sr.num_computed_tokens;
+    }
+    const bool decode = sr.num_tokens == 1 && r.num_output_tokens() > 0 &&
+                        sr.num_computed_tokens == r.num_tokens() - 1;
+    if (decode) {
+      ++v.decode_tokens;
+    } else {
+      v.prefill_tokens += sr.num_tokens;
+      ++v.num_prefill_seqs;
+    }
+    const std::int64_t ctx = sr.num_computed_tokens + sr.num_tokens;
+    v.sum_context_tokens += ctx;
+    v.sum_context_sq += static_cast<double>(ctx) * static_cast<double>(ctx);
+    // Query token k (1-based) of the n new ones attends to c + k keys.
+    const auto n = static_cast<double>(sr.num_tokens);
+    v.attention_pairs += n * static_cast<double>(sr.num_computed_tokens) + n * (n + 1) / 2;
+  }
+  SimTimeNs dur = step_time_ ? step_time_(v) : 1;
+  if (dur < 1) dur = 1;  // time must advance for the run to make progress
+  v.end_ns = now + dur;
+  step_start_ns_ = now;
+  for (StepObserver* o : observers_) o->on_step_begin(v);
+  step_in_flight_ = true;
+  engine_.schedule(v.end_ns, kPriorityStepEnd, EventKind::kStepEnd);
+}
+
+void Simulator::end_step() {
+  Scheduler& sched = *scheduler_;
+  const SimTimeNs now = engine_.now();
+  for (const ScheduledRequest& sr : out_.scheduled) {
+    Request& r = *sr.request;
+    if (r.num_computed_tokens + r.num_scheduled_tokens == r.num_tokens()) {
+      const RequestSpec& spec = live_[static_cast<std::size_t>(r.index())].spec;
+      r.sampled_token = output_token(spec.output_seed, r.num_output_tokens());
+    }
+  }
+  sched.update_from_output(outputs_);
+  prev_token_ns_.clear();
+  for (const RequestOutput& o : outputs_) {
+    Live& l = live_[static_cast<std::size_t>(o.request->index())];
+    prev_token_ns_.push_back(l.last_token_ns);
+    if (l.first_token_ns < 0) l.first_token_ns = now;
+    l.last_token_ns = now;
+  }
+  StepView& v = view_;
+  v.outputs = outputs_;
+  v.prev_token_ns = prev_token_ns_;
+  v.request_id_of_index = request_ids_;
+  for (StepObserver* o : observers_) o->on_step(v);
+  step_in_flight_ = false;
+  ++step_;
+  if (check_invariants_) sched.check_invariants();
+  for (const RequestOutput& o : outputs_) {
+    if (!o.finished) continue;
+    const RequestStatus st = o.request->status;
+    finish_request(o.request->index(), st == RequestStatus::kFinishedStopped   ? FinishReason::kStop
+                                       : st == RequestStatus::kFinishedAborted ? FinishReason::kAbort
+                                                                               : FinishReason::kLength);
+  }
+  schedule_queued_ = true;
+  engine_.schedule(now, kPriorityScheduleStep, EventKind::kScheduleStep);
+}
+
+void Simulator::finish_request(std::int64_t slot, FinishReason reason) {
+  const auto s = static_cast<std::size_t>(slot);
+  Live& l = live_[s];
+  Request& r = *l.request;
+  RequestRecord rec;
+  rec.request_id = l.spec.id;
+  rec.arrival_ns = l.spec.arrival_ns;
+  rec.prompt_tokens = r.num_prompt_tokens();
+  rec.output_tokens = r.num_output_tokens();
+  rec.first_scheduled_ns = l.first_scheduled_ns;
+  rec.first_token_ns = l.first_token_ns;
+  rec.finish_ns = engine_.now();
+  rec.first_lookup_hit_tokens = l.first_lookup_hit_tokens;
+  rec.num_preemptions = r.num_preemptions;
+  rec.reason = reason;
+  request_done(rec);
+  // Give the spec its prompt back for the source (multi-turn builds the next turn from it).
+  const auto& toks = r.all_token_ids();
+  l.spec.prompt.assign(toks.begin(), toks.begin() + r.num_prompt_tokens());
+  std::optional<RequestSpec> follow = source_.on_finished(
+      l.spec, engine_.now(),
+      std::span<const std::int32_t>(toks.data() + r.num_prompt_tokens(),
+                                    static_cast<std::size_t>(r.num_output_tokens())));
+  l.request.reset();
+  l.spec = RequestSpec{};
+  free_slots_.push_back(slot);
+  if (follow) queue_arrival(std::move(*follow), false);
+}
+
+void Simulator::report_progress() {
+  if (!progress_) return;
+  SimProgress p;
+  p.now_ns = engine_.now();
+  p.requests_done = requests_done_;
+  p.num_steps = step_;
+  p.num_running = static_cast<std::int64_t>(scheduler_->running().size());
+  p.num_waiting = static_cast<std::int64_t>(scheduler_->waiting().size());
+  progress_(p);
+}
+
+void Simulator::run_timed() {
+  pull_next_open_loop();
+  std::uint64_t n = 0;
+  while (auto ev = engine_.next()) {
+    switch (ev->kind) {
+      case EventKind::kArrival: {
+        // An open-loop arrival pulls the next one, so exactly one is queued at a time.
+        const bool open_loop = pending_open_loop_[static_cast<std::size_t>(ev->payload)];
+        on_arrival(ev->payload);
+        if (open_loop) pull_next_open_loop();
+        break;
+      }
+      case EventKind::kStepEnd: end_step(); break;
+      case EventKind::kScheduleStep: start_step(); break;
+      case EventKind::kUser: break;
+    }
+    if (++n % progress_every_ == 0) report_progress();
+  }
+  if (scheduler_->num_unfinished_requests() > 0) {
+    const Request* r = scheduler_->waiting().empty() ? scheduler_->running().front()
+                                                     : scheduler_->waiting().front();
+    fail_cannot_fit(*r);
+  }
+  report_progress();
+}
+
+// ---- cache_only mode ------------------------------------------------------------------------
+
+void Simulator::run_cache_only() {
+  KVCacheManager& kv = scheduler_->kv_cache_manager();
+  const std::int64_t bs = kv.block_size();
+  std::vector<BlockId> hits;
+  std::vector<std::int32_t> outputs;
+  pull_next_open_loop();
+  std::uint64_t n = 0;
+  while (auto ev = engine_.next()) {
+    if (ev->kind != EventKind::kArrival) continue;
+    const auto ps = static_cast<std::size_t>(ev->payload);
+    const bool open_loop = pending_open_loop_[ps];
+    RequestSpec spec = std::move(pending_[ps]);
+    free_pending_.push_back(ev->payload);
+    if (open_loop) pull_next_open_loop();
+    if (reject_if_invalid(spec)) continue;
+    SamplingLimits limits;
+    limits.max_tokens = spec.max_tokens;
+    Request req(0, spec.prompt, limits);
+    std::int64_t computed = kv.get_computed_blocks(req, hits);
+    std::int64_t todo = req.num_tokens() - computed;
+    if (todo == 0) {  // the scheduler's full-hit rule: recompute the last block
+      computed -= bs;
+      todo = bs;
+      hits.pop_back();
+    }
+    AllocResult res = kv.allocate_slots(req, todo, hits);
+    if (res.status == AllocStatus::kNoFreeBlocks) {
+      // Larger than the pool: allocate the longest prefix that fits beside its hits.
+      std::int64_t evictable_hits = 0;
+      for (BlockId b : hits)
+        if (kv.pool().block(b).ref_cnt == 0) ++evictable_hits;
+      const std::int64_t fit = (kv.pool().num_free_blocks() - evictable_hits) * bs;
+      const std::int64_t part = std::min(todo, fit);
+      if (part > 0) res = kv.allocate_slots(req, part, hits);
+      KVSIM_ASSERT(part <= 0 || res.ok(), "cache_only: partial allocation failed");
+    } else {
+      KVSIM_ASSERT(res.ok(), "cache_only: allocate_slots failed");
+    }
+    kv.free(req);
+    kv.release_request(req);
+    for (StepObserver* o : observers_) o->on_lookup(req.num_tokens(), computed);
+    RequestRecord rec;
+    rec.request_id = spec.id;
+    rec.arrival_ns = spec.arrival_ns;
+    rec.prompt_tokens = req.num_tokens();
+    rec.output_tokens = final_output_tokens(spec);
+    rec.first_lookup_hit_tokens = computed;
+    rec.reason = FinishReason::kLength;
+    request_done(rec);
+    outputs.clear();
+    for (std::int64_t i = 0; i < rec.output_tokens; ++i)
+      outputs.push_back(output_token(spec.output_seed, i));
+    std::optional<RequestSpec> follow = source_.on_finished(spec, engine_.now(), outputs);
+    if (follow) queue_arrival(std::move(*follow), false);
+    if (++n % progress_every_ == 0) report_progress();
+  }
+  report_progress();
+}
+
+}  // namespace kvsim
+
+// ---- run_scenario ---------------------------------------------------------------------------
+
+#include "sim/metrics.h"
+#include "sim/latency_model.h"
+#include "sim/writers.h"
+
+#include <nlohmann/json.hpp>
+
+namespace kvsim {
+
+StepTimeFn make_step_time(const Scenario& scenario) {
+  if (!scenario.model)
+    throw ConfigError(scenario.file + ": model: required in timed mode (the latency model needs it)");
+  std::shared_ptr<const LatencyModel> model =
+      make_latency_model(scenario.latency, scenario.ctx().child("latency"), *scenario.model,
+                         scenario.hardware.gpu, static_cast<int>(scenario.hardware.tensor_parallel_size));
+  return [model](const StepView& v) {
+    BatchFeatures b;
+    b.num_seqs = static_cast<std::int64_t>(v.out->scheduled.size());
+    b.prefill_tokens = v.prefill_tokens;
+    b.decode_tokens = v.decode_tokens;
+    b.sum_context_tokens = v.sum_context_tokens;
+    b.sum_context_sq = v.sum_context_sq;
+    b.num_prefill_seqs = v.num_prefill_seqs;
+    b.attention_pairs = v.attention_pairs;
+    return model->step_time_ns(b);
+  };
+}
+
+RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& out_dir,
+                       const RunOptions& options) {
+  // Everything that can reject the input happens before the folder exists.
+  const std::int32_t vocab =
+      scenario.model ? static_cast<std::int32_t>(std::max<std::int64_t>(scenario.model->vocab_size, 1))
+                     : 32000;
+  std::unique_ptr<RequestSource> source = make_request_source(
+      scenario.workload, scenario.ctx().child("workload"), scenario.seed, vocab);
+  StepTimeFn step_time = options.step_time;
+  if (!step_time && scenario.engine.mode == EngineConfig::Mode::kTimed)
+    step_time = make_step_time(scenario);
+
+  RunFolder folder(out_dir, scenario.name);
+  write_text_file(folder.file("config.resolved.yaml"), resolved_yaml(scenario));
+  CsvRecordWriter csv(folder.file("requests.csv"), folder.file("steps.csv"));
+  Simulator sim(scenario, *source, std::move(step_time));
+  MetricsCollector metrics(&sim.final_kv_tokens(), scenario.outputs.steps_every,
+                           scenario.scheduler.max_model_len, &csv);
+  sim.attach(&metrics);
+  std::unique_ptr<TraceJsonWriter> trace;
+  if (scenario.outputs.trace_json) {
+    trace = std::make_unique<TraceJsonWriter>(folder.file("trace.json"));
+    sim.attach(trace.get());
+  }
+  sim.set_check_invariants(options.check_invariants);
+  if (options.progress) sim.set_progress(options.progress, options.progress_every_events);
+  sim.run();
+
+  csv.close();
+  if (trace) trace->close();
+  const std::string header = fmt::format(
+      "  \"name\": {},\n  \"seed\": {},\n  \"profile\": \"{}\",\n  \"mode\": \"{}\",\n"
+      "  \"block_size\": {},\n  \"num_gpu_blocks\": {},\n  \"enable_prefix_caching\": {},\n",
+      nlohmann::json(scenario.name).dump(), scenario.seed, scenario.engine.profile, mode_name(scenario.engine.mode),
+      scenario.cache.sizing.block_size, scenario.num_gpu_blocks,
+      scenario.cache.enable_prefix_caching ? "true" : "false");
+  RunResult result;
+  result.summary_json = metrics.summary_json(header);
+  write_text_file(folder.file("summary.json"), result.summary_json);
+  if (scenario.outputs.metrics_prom) {
+    const std::string model = scenario.model ? scenario.model->name : scenario.name;
+    write_text_file(folder.file("metrics.prom"), metrics.prometheus_text(model));
+  }
+  folder.commit();
+  result.folder = folder.final_path();
+  result.num_steps = sim.num_steps();
+  result.requests_done = sim.requests_done();
+  result.end_ns = sim.now();
+  return result;
+}
+
+}  // namespace kvsim

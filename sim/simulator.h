@@ -1,0 +1,155 @@
+#pragma once
+// Simulator: runs one Scenario on the Engine with the exact vLLM scheduler.
+//
+// Timed mode, each step: Scheduler::schedule() -> step duration from the latency model (batch
+// features of the scheduled requests) -> step-end event -> each request that catches up gets
+// output_token(output_seed, i) as its sampled token -> update_from_output() -> observers ->
+// finished requests are reported and may spawn follow-up turns (RequestSource::on_finished).
+// Arrivals during a step join waiting and are seen by the next schedule(). A request with
+// prompt + max_tokens > max_model_len (or an empty prompt) is rejected at arrival, as vLLM's
+// OpenAI server does. A step that can schedule nothing while requests wait and none run means a
+// request can never fit: the run fails with RunError naming it.
+//
+// cache_only mode (hit-rate studies): requests in arrival order, one at a time, through the same
+// KVCacheManager: lookup (get_computed_blocks, with the scheduler's full-hit last-block rule),
+// allocate_slots for the rest of the prompt with the hits, then free (tail first). No timing.
+// Policy for a request larger than the pool: its lookup counts in full, and the longest prefix of
+// the rest that fits in the pool (after its hits) is allocated and cached before it is freed.
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "core/scheduler.h"
+#include "sim/engine.h"
+#include "sim/observer.h"
+#include "sim/scenario.h"
+#include "sim/workload.h"
+
+namespace kvsim {
+
+/// A run that cannot complete (a request that can never fit). main() exits with status 1.
+class RunError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The duration of one step from its batch (StepView's batch fields are set; outputs empty).
+using StepTimeFn = std::function<SimTimeNs(const StepView&)>;
+
+/// Progress of a run, reported about every `progress_every_events` events.
+struct SimProgress {
+  SimTimeNs now_ns = 0;
+  std::int64_t requests_done = 0;  // finished + rejected
+  std::int64_t num_steps = 0;
+  std::int64_t num_running = 0, num_waiting = 0;
+};
+
+class Simulator {
+ public:
+  /// `source` and `step_time` must outlive the simulator; step_time may be empty in cache_only.
+  Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn step_time);
+  ~Simulator();
+
+  /// Observers are called in attachment order; they must outlive run().
+  void attach(StepObserver* observer) { observers_.push_back(observer); }
+  /// Calls Scheduler::check_invariants after every step (kvsim run --check-invariants).
+  void set_check_invariants(bool on) { check_invariants_ = on; }
+  void set_progress(std::function<void(const SimProgress&)> fn, std::uint64_t every_events) {
+    progress_ = std::move(fn);
+    progress_every_ = every_events ? every_events : 1;
+  }
+
+  /// Runs to completion. Throws RunError when a request can never be scheduled.
+  void run();
+
+  const Scheduler& scheduler() const { return *scheduler_; }
+  SimTimeNs now() const { return engine_.now(); }
+  std::int64_t num_steps() const { return step_; }
+  std::int64_t requests_done() const { return requests_done_; }
+  /// By Request::index(): final K/V positions (for MetricsCollector).
+  const std::vector<std::int64_t>& final_kv_tokens() const { return final_kv_tokens_; }
+
+ private:
+  struct Live;
+  void run_timed();
+  void run_cache_only();
+  void queue_arrival(RequestSpec spec, bool open_loop);
+  void pull_next_open_loop();
+  void on_arrival(std::int64_t pending_slot);
+  void start_step();
+  void end_step();
+  void finish_request(std::int64_t slot, FinishReason reason);
+  void request_done(const RequestRecord& rec);
+  bool reject_if_invalid(const RequestSpec& spec);
+  std::int64_t final_output_tokens(const RequestSpec& spec) const;
+  [[noreturn]] void fail_cannot_fit(const Request& r) const;
+  void report_progress();
+
+  const Scenario& scenario_;
+  RequestSource& source_;
+  StepTimeFn step_time_;
+  std::vector<StepObserver*> observers_;
+  bool check_invariants_ = false;
+  std::function<void(const SimProgress&)> progress_;
+  std::uint64_t progress_every_ = 1 << 16;
+
+  Engine engine_;
+  std::unique_ptr<Scheduler> scheduler_;
+  SchedulerOutput out_;
+  std::vector<RequestOutput> outputs_;
+  std::vector<SimTimeNs> prev_token_ns_;
+
+  std::vector<Live> live_;               // by slot = Request::index()
+  std::vector<std::int64_t> free_slots_;
+  std::vector<std::int64_t> final_kv_tokens_;  // by slot
+  std::vector<std::uint64_t> request_ids_;     // by slot
+  std::vector<RequestSpec> pending_;           // arrivals not yet happened
+  std::vector<bool> pending_open_loop_;        // from source.next() (else a follow-up turn)
+  std::vector<std::int64_t> free_pending_;
+  bool open_loop_done_ = false;
+
+  bool step_in_flight_ = false;
+  bool schedule_queued_ = false;
+  std::int64_t step_ = 0;
+  SimTimeNs step_start_ns_ = 0;
+  StepView view_;
+  std::int64_t requests_done_ = 0;
+};
+
+}  // namespace kvsim
+
+namespace kvsim {
+
+/// How run_scenario runs.
+struct RunOptions {
+  bool check_invariants = false;
+  std::function<void(const SimProgress&)> progress;  // empty: no progress reports
+  std::uint64_t progress_every_events = 1 << 15;
+  StepTimeFn step_time;  // empty: the scenario's latency model
+};
+
+/// What run_scenario produced.
+struct RunResult {
+  std::filesystem::path folder;  // the committed run folder
+  std::string summary_json;      // the text of summary.json
+  std::int64_t num_steps = 0;
+  std::int64_t requests_done = 0;
+  SimTimeNs end_ns = 0;
+};
+
+/// The step-time function of the scenario's `latency:` section (sim/latency_model.h).
+[[nodiscard]] StepTimeFn make_step_time(const Scenario& scenario);
+
+/// Runs `scenario` into `<out_dir>/<name>/` (written as `<name>.tmp-<pid>` and renamed when
+/// complete; removed on any error): summary.json, requests.csv, steps.csv, config.resolved.yaml,
+/// and trace.json / metrics.prom when the scenario asks. Throws ConfigError (bad workload or
+/// latency section, bad trace row), RunError (a request that can never fit) or
+/// std::runtime_error (I/O).
+RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& out_dir,
+                       const RunOptions& options = {});
+
+}  // namespace kvsim
