@@ -10,7 +10,7 @@ namespace kvsim {
 
 namespace {
 
-constexpr double kMaxTokens = 100'000'000;  // upper bound of any length draw
+constexpr double kMaxTokens = 10'000'000;  // upper bound of any length draw (10M tokens)
 
 double parse_popularity(const YAML::Node& pool, const YamlContext& ctx) {
   const YAML::Node p = pool["popularity"];
@@ -37,6 +37,9 @@ PrefixPoolConfig parse_pool(const YAML::Node& n, const YamlContext& ctx, bool fe
     throw yaml_error(n, ctx, fmt::format("missing required key '{}' in {}", tokens_key, ctx.where()));
   p.tokens = Distribution::parse(n[tokens_key], ctx.child(tokens_key), 0, kMaxTokens, true);
   p.examples = few_shot ? get_int(n, "examples", ctx, 1, 1, 10'000) : 1;
+  if (p.count * p.examples > 1'000'000)
+    throw yaml_error(n, ctx, fmt::format("{}: count x examples = {} prefix segments is more than the "
+                                         "1,000,000 supported", ctx.path, p.count * p.examples));
   p.zipf_s = parse_popularity(n, ctx);
   p.share = get_double(n, "share", ctx, 1.0, 0.0, 1.0);
   return p;

@@ -14,7 +14,7 @@ namespace kvsim {
 
 namespace {
 
-constexpr std::int64_t kMaxPromptTokens = 100'000'000;
+constexpr std::int64_t kMaxPromptTokens = 10'000'000;
 
 // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
 std::int64_t days_from_civil(std::int64_t y, std::int64_t m, std::int64_t d) {
