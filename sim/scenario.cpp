@@ -86,7 +86,7 @@ void apply_set(YAML::Node& root, std::string_view assignment) {
 Scenario parse_scenario(const YAML::Node& root_in, const std::string& file) {
   Scenario s;
   s.file = file;
-  s.root = YAML::Clone(root_in);
+  s.root = root_in;  // shared, not cloned: a clone loses the marks that errors point at
   const YAML::Node& root = s.root;
   const YamlContext top{file, ""};
   if (!root.IsDefined() || root.IsNull())
