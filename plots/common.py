@@ -66,10 +66,10 @@ def percent_axis(ax, axis="y"):
 
 
 def thousands(v, _=None):
-    """Axis labels like 500, 20k, 1.5M."""
+    """Axis labels like 500, 2.5k, 20k, 1.5M."""
     if abs(v) >= 1e6:
         return "%gM" % round(v / 1e6, 3)
-    if abs(v) >= 1e4:
+    if abs(v) >= 1e3:
         return "%gk" % round(v / 1e3, 3)
     return "%g" % v
 
@@ -104,9 +104,26 @@ def cdf_points(values, max_points=2000):
     return v, y
 
 
-def latency_xlim(ax, lo, hi):
-    """x limits for a latency CDF: from 0, or zoomed in when the values sit far from 0."""
-    if hi <= lo:
+def latency_axis(ax, values):
+    """x scale and limits for a latency CDF of `values` (all plotted values, any order): log when
+    they span two decades or more (max / 1st percentile of the positive ones), else linear, from 0
+    or zoomed in when the values sit far from 0."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        ax.set_xlim(left=0)
+        return
+    lo, hi = float(v.min()), float(v.max())
+    pos = v[v > 0]
+    if pos.size and hi / max(float(np.percentile(pos, 1)), 1e-9) >= 100:
+        ax.set_xscale("log")
+        ax.set_xlim(max(float(pos.min()), hi * 1e-5) / 1.2, hi * 1.2)
+        ax.xaxis.set_major_formatter(FuncFormatter(thousands))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
+        ax.set_xlabel(ax.get_xlabel() + ", log scale")
+    elif hi <= lo:
         ax.set_xlim(left=0)
     elif lo > 0.4 * hi:
         pad = 0.05 * (hi - lo)

@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from common import (BREAKDOWN, Figure, Skipped, cdf_points, colors, latency_xlim, percent_axis,
+from common import (BREAKDOWN, Figure, Skipped, cdf_points, colors, latency_axis, percent_axis,
                     plt, save, thousands, with_commas)
 from rundata import CAPACITY_KEYS, fmt_value, short_key, sort_key
 
@@ -193,17 +193,17 @@ def latency_cdf_overlay(runs, out, formats):
         rs = rs[:MAX_CDF_LINES]
     fig, axes = plt.subplots(1, 3, figsize=(14, max(4.6, 1.2 + 0.2 * len(rs))))
     for ax, (col, name) in zip(axes, CDF_PANELS):
-        lo, hi = float("inf"), 0.0
+        plotted = []
         for r, color in zip(rs, colors(len(rs))):
             v, y = cdf_points(r.requests()[col])
             if v.size:
                 ax.plot(v, y, color=color, lw=1.4, label=r.label)
-                lo, hi = min(lo, float(v[0])), max(hi, float(v[-1]))
+                plotted.append(v)
         ax.set_xlabel(name)
         ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
-        latency_xlim(ax, lo if hi > 0 else 0.0, hi)
         ax.xaxis.set_major_formatter(thousands)
+        latency_axis(ax, np.concatenate(plotted) if plotted else np.array([]))
         ax.set_title(name.split(" (")[0] + " CDF")
     h, lab = axes[0].get_legend_handles_labels()
     longest = max((len(s) for s in lab), default=10)

@@ -202,6 +202,9 @@ def load_steps(path, max_points):
                                        cum_h[ends] / np.where(cum_q[ends] > 0, cum_q[ends], 1),
                                        np.nan)
     out["window_rows"] = window
+    # Steps spanned by the window (rows may be every outputs.steps_every steps).
+    steps_per_row = (full["step"][-1] - full["step"][0]) / max(1, n - 1) if n > 1 else 1.0
+    out["window_steps"] = int(round(window * max(1.0, steps_per_row)))
     return out
 
 

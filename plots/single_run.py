@@ -2,8 +2,9 @@
 preemptions and evictions."""
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
-from common import (BREAKDOWN, Figure, Skipped, cdf_points, latency_xlim, percent_axis, plt, save,
+from common import (BREAKDOWN, Figure, Skipped, cdf_points, latency_axis, percent_axis, plt, save,
                     thousands)
 
 
@@ -91,7 +92,7 @@ def prefix_hit_rate(run, out, formats, max_points):
     x, xlabel = _time_axis(steps)
     fig, ax = plt.subplots(figsize=(10, 4.2))
     ax.plot(x, steps["hit_rate_window"], color="#9ecae1", lw=1.0,
-            label="windowed (last %d steps)" % steps["window_rows"])
+            label="windowed (last %s steps)" % "{:,}".format(steps["window_steps"]))
     ax.plot(x, steps["hit_rate_cum"], color="#08519c", lw=2.0, label="cumulative")
     final = run.summary.get("prefix_cache_hit_rate")
     if final is not None:
@@ -139,10 +140,11 @@ def latency_cdfs(run, out, formats, max_points):
                 ax.axvline(val, color="gray", ls=ls, lw=1,
                            label="p%d = %s ms" % (round(q * 100), _ms(val)))
             ax.legend(loc="lower right", frameon=True, fontsize=8)
-            latency_xlim(ax, float(v[0]), float(v[-1]))
+
         ax.set_xlabel("%s (ms)" % name)
         ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
+        latency_axis(ax, finite)
         ax.set_title("%s CDF (%d requests)" % (name.split(" (")[0], finite.size))
     fig.suptitle("%s: request latency distributions" % run.label)
     save(fig, out, "latency_cdf", formats)
@@ -162,9 +164,13 @@ def preemptions_evictions(run, out, formats, max_points):
     for ax, (col, name, color) in zip(axes, series):
         ax.plot(x, steps["cum_" + col], color=color, lw=1.8)
         ax.set_ylabel("cumulative count")
-        ax.set_ylim(bottom=0)
-        ax.yaxis.set_major_formatter(thousands)
         total = int(steps["cum_" + col][-1])
+        ax.set_ylim(0, max(1.0, total * 1.05))
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
+        ax.yaxis.set_major_formatter(thousands)
+        if total == 0:
+            ax.text(0.5, 0.5, "none in this run", transform=ax.transAxes, ha="center",
+                    va="center", color="dimgray")
         ax.set_title("%s (total %s)" % (name, "{:,}".format(total)), loc="left", fontsize=10)
     axes[-1].set_xlabel(xlabel)
     fig.suptitle("%s: preemptions, evictions and block allocations over time" % run.label)
