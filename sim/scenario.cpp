@@ -62,6 +62,12 @@ void apply_set(YAML::Node& root, std::string_view assignment) {
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
+  // sweep keys are dotted paths themselves: sweep.cache.block_size is the key 'cache.block_size'.
+  if (parts.size() > 2 && parts[0] == "sweep") {
+    std::string rest = parts[1];
+    for (std::size_t i = 2; i < parts.size(); ++i) rest += "." + parts[i];
+    parts = {"sweep", rest};
+  }
   const YAML::Node parsed = load_yaml_string(value, "--set " + key);
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) throw ConfigError("--set: the scenario's top level is not a mapping");
