@@ -180,7 +180,12 @@ std::string format_delta(const nlohmann::json& b, const nlohmann::json& c) {
     out = fmt::format("{:+.4g}", c.get<double>() - b.get<double>());
   }
   const double bd = b.get<double>(), cd = c.get<double>();
-  if (bd != 0.0 && cd != bd) out += fmt::format(" ({:+.3g}%)", 100.0 * (cd - bd) / std::fabs(bd));
+  if (bd != 0.0 && cd != bd) {
+    const double pct = 100.0 * (cd - bd) / std::fabs(bd);
+    out += std::fabs(pct) < 1000.0
+               ? fmt::format(" ({:+.3g}%)", pct)
+               : fmt::format(" ({}{:.0f}%)", pct < 0 ? "-" : "+", std::fabs(pct));
+  }
   return out;
 }
 
@@ -266,7 +271,7 @@ CheckRule default_check_rule(std::string_view m) {
   }
   if (ends_with(m, "hit_rate")) return {K::kAbsolute, 1e-9};
   // Step-averaged fractions and counts: deterministic, but averaged in floating point.
-  if (starts_with(m, "kv_breakdown.") || ends_with(m, "_perc") || starts_with(m, "mean_num_")) {
+  if (starts_with(m, "kv_breakdown.") || ends_with(m, "_perc") || starts_with(m, "mean_")) {
     return {K::kAbsolute, 1e-6};
   }
   return {K::kExact, 0.0};

@@ -94,6 +94,9 @@ TEST_CASE(
   CHECK(kvsim::default_check_rule("output_throughput") == CheckRule{K::kRelative, 0.02});
   CHECK(kvsim::default_check_rule("prefix_cache_hit_rate") == CheckRule{K::kAbsolute, 1e-9});
   CHECK(kvsim::default_check_rule("kv_breakdown.free").kind == K::kAbsolute);
+  CHECK(kvsim::default_check_rule("mean_batch_size") == CheckRule{K::kAbsolute, 1e-6});
+  CHECK(kvsim::default_check_rule("mean_ttft_ms") == CheckRule{K::kRelative, 0.02});
+  CHECK(kvsim::default_check_rule("max_batch_size").kind == K::kExact);
 }
 
 TEST_CASE("rules round-trip through their baseline spelling and bad ones are refused", "[sim]") {
