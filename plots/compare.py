@@ -6,6 +6,7 @@ import os
 import re
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from common import (BREAKDOWN, Figure, Skipped, cdf_points, colors, latency_axis, percent_axis,
                     plt, save, thousands, with_commas)
@@ -311,6 +312,9 @@ def sweep_heatmaps(sweep, out, formats, axes_keys=None):
             cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03)
             if "%%" in fmt:
                 cb.ax.yaxis.set_major_formatter(lambda v, _: "%g%%" % v)
+            else:  # counts, milliseconds, tokens/s: whole numbers are enough
+                cb.ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+                cb.ax.yaxis.set_major_formatter(lambda v, _: "{:,.0f}".format(v))
         suffix = ", ".join("%s=%s" % (short_key(k), fmt_value(v)) for k, v in facet)
         fig.suptitle("Sweep '%s': metrics over %s x %s%s" % (
             sweep.name, short_key(ka), short_key(kb), " (%s)" % suffix if suffix else ""))
