@@ -21,7 +21,9 @@ def _scenario_label(run):
     if run.params:
         prefix = getattr(run, "group", "")
         label = ", ".join("%s=%s" % (short_key(k), fmt_value(v)) for k, v in rest)
-        return (prefix + ": " if prefix else "") + (label or "all runs")
+        if not label:
+            return prefix or getattr(run, "sweep_name", "") or "all runs"
+        return (prefix + ": " if prefix else "") + label
     return run.name
 
 
@@ -55,10 +57,26 @@ def hit_rate_vs_capacity(runs, out, formats):
         if all("first_lookup_hit_rate" in r.summary for r in rs):
             ax.plot(x, [r.summary["first_lookup_hit_rate"] for r in rs], "x--", color=color,
                     lw=1, alpha=0.7)
-    if max(caps) / max(1, min(caps)) >= 4:
+    spread = max(caps) / max(1, min(caps))
+    if spread >= 100:  # decades: 10k, 100k, 1M
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(thousands)
+    elif spread >= 4:  # a few doublings: 2,048, 4,096, ...
         ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(with_commas)
+        ax.xaxis.set_major_formatter(with_commas)
+    else:
+        ax.xaxis.set_major_formatter(with_commas)
     ax.xaxis.set_minor_formatter(lambda v, _: "")
+    if len(groups) <= 2:  # few lines: label the points with their values
+        for line in ax.get_lines():
+            if line.get_linestyle() != "-":
+                continue
+            xs, ys = line.get_data()
+            if len(xs) <= 12:
+                for xv, yv in zip(xs, ys):
+                    ax.annotate("%.1f%%" % (100 * yv), (xv, yv), xytext=(0, 7),
+                                textcoords="offset points", ha="center", fontsize=8,
+                                color=line.get_color())
     ax.set_xlabel("KV cache capacity (token slots = num_gpu_blocks x block_size)")
     ax.set_ylabel("prefix cache hit rate (tokens)")
     ax.set_ylim(0, 1.0)
@@ -73,9 +91,10 @@ def hit_rate_vs_capacity(runs, out, formats):
 
 
 def kv_breakdown_bars(runs, out, formats):
-    rs = [r for r in runs if isinstance(r.summary.get("kv_breakdown"), dict)]
+    rs = [r for r in runs if isinstance(r.summary.get("kv_breakdown"), dict)
+          and r.summary.get("num_steps", 1) != 0]
     if not rs:
-        raise Skipped("no run has a kv_breakdown in summary.json")
+        raise Skipped("no run has a kv_breakdown averaged over steps (cache_only runs have none)")
     keys = [(k, label, c) for k, label, c in BREAKDOWN
             if k != "external_fragmentation"
             or any(r.summary["kv_breakdown"].get(k, 0) > 0 for r in rs)]
@@ -148,7 +167,10 @@ def _cell(summary, key, fmt):
 
 
 def latency_table(runs, out, formats):
-    """latency_table.csv and a rendered table figure."""
+    """latency_table.csv and a rendered table figure, over the runs that time requests."""
+    runs = [r for r in runs if r.summary.get("mode") != "cache_only"]
+    if not runs:
+        raise Skipped("all runs are cache_only: no latencies")
     rows = [[r.label] + [_cell(r.summary, k, f) for k, _, f in LATENCY_COLUMNS] for r in runs]
     header = ["run"] + [h for _, h, _ in LATENCY_COLUMNS]
     os.makedirs(out, exist_ok=True)
@@ -185,9 +207,10 @@ CDF_PANELS = [("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"),
 
 
 def latency_cdf_overlay(runs, out, formats):
-    rs = [r for r in runs if r.requests() is not None]
+    rs = [r for r in runs if r.requests() is not None
+          and np.any(np.isfinite(r.requests()["e2el_ms"]))]
     if not rs:
-        raise Skipped("no run has a requests.csv")
+        raise Skipped("no run has request latencies in a requests.csv (cache_only runs have none)")
     note = ""
     if len(rs) > MAX_CDF_LINES:
         note = " (first %d of %d runs)" % (MAX_CDF_LINES, len(rs))

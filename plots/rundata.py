@@ -22,8 +22,8 @@ STEP_GAUGES = [
 STEP_COUNTERS = ["prefix_queries", "prefix_hits", "preemptions", "evictions", "blocks_allocated"]
 
 # Keys whose change changes the cache capacity (num_gpu_blocks * block_size).
-CAPACITY_KEYS = ("num_gpu_blocks", "gpu_memory_utilization", "kv_cache_memory_bytes",
-                 "num_gpu_blocks_override")
+CAPACITY_KEYS = ("num_gpu_blocks", "num_gpu_blocks_override", "capacity_tokens",
+                 "gpu_memory_utilization", "kv_cache_memory_bytes")
 
 
 class DataError(Exception):
@@ -274,6 +274,7 @@ class Sweep:
                      if len({repr(dict(r.params).get(k)) for r in self.runs}) > 1]
         for r in self.runs:
             r.params = [(k, v) for k, v in r.params if k in self.keys]
+            r.sweep_name = self.name
         self.runs.sort(key=lambda r: [sort_key(dict(r.params).get(k)) for k in self.keys])
 
     @property

@@ -17,11 +17,16 @@ def _time_axis(steps):
     return steps["step"], "step"
 
 
+def _cache_only(run):
+    return run.summary.get("mode") == "cache_only"
+
+
 def _need_steps(run, max_points):
     steps = run.steps(max_points)
     if steps is None:
         if run.file("steps.csv"):
-            raise Skipped("steps.csv in %s has no rows" % run.path)
+            raise Skipped("steps.csv in %s has no rows%s" % (
+                run.path, " (cache_only mode has no steps)" if _cache_only(run) else ""))
         raise Skipped("no steps.csv in %s" % run.path)
     return steps
 
@@ -85,7 +90,52 @@ def kv_usage_queue(run, out, formats, max_points):
                   "vLLM's kv_cache_usage_perc, and running / waiting requests" + _note(steps))
 
 
+def _first_lookup_hit_rate(run):
+    """Per-request hit rate for runs without steps (cache_only): first-lookup hit tokens / prompt
+    tokens over requests in completion order, windowed and cumulative."""
+    req = run.requests()
+    if req is None:
+        raise Skipped("no steps.csv and no requests.csv in %s" % run.path)
+    ok = np.array([r != "rejected" for r in req["finish_reason"]], dtype=bool)
+    hits = np.nan_to_num(req["first_lookup_hit_tokens"][ok])
+    prompt = np.nan_to_num(req["prompt_tokens"][ok])
+    n = hits.size
+    if n == 0 or prompt.sum() == 0:
+        raise Skipped("no request with prompt tokens in %s" % run.path)
+    ch, cp = np.cumsum(hits), np.cumsum(prompt)
+    window = max(1, n // 50)
+    lo = np.arange(n) - window
+    dh = ch - np.where(lo >= 0, ch[np.maximum(lo, 0)], 0.0)
+    dp = cp - np.where(lo >= 0, cp[np.maximum(lo, 0)], 0.0)
+    x = np.arange(1, n + 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        windowed = np.where(dp > 0, dh / np.where(dp > 0, dp, 1), np.nan)
+        cumulative = ch / np.where(cp > 0, cp, 1)
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    ax.plot(x, windowed, color="#9ecae1", lw=1.0, label="windowed (last %d requests)" % window)
+    ax.plot(x, cumulative, color="#08519c", lw=2.0, label="cumulative")
+    final = run.summary.get("first_lookup_hit_rate")
+    if final is not None:
+        ax.axhline(final, color="#08519c", ls=":", lw=1)
+        ax.annotate("run: %.1f%%" % (100 * final), (x[-1], final), xytext=(-4, 4),
+                    textcoords="offset points", ha="right", va="bottom", color="#08519c")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlim(1, max(2, n))
+    percent_axis(ax)
+    ax.xaxis.set_major_formatter(thousands)
+    ax.set_xlabel("requests, in completion order")
+    ax.set_ylabel("first-lookup hit rate (tokens)")
+    ax.set_title("%s: prefix cache hit rate per request (hit tokens / prompt tokens)" % run.label)
+    ax.legend(loc="upper left", frameon=True, framealpha=0.9)
+    return fig
+
+
 def prefix_hit_rate(run, out, formats, max_points):
+    if run.steps(max_points) is None and run.requests() is not None:
+        fig = _first_lookup_hit_rate(run)
+        save(fig, out, "prefix_hit_rate", formats)
+        return Figure("prefix_hit_rate", "Prefix cache hit rate",
+                      "No steps in this run: first-lookup hit rate over requests (requests.csv)")
     steps = _need_steps(run, max_points)
     if not np.any(steps["cum_prefix_queries"] > 0):
         raise Skipped("no prefix cache lookups in %s (prefix caching off?)" % run.path)
@@ -104,7 +154,7 @@ def prefix_hit_rate(run, out, formats, max_points):
     ax.set_xlabel(xlabel)
     ax.set_ylabel("prefix cache hit rate (tokens)")
     ax.set_title("%s: prefix cache hit rate (hit tokens / queried tokens)" % run.label)
-    ax.legend(loc="lower right", frameon=False)
+    ax.legend(loc="upper left", frameon=True, framealpha=0.9)
     save(fig, out, "prefix_hit_rate", formats)
     return Figure("prefix_hit_rate", "Prefix cache hit rate",
                   "Hits / queries in tokens, counted at every lookup" + _note(steps))
@@ -125,6 +175,8 @@ def latency_cdfs(run, out, formats, max_points):
             raise Skipped("requests.csv in %s has no rows" % run.path)
         raise Skipped("no requests.csv in %s" % run.path)
     if not np.any(np.isfinite(req["e2el_ms"])):
+        if _cache_only(run):
+            raise Skipped("no latencies in %s (cache_only mode does not time requests)" % run.path)
         raise Skipped("no finished request in %s (all %d rejected)" % (run.path,
                                                                       len(req["finish_reason"])))
     fig, axes = plt.subplots(2, 2, figsize=(10, 6.4))
