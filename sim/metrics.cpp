@@ -54,10 +54,8 @@ double QuantileSketch::bucket_mid(std::size_t b) {
 
 void QuantileSketch::add(std::int64_t v) {
   ++count_;
-  const double x = static_cast<double>(v);
-  const double d = x - mean_;
-  mean_ += d / static_cast<double>(count_);
-  m2_ += d * (x - mean_);
+  sum_ += v;
+  sum_sq_ += static_cast<Int128>(v) * v;
   if (hist_.empty()) {
     exact_.push_back(v);
     sorted_ = false;
@@ -71,8 +69,24 @@ void QuantileSketch::add(std::int64_t v) {
   }
 }
 
+double QuantileSketch::mean() const {
+  return count_ ? static_cast<double>(sum_) / static_cast<double>(count_) : 0.0;
+}
+
 double QuantileSketch::stddev() const {
-  return count_ ? std::sqrt(m2_ / static_cast<double>(count_)) : 0.0;
+  if (count_ == 0) return 0.0;
+  // n^2 var = n * sum_sq - sum^2, exact in 128-bit integers while it cannot overflow (count
+  // below 2^31 and sum_sq below 2^95); beyond that, long double moments.
+  const long double n2 = static_cast<long double>(count_) * static_cast<long double>(count_);
+  long double var;
+  if (count_ < (std::int64_t{1} << 31) && sum_sq_ < (static_cast<Int128>(1) << 95)) {
+    const Int128 num = static_cast<Int128>(count_) * sum_sq_ - sum_ * sum_;
+    var = static_cast<long double>(num) / n2;
+  } else {
+    const long double m = static_cast<long double>(sum_) / static_cast<long double>(count_);
+    var = static_cast<long double>(sum_sq_) / static_cast<long double>(count_) - m * m;
+  }
+  return var > 0 ? static_cast<double>(std::sqrt(var)) : 0.0;
 }
 
 double QuantileSketch::percentile(double p) {

@@ -14,15 +14,18 @@
 
 namespace kvsim {
 
+__extension__ typedef __int128 Int128;  // exact moment sums (GCC/Clang)
+
 /// Streaming mean / std / percentiles of non-negative integer ns values. Exact (numpy's linear
 /// interpolation) while count <= kExactLimit; afterwards percentiles come from a log-linear
-/// histogram with 1/1024 relative resolution. Mean and std are always exact (Welford).
+/// histogram with 1/1024 relative resolution (the bucket's midpoint). Mean and std come from exact
+/// integer sums. add() is O(1) and allocates only while the exact samples grow.
 class QuantileSketch {
  public:
-  static constexpr std::size_t kExactLimit = std::size_t{1} << 20;
+  static constexpr std::size_t kExactLimit = std::size_t{1} << 18;
   void add(std::int64_t value_ns);
   std::int64_t count() const { return count_; }
-  double mean() const { return count_ ? mean_ : 0.0; }
+  double mean() const;
   /// Population standard deviation (numpy's np.std), 0 when empty.
   double stddev() const;
   /// Percentile p in [0, 100], 0 when empty. Sorts the exact samples on first use after an add.
@@ -32,7 +35,7 @@ class QuantileSketch {
   static std::size_t bucket_of(std::int64_t v);
   static double bucket_mid(std::size_t b);
   std::int64_t count_ = 0;
-  double mean_ = 0, m2_ = 0;
+  Int128 sum_ = 0, sum_sq_ = 0;
   std::vector<std::int64_t> exact_;
   bool sorted_ = true;
   std::vector<std::int64_t> hist_;  // allocated when the exact limit is passed

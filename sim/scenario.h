@@ -1,9 +1,29 @@
 #pragma once
 // Scenario: the top-level YAML a user runs (`kvsim run SCENARIO.yaml`). Sections follow vLLM's
-// config classes and keys its engine arguments; the full schema with defaults is in
-// sim/SCENARIO.md. Parsing validates every key (unknown keys get a did-you-mean ConfigError at
-// file:line:col), applies `--set section.key=value` overrides to the YAML tree first, and sizes the
-// KV cache, so a Scenario that loads is ready to run.
+// config classes and keys its engine arguments. Parsing validates every key (an unknown key is a
+// did-you-mean ConfigError at file:line:col), after `--set section.key=value` overrides have been
+// applied to the YAML tree, and sizes the KV cache, so a Scenario that loads is ready to run.
+//
+// Schema (defaults in brackets):
+//   name [file stem]  seed [0]
+//   engine:    profile [vllm-0.7.2] (only one so far), mode [timed] | cache_only
+//   model:     config: HF config.json path, and/or inline HF fields (sim/model_config.h);
+//              required in timed mode
+//   hardware:  gpu [H100-80GB], tensor_parallel_size [1], gpu_memory_bytes, peak_flops_per_s,
+//              hbm_bytes_per_s (sim/hardware.h)
+//   cache:     block_size [16], gpu_memory_utilization [0.9], kv_cache_memory_bytes,
+//              num_gpu_blocks_override, capacity_tokens (num_gpu_blocks = capacity / block_size;
+//              not with the override), activation_reserve_bytes [2 GiB], cache_dtype [auto],
+//              enable_prefix_caching [true], num_preallocate_tokens [64; 0 in cache_only]
+//   scheduler: max_num_seqs [256], max_num_batched_tokens [8192],
+//              max_model_len [model's max_position_embeddings, else 8192; never above it]
+//   workload:  synthetic generator or trace (sim/workload.h); required
+//   latency:   [roofline] (sim/latency_model.h); timed mode only
+//   validate:  backend [cpu] | cuda, sample_every_steps [0], sample_prob [0], dtype [auto]
+//              (read by the validation harness, unused by `run`)
+//   outputs:   trace_json [false], metrics_prom [false], steps_every [10]
+//   sweep:     {dotted.key: [values...], ...}: the grid `kvsim sweep` expands (first key slowest)
+// Without a model, the pool size must come from num_gpu_blocks_override or capacity_tokens.
 
 #include <cstdint>
 #include <optional>
