@@ -400,8 +400,38 @@ std::string format_check_report(const CheckReport& report, bool all_rows) {
   return out;
 }
 
+std::filesystem::path find_scenario_file(const std::filesystem::path& root,
+                                         const std::string& name) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (name.empty() || !fs::is_directory(root, ec)) return {};
+  std::vector<fs::path> files;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (it->is_directory(ec) && it->path().filename() == "baselines") {
+      it.disable_recursion_pending();
+      continue;
+    }
+    const std::string ext = it->path().extension().string();
+    if ((ext == ".yaml" || ext == ".yml") && it->is_regular_file(ec)) files.push_back(it->path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const fs::path& f : files) {
+    std::ifstream in(f);
+    for (std::string line; std::getline(in, line);) {
+      if (!starts_with(line, "name:")) continue;
+      std::string v = line.substr(5);
+      if (const auto hash = v.find(" #"); hash != std::string::npos) v.erase(hash);
+      const auto b = v.find_first_not_of(" \t\"'"), e = v.find_last_not_of(" \t\r\"'");
+      if (b != std::string::npos && v.substr(b, e - b + 1) == name) return f;
+      break;  // only the top-level name counts
+    }
+  }
+  return {};
+}
+
 void write_baseline(const std::filesystem::path& path, const MetricSet& current,
-                    const MetricSet* previous) {
+                    const MetricSet* previous, const std::string& scenario_path) {
   std::string header;
   if (previous != nullptr && !previous->header_comment.empty()) {
     header = previous->header_comment;
@@ -410,16 +440,18 @@ void write_baseline(const std::filesystem::path& path, const MetricSet& current,
     const std::string name = name_it != current.values.end() && name_it->second.is_string()
                                  ? name_it->second.get<std::string>()
                                  : "SCENARIO";
+    const std::string scenario =
+        scenario_path.empty() ? "scenarios/" + name + ".yaml" : scenario_path;
     header = fmt::format(
         "# kvsim regression baseline for scenario '{0}' (read by `kvsim check`).\n"
         "# Regenerate after an intended change of results:\n"
-        "#   kvsim run scenarios/{0}.yaml -o /tmp/r && \\\n"
+        "#   kvsim run {2} -o /tmp/r && \\\n"
         "#   kvsim check /tmp/r/{0} --baseline {1} --update-baseline\n"
         "# metrics: the run's summary.json scalars (nested keys joined with '.').\n"
         "# rules: per metric, one of: exact | rel TOL (|cur-base| <= TOL*|base|) | abs TOL | "
         "ignore.\n"
         "#   Edit a rule by hand to loosen or tighten it; --update-baseline keeps edited rules.\n",
-        name, path.generic_string());
+        name, path.generic_string(), scenario);
   }
   std::string text = header + "metrics:\n";
   for (const auto& [k, v] : current.values) text += fmt::format("  {}: {}\n", k, v.dump());

@@ -91,9 +91,15 @@ CheckReport compare_metrics(const MetricSet& baseline, const MetricSet& current)
 std::string format_check_report(const CheckReport& report, bool all_rows);
 
 /// Writes a baseline YAML for `current` to `path`: a header comment (`previous`'s when it has one,
-/// else one naming the regenerate command), the metrics, and one rule per metric (`previous`'s
-/// explicit rules are kept). Writes to a temporary file and renames it.
+/// else one naming the command that regenerates it from `scenario_path`, default
+/// scenarios/NAME.yaml), the metrics, and one rule per metric (`previous`'s explicit rules are
+/// kept). Writes to a temporary file and renames it.
 void write_baseline(const std::filesystem::path& path, const MetricSet& current,
-                    const MetricSet* previous);
+                    const MetricSet* previous, const std::string& scenario_path = {});
+
+/// The scenario YAML under `root` (recursively, skipping baselines/) whose top-level `name:` is
+/// `name`, or an empty path. Files are visited in sorted order; the first match wins.
+std::filesystem::path find_scenario_file(const std::filesystem::path& root,
+                                         const std::string& name);
 
 }  // namespace kvsim

@@ -12,13 +12,15 @@ namespace kvsim::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: kvsim check RUN_DIR --baseline FILE [--update-baseline] [--all]\n"
+    "usage: kvsim check RUN_DIR --baseline FILE [--update-baseline [--scenario YAML]] [--all]\n"
     "\n"
     "Compares RUN_DIR's summary.json with a baseline and prints the metrics that moved.\n"
     "  RUN_DIR            a run folder, or a summary.json\n"
     "  --baseline FILE    a baseline YAML (scenarios/baselines/NAME.yaml), another run folder,\n"
     "                     or its summary.json\n"
     "  --update-baseline  write RUN_DIR's metrics into the baseline YAML (kept rules and header)\n"
+    "  --scenario YAML    the scenario a new baseline's header names for regenerating it\n"
+    "                     (default: the file under ./scenarios/ with the run's name)\n"
     "  --all              print every metric, not only those that moved\n"
     "Rules: exact for counters (prefix_cache_hits, num_preemptions, ...), rel 0.02 for *_ms and\n"
     "throughputs, abs 1e-9 for hit rates; a baseline YAML may set its own per metric.\n"
@@ -27,7 +29,7 @@ constexpr const char* kUsage =
 }  // namespace
 
 int check(const Args& args) {
-  std::string run_dir, baseline;
+  std::string run_dir, baseline, scenario;
   bool update = false, all_rows = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -39,13 +41,17 @@ int check(const Args& args) {
       baseline = args[++i];
     } else if (a.rfind("--baseline=", 0) == 0) {
       baseline = a.substr(11);
+    } else if (a == "--scenario") {
+      if (i + 1 >= args.size()) throw ConfigError("--scenario needs a YAML file");
+      scenario = args[++i];
     } else if (a == "--update-baseline") {
       update = true;
     } else if (a == "--all") {
       all_rows = true;
     } else if (a.size() > 1 && a[0] == '-') {
-      throw ConfigError("unknown option '" + a +
-                        "' (allowed: --baseline FILE, --update-baseline, --all, --help)");
+      throw ConfigError(
+          "unknown option '" + a +
+          "' (allowed: --baseline FILE, --update-baseline, --scenario YAML, --all, --help)");
     } else if (run_dir.empty()) {
       run_dir = a;
     } else {
@@ -67,14 +73,21 @@ int check(const Args& args) {
                         "or summary.json");
     }
     std::error_code ec;
+    if (scenario.empty()) {
+      const auto name = current.values.find("name");
+      if (name != current.values.end() && name->second.is_string()) {
+        scenario =
+            find_scenario_file("scenarios", name->second.get<std::string>()).generic_string();
+      }
+    }
     if (!std::filesystem::exists(baseline_path, ec)) {
-      write_baseline(baseline_path, current, nullptr);
+      write_baseline(baseline_path, current, nullptr, scenario);
       std::printf("baseline created: %s (%zu metrics)\n", baseline.c_str(), current.values.size());
       return 0;
     }
     const MetricSet previous = load_metric_set(baseline_path);
     std::fputs(format_check_report(compare_metrics(previous, current), all_rows).c_str(), stdout);
-    write_baseline(baseline_path, current, &previous);
+    write_baseline(baseline_path, current, &previous, scenario);
     std::printf("baseline updated: %s\n", baseline.c_str());
     return 0;
   }

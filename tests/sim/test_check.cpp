@@ -181,6 +181,28 @@ TEST_CASE("a written baseline reloads and passes against the run it came from", 
   for (const auto& row : report.rows) CHECK(row.status == CheckStatus::kSame);
 }
 
+TEST_CASE("a new baseline names the scenario file that regenerates it", "[sim]") {
+  TempDir tmp;
+  write_file(tmp.path / "scenarios/baselines/x.yaml", "name: regression-tiny-chat\n");
+  write_file(tmp.path / "scenarios/regression/a.yaml", "name: other\n");
+  write_file(tmp.path / "scenarios/regression/tiny-chat.yaml",
+             "# a gate\nname: \"regression-tiny-chat\"  # quoted\nseed: 1\n");
+  const fs::path found = kvsim::find_scenario_file(tmp.path / "scenarios", "regression-tiny-chat");
+  CHECK(found == tmp.path / "scenarios/regression/tiny-chat.yaml");
+  CHECK(kvsim::find_scenario_file(tmp.path / "scenarios", "absent").empty());
+  CHECK(kvsim::find_scenario_file(tmp.path / "nowhere", "other").empty());
+
+  auto summary = sample_summary();
+  summary["name"] = "regression-tiny-chat";
+  const fs::path baseline = tmp.path / "b.yaml";
+  kvsim::write_baseline(baseline, kvsim::metric_set_from_json(summary, "s"), nullptr,
+                        "scenarios/regression/tiny-chat.yaml");
+  const std::string header = kvsim::load_metric_set(baseline).header_comment;
+  CHECK(header.find("kvsim run scenarios/regression/tiny-chat.yaml -o /tmp/r") !=
+        std::string::npos);
+  CHECK(header.find("kvsim check /tmp/r/regression-tiny-chat --baseline") != std::string::npos);
+}
+
 TEST_CASE("updating a baseline keeps its hand-edited rules and header", "[sim]") {
   TempDir tmp;
   const fs::path baseline = tmp.path / "b.yaml";
