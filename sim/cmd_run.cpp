@@ -121,9 +121,11 @@ int run(const Args& args) {
   const bool tty = !quiet && ::isatty(2);
   const auto wall0 = std::chrono::steady_clock::now();
   if (tty) {
-    opts.progress = [wall0](const SimProgress& p) {
+    opts.progress = [wall0, last = -1.0](const SimProgress& p) mutable {
       const double wall =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+      if (wall - last < 0.1) return;  // redraw at most ten times a second
+      last = wall;
       std::fprintf(stderr,
                    "\r\033[K  sim %9.2f s | %lld requests done | %lld steps | running %lld waiting "
                    "%lld | %.0f req/s",

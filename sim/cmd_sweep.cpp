@@ -37,7 +37,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kSweepUsage =
     "usage: kvsim sweep SCENARIO.yaml [-o DIR] [--jobs N | --emit-jobs FILE] [--set k=v ...]\n"
-    "                   [--seed N]\n"
+    "                   [--seed N] [--quiet]\n"
     "  -o DIR            parent folder; runs go to DIR/<name>/<point>/ (default: results)\n"
     "  --jobs N          local processes (default: the number of cores)\n"
     "  --emit-jobs FILE  write one 'kvsim run' command per line and run nothing\n";
@@ -200,6 +200,7 @@ int sweep(const Args& args) {
   std::optional<std::string> seed;
   std::optional<std::string> emit;
   unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
+  bool quiet = false;
   for (std::size_t k = 0; k < args.size(); ++k) {
     const std::string& a = args[k];
     auto value = [&](const char* flag) -> std::string {
@@ -224,6 +225,8 @@ int sweep(const Args& args) {
       jobs = static_cast<unsigned>(n);
     } else if (a == "--emit-jobs") {
       emit = value("--emit-jobs");
+    } else if (a == "--quiet" || a == "-q") {
+      quiet = true;
     } else if (!a.empty() && a[0] == '-') {
       throw ConfigError(fmt::format("sweep: unknown option '{}'\n{}", a, kSweepUsage));
     } else if (!path) {
@@ -303,8 +306,9 @@ int sweep(const Args& args) {
     ++done;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (!ok) ++failed;
-    std::fprintf(stderr, "[%zu/%zu] %s %s\n", done, point_sets.size(), name.c_str(),
-                 ok ? "done" : "FAILED");
+    if (!quiet || !ok)
+      std::fprintf(stderr, "[%zu/%zu] %s %s\n", done, point_sets.size(), name.c_str(),
+                   ok ? "done" : "FAILED");
   }
   const std::size_t rows = merge_dir(sweep_dir, sweep_dir / "sweep.csv");
   std::printf("%zu runs (%d failed) in %s; %zu rows in %s\n", point_sets.size(), failed,

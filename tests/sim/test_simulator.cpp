@@ -8,7 +8,11 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
@@ -355,4 +359,65 @@ TEST_CASE("a planted wrong configuration misses the Mooncake table", "[sim]") {
   const double got = cache_only_hit_rate(1e7, 2048);
   INFO("block_size 2048 at 1e7 tokens: " << got);
   CHECK(std::abs(got - 0.577) > 0.02);
+}
+
+namespace {
+
+/// Runs the kvsim binary (when it has been built) and returns its exit status; "" skips.
+int kvsim_cli(const std::string& args, const fs::path& log) {
+  const std::string cmd = std::string(KVSIM_BINARY_DIR) + "/kvsim " + args + " > " + log.string() +
+                          " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::string slurp_text(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("kvsim run and sweep exit 0 on success, 1 on a run failure, 2 on bad input", "[sim]") {
+  if (!fs::exists(fs::path(KVSIM_BINARY_DIR) / "kvsim")) {
+    WARN("kvsim not built; skipping the command-line checks");
+    return;
+  }
+  TempDir tmp("cli");
+  const fs::path log = tmp.path / "log.txt";
+  const fs::path yaml = tmp.path / "s.yaml";
+  {
+    std::ofstream f(yaml);
+    f << timed_yaml("{block_size: 16, num_gpu_blocks_override: 64}", "{max_model_len: 2048}",
+                    "{num_requests: 5, arrival: {process: all_at_once}, prompt_tokens: 40, "
+                    "output_tokens: 5}")
+      << "latency: {model: constant, step_time_us: 1000}\n"
+         "sweep: {cache.block_size: [8, 16], cache.enable_prefix_caching: [true]}\n";
+  }
+  const fs::path out = tmp.path / "out";
+  const std::string base = yaml.string() + " -o " + out.string() + " --quiet";
+
+  CHECK(kvsim_cli("run " + base, log) == 0);
+  CHECK(fs::exists(out / "t" / "summary.json"));
+  CHECK(kvsim_cli("run " + base + " --set cache.blok_size=8", log) == 2);
+  CHECK_THAT(slurp_text(log), Catch::Contains("did you mean 'block_size'"));
+  CHECK(kvsim_cli("run " + base + " --set name=bad --set cache.num_gpu_blocks_override=2", log) == 1);
+  CHECK_THAT(slurp_text(log), Catch::Contains("can never be scheduled"));
+  CHECK_FALSE(fs::exists(out / "bad"));
+  CHECK(kvsim_cli("run " + base + " --seed abc", log) == 2);
+  CHECK(kvsim_cli("run " + base + " --set name=ti --check-invariants", log) == 0);
+
+  CHECK(kvsim_cli("sweep " + base + " --jobs 2", log) == 0);
+  const std::string csv = slurp_text(out / "t" / "sweep.csv");
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 3);
+  CHECK(csv.rfind("cache.block_size,cache.enable_prefix_caching,name,", 0) == 0);
+  CHECK(fs::exists(out / "t" / "cache.block_size=8,cache.enable_prefix_caching=true" / "steps.csv"));
+  const fs::path jobs = tmp.path / "jobs.txt";
+  CHECK(kvsim_cli("sweep " + base + " --emit-jobs " + jobs.string(), log) == 0);
+  const std::string lines = slurp_text(jobs);
+  CHECK(std::count(lines.begin(), lines.end(), '\n') == 2);
+  CHECK(kvsim_cli("merge " + (out / "t").string(), log) == 0);
+  CHECK(kvsim_cli("merge " + tmp.path.string() + "/nope", log) == 2);
 }
