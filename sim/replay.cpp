@@ -150,6 +150,12 @@ OpReplayer::Slot& OpReplayer::live_request(std::string_view id) {
   return *slots_[static_cast<std::size_t>(it->second)];
 }
 
+// Ops that drive the manager directly would corrupt the scheduler's state in sched mode.
+void OpReplayer::require_kvm_mode(const char* op) const {
+  if (mode_ != Mode::kKvm)
+    throw OpError{std::string("RuntimeError: ") + op + " needs kvm mode (an init op)"};
+}
+
 KVCacheManager& OpReplayer::manager() {
   if (mode_ == Mode::kKvm) return *kvm_;
   if (mode_ == Mode::kSched) return sched_->kv_cache_manager();
@@ -291,6 +297,7 @@ void OpReplayer::op_add_request(JsonWriter& w) {
 }
 
 void OpReplayer::op_get_computed_blocks(JsonWriter& w) {
+  require_kvm_mode("get_computed_blocks");
   KVCacheManager& kv = manager();
   Slot& s = live_request(get_string("id"));
   const std::int64_t n = kv.get_computed_blocks(s.req, scratch_blocks_);
@@ -300,6 +307,7 @@ void OpReplayer::op_get_computed_blocks(JsonWriter& w) {
 }
 
 void OpReplayer::op_allocate_slots(JsonWriter& w) {
+  require_kvm_mode("allocate_slots");
   KVCacheManager& kv = manager();
   Slot& s = live_request(get_string("id"));
   const std::int64_t n = get_int("num_tokens");
@@ -331,7 +339,7 @@ void OpReplayer::op_allocate_slots(JsonWriter& w) {
 }
 
 void OpReplayer::op_append_output(JsonWriter& w) {
-  if (mode_ == Mode::kNone) throw OpError{"RuntimeError: no init op yet"};
+  require_kvm_mode("append_output");
   Slot& s = live_request(get_string("id"));
   read_tokens(field("tokens"), scratch_tokens_);
   for (Token t : scratch_tokens_) s.req.append_output_token(t);
@@ -339,7 +347,7 @@ void OpReplayer::op_append_output(JsonWriter& w) {
 }
 
 void OpReplayer::op_set_num_computed_tokens(JsonWriter& w) {
-  if (mode_ == Mode::kNone) throw OpError{"RuntimeError: no init op yet"};
+  require_kvm_mode("set_num_computed_tokens");
   Slot& s = live_request(get_string("id"));
   const std::int64_t n = get_int("n");
   if (n < 0) throw OpError{"ValueError: n must be >= 0"};
@@ -348,7 +356,7 @@ void OpReplayer::op_set_num_computed_tokens(JsonWriter& w) {
 }
 
 void OpReplayer::op_free(JsonWriter& w, bool forget_request) {
-  if (mode_ != Mode::kKvm) throw OpError{"RuntimeError: free/finish need kvm mode (init)"};
+  require_kvm_mode(forget_request ? "finish" : "free");
   const std::string_view id = get_string("id");
   Slot& s = live_request(id);
   kvm_->free(s.req);

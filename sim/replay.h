@@ -73,6 +73,7 @@ class OpReplayer {
 
   Slot& live_request(std::string_view id);
   KVCacheManager& manager();
+  void require_kvm_mode(const char* op) const;
   void forget(std::int64_t slot);
   void write_blocks(JsonWriter& w, const std::vector<BlockId>& blocks) const;
 
