@@ -55,7 +55,7 @@ TEST_CASE("a minimal scenario gets vLLM's defaults", "[sim]") {
   CHECK(s.num_gpu_blocks > 100000);
 }
 
-TEST_CASE("--set overrides values, creates sections and parses YAML scalars", "[sim]") {
+TEST_CASE("set overrides replace values, create sections and parse YAML scalars", "[sim]") {
   const Scenario s = parse(kBase, {"cache.block_size=32", "cache.enable_prefix_caching=false",
                                    "outputs.steps_every=1", "cache.num_gpu_blocks_override=500",
                                    "seed=9", "engine.mode=cache_only"});
