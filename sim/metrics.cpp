@@ -228,29 +228,32 @@ void MetricsCollector::on_step(const StepView& v) {
     }
   }
 
-  if (v.step % steps_every_ == 0) {
-    StepRecord& r = pending_;
-    r.step = v.step;
-    r.time_ns = v.start_ns;
-    r.duration_ns = v.end_ns - v.start_ns;
-    r.num_running = running;
-    r.num_waiting = waiting;
-    r.num_scheduled = batch;
-    r.prefill_tokens = v.prefill_tokens;
-    r.decode_tokens = v.decode_tokens;
-    r.batch_tokens = out.total_num_scheduled_tokens;
-    r.kv_cache_usage_perc = usage;
-    r.num_free_blocks = pool.num_free_blocks();
-    r.slots = compute_kv_breakdown(s, *final_kv_tokens_, stamp_, epoch_);
-    const double total = static_cast<double>(r.slots.total());
-    const std::int64_t parts[6] = {r.slots.token_states, r.slots.reservation,
-                                   r.slots.internal_fragmentation, r.slots.external_fragmentation,
-                                   r.slots.cached_free, r.slots.free};
-    for (int k = 0; k < 6; ++k) sum_breakdown_frac_[k] += static_cast<double>(parts[k]) / total;
-    ++num_recorded_;
-    if (sink_) sink_->on_step_record(r);
-    pending_ = StepRecord{};
-  }
+  StepRecord& r = pending_;
+  r.step = v.step;
+  r.time_ns = v.start_ns;
+  r.duration_ns = v.end_ns - v.start_ns;
+  r.num_running = running;
+  r.num_waiting = waiting;
+  r.num_scheduled = batch;
+  r.prefill_tokens = v.prefill_tokens;
+  r.decode_tokens = v.decode_tokens;
+  r.batch_tokens = out.total_num_scheduled_tokens;
+  r.kv_cache_usage_perc = usage;
+  r.num_free_blocks = pool.num_free_blocks();
+  if (v.step % steps_every_ == 0) record_pending(s);
+}
+
+void MetricsCollector::record_pending(const Scheduler& s) {
+  StepRecord& r = pending_;
+  r.slots = compute_kv_breakdown(s, *final_kv_tokens_, stamp_, epoch_);
+  const double total = static_cast<double>(r.slots.total());
+  const std::int64_t parts[6] = {r.slots.token_states, r.slots.reservation,
+                                 r.slots.internal_fragmentation, r.slots.external_fragmentation,
+                                 r.slots.cached_free, r.slots.free};
+  for (int k = 0; k < 6; ++k) sum_breakdown_frac_[k] += static_cast<double>(parts[k]) / total;
+  ++num_recorded_;
+  if (sink_) sink_->on_step_record(r);
+  pending_ = StepRecord{};
 }
 
 void MetricsCollector::on_request_done(const RequestRecord& r) {
@@ -290,6 +293,9 @@ void MetricsCollector::on_lookup(std::int64_t prompt_tokens, std::int64_t hit_to
 }
 
 void MetricsCollector::on_simulation_end(SimTimeNs, const Scheduler& s) {
+  // The last step is always recorded, so the rows' counters add up to the run's totals. Nothing
+  // changes the cache after the last step's update, so its breakdown is computed now.
+  if (pending_.step >= 0) record_pending(s);
   const BlockPool& pool = s.kv_cache_manager().pool();
   num_evictions_ = pool.stats().evictions;
   num_blocks_allocated_ = pool.stats().blocks_allocated;

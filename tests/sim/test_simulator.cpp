@@ -421,3 +421,46 @@ TEST_CASE("kvsim run and sweep exit 0 on success, 1 on a run failure, 2 on bad i
   CHECK(kvsim_cli("merge " + (out / "t").string(), log) == 0);
   CHECK(kvsim_cli("merge " + tmp.path.string() + "/nope", log) == 2);
 }
+
+TEST_CASE("steps.csv per-row counters add up to the summary totals", "[sim]") {
+  TempDir tmp("counters");
+  YAML::Node root = load_yaml_string(
+      timed_yaml("{block_size: 16, num_gpu_blocks_override: 150}",
+                 "{max_model_len: 2048, max_num_seqs: 24}",
+                 "{num_requests: 80, arrival: {process: poisson, rate_per_s: 60}, "
+                 "system_prompts: {count: 2, tokens: 96}, prompt_tokens: {uniform: {min: 20, max: 300}}, "
+                 "output_tokens: {uniform: {min: 10, max: 200}}}"),
+      "test.yaml");
+  root["outputs"]["steps_every"] = 7;
+  root["outputs"]["metrics_prom"] = true;
+  const Scenario s = parse_scenario(root, "test.yaml");
+  RunOptions opt;
+  opt.step_time = constant_ms(3);
+  const RunResult r = run_scenario(s, tmp.path, opt);
+  const nlohmann::json j = read_json(r.folder / "summary.json");
+  const auto rows = read_csv(r.folder / "steps.csv");
+  std::int64_t sums[5] = {0, 0, 0, 0, 0};
+  for (std::size_t i = 1; i < rows.size(); ++i)
+    for (int c = 0; c < 5; ++c) sums[c] += std::stoll(rows[i][static_cast<std::size_t>(17 + c)]);
+  const std::int64_t steps = j["num_steps"].get<std::int64_t>();
+  // Every 7th step plus the last one.
+  CHECK(static_cast<std::int64_t>(rows.size()) - 1 == (steps + 6) / 7 + ((steps - 1) % 7 != 0));
+  CHECK(rows.back()[0] == std::to_string(steps - 1));
+  CHECK(sums[0] == j["prefix_cache_queries"].get<std::int64_t>());
+  CHECK(sums[1] == j["prefix_cache_hits"].get<std::int64_t>());
+  CHECK(sums[2] == j["num_preemptions"].get<std::int64_t>());
+  CHECK(sums[3] == j["num_evictions"].get<std::int64_t>());
+  CHECK(sums[4] == j["num_blocks_allocated"].get<std::int64_t>());
+  CHECK(sums[0] > 0);
+  CHECK(sums[4] > 0);
+  const std::string prom = [&] {
+    std::ifstream f(r.folder / "metrics.prom");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }();
+  CHECK_THAT(prom, Catch::Contains("vllm:prefix_cache_queries_total{model_name=\"opt-125m\"} " +
+                                   std::to_string(j["prefix_cache_queries"].get<std::int64_t>())));
+  CHECK_THAT(prom, Catch::Contains("vllm:time_to_first_token_seconds_bucket{le=\"+Inf\",model_name=\"opt-125m\"} 80"));
+  CHECK_THAT(prom, Catch::Contains("vllm:e2e_request_latency_seconds_count{model_name=\"opt-125m\"} 80"));
+}
