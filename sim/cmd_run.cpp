@@ -4,6 +4,7 @@
 // that can never fit, I/O), 2 bad input (ConfigError, printed by main as one line).
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -20,6 +21,9 @@
 
 namespace kvsim::cli {
 namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_interrupt(int) { g_interrupted = 1; }
 
 constexpr const char* kRunUsage =
     "usage: kvsim run SCENARIO.yaml [-o DIR] [--set key.path=value ...] [--seed N] [--quiet]\n"
@@ -136,13 +140,25 @@ int run(const Args& args) {
       std::fflush(stderr);
     };
   }
+  // Ctrl-C / SIGTERM end the run cleanly: the temporary folder is removed, nothing half-written.
+  opts.interrupt = &g_interrupted;
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
   RunResult result;
   try {
     result = run_scenario(scenario, out_dir, opts);
   } catch (...) {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
     if (tty) std::fputs("\n", stderr);
     throw;
   }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
   if (tty) std::fputs("\n", stderr);
   if (!quiet) print_summary(result, stdout);
   return 0;

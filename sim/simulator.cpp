@@ -259,6 +259,12 @@ void Simulator::finish_request(std::int64_t slot, FinishReason reason) {
   if (follow) queue_arrival(std::move(*follow), false);
 }
 
+void Simulator::check_interrupt() const {
+  if (interrupt_ && *interrupt_)
+    throw RunError(fmt::format("interrupted at simulated time {:.3f} s; no run folder written",
+                               static_cast<double>(engine_.now()) / 1e9));
+}
+
 void Simulator::report_progress() {
   if (!progress_) return;
   SimProgress p;
@@ -287,6 +293,7 @@ void Simulator::run_timed() {
       case EventKind::kUser: break;
     }
     if (++n % progress_every_ == 0) report_progress();
+    if ((n & 1023) == 0) check_interrupt();
   }
   if (scheduler_->num_unfinished_requests() > 0) {
     const Request* r = scheduler_->waiting().empty() ? scheduler_->running().front()
@@ -353,6 +360,7 @@ void Simulator::run_cache_only() {
     std::optional<RequestSpec> follow = source_.on_finished(spec, engine_.now(), outputs);
     if (follow) queue_arrival(std::move(*follow), false);
     if (++n % progress_every_ == 0) report_progress();
+    if ((n & 255) == 0) check_interrupt();
   }
   report_progress();
 }
@@ -413,6 +421,7 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
     sim.attach(trace.get());
   }
   sim.set_check_invariants(options.check_invariants);
+  sim.set_interrupt_flag(options.interrupt);
   if (options.progress) sim.set_progress(options.progress, options.progress_every_events);
   sim.run();
 

@@ -16,6 +16,7 @@
 // Policy for a request larger than the pool: its lookup counts in full, and the longest prefix of
 // the rest that fits in the pool (after its hits) is allocated and cached before it is freed.
 
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -63,6 +64,9 @@ class Simulator {
     progress_every_ = every_events ? every_events : 1;
   }
 
+  /// When `*flag` becomes non-zero (a signal handler sets it), run() throws RunError soon after.
+  void set_interrupt_flag(const volatile std::sig_atomic_t* flag) { interrupt_ = flag; }
+
   /// Runs to completion. Throws RunError when a request can never be scheduled.
   void run();
 
@@ -96,6 +100,8 @@ class Simulator {
   bool check_invariants_ = false;
   std::function<void(const SimProgress&)> progress_;
   std::uint64_t progress_every_ = 1 << 16;
+  const volatile std::sig_atomic_t* interrupt_ = nullptr;
+  void check_interrupt() const;
 
   Engine engine_;
   std::unique_ptr<Scheduler> scheduler_;
@@ -130,6 +136,7 @@ struct RunOptions {
   std::function<void(const SimProgress&)> progress;  // empty: no progress reports
   std::uint64_t progress_every_events = 1 << 15;
   StepTimeFn step_time;  // empty: the scenario's latency model
+  const volatile std::sig_atomic_t* interrupt = nullptr;  // see Simulator::set_interrupt_flag
 };
 
 /// What run_scenario produced.

@@ -7,6 +7,8 @@
 
 #include "sim/rng.h"
 #include "sim/scenario.h"
+#include "sim/simulator.h"
+#include "sim/workload.h"
 
 using namespace kvsim;
 
@@ -154,17 +156,25 @@ TEST_CASE("random mutations of a scenario either load or raise ConfigError", "[s
       "scheduler.max_num_seqs", "scheduler.max_model_len", "scheduler.max_num_batched_tokens",
       "outputs.steps_every", "outputs.trace_json", "validate.sample_prob", "hardware.gpu",
       "hardware.tensor_parallel_size", "model.num_hidden_layers", "sweep.cache.block_size",
-      "engine", "cache", "model", "bogus.key"};
+      "engine", "cache", "model", "bogus.key", "workload.num_requests", "workload.prompt_tokens",
+      "workload.output_tokens", "workload.arrival.process", "workload.arrival.rate_per_s",
+      "workload.system_prompts.count", "workload.sessions.turns", "workload.eos_token_id",
+      "latency.model", "latency.mfu", "latency.step_time_us", "workload"};
   RngStream rng = make_stream(12345, "fuzz");
   int ok = 0, rejected = 0;
-  for (int iter = 0; iter < 400; ++iter) {
+  for (int iter = 0; iter < 1500; ++iter) {
     std::vector<std::string> sets;
     const int n = 1 + static_cast<int>(rng() % 3);
     for (int k = 0; k < n; ++k)
       sets.push_back(keys[rng() % keys.size()] + "=" + values[rng() % values.size()]);
     INFO("seed 12345 iteration " << iter << ": " << sets[0]);
     try {
-      (void)parse(text, sets);
+      const Scenario s = parse(text, sets);
+      // Build what a run builds before it writes anything, and draw a few requests.
+      auto src = make_request_source(s.workload, s.ctx().child("workload"), s.seed, 32000);
+      if (s.engine.mode == EngineConfig::Mode::kTimed) (void)make_step_time(s);
+      for (int k = 0; k < 5 && src->next(); ++k) {
+      }
       ++ok;
     } catch (const ConfigError&) {
       ++rejected;
