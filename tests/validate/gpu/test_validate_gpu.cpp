@@ -1,0 +1,73 @@
+// validate-small with the CUDA backend: every step within tolerance, the timed launch agrees with
+// the backend bitwise, the errors stay within the FA3-style bound of the CPU backend's, and a
+// planted fault still fails.
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <unistd.h>
+
+#include "kernels/metrics.h"
+#include "sim/scenario.h"
+#include "validate/validate_run.h"
+
+using namespace kvsim;
+using namespace kvsim::validate;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSmall = std::string(KVSIM_SOURCE_DIR) + "/scenarios/validate-small.yaml";
+
+fs::path out_dir(const std::string& name) {
+  const fs::path p =
+      fs::path(KVSIM_BINARY_DIR) / "validate-test-out" / (name + "-" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  return p;
+}
+
+ValidationOptions options(kernels::BackendKind backend, kernels::DType dtype) {
+  ValidationOptions o;
+  o.backend = backend;
+  o.dtype = dtype;
+  o.sample_every_steps = 1;
+  if (backend == kernels::BackendKind::kCpu) o.repeats = 1;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("validate-small passes on the cuda backend within the cpu baseline's error bound", "[validate][gpu]") {
+  const Scenario s = load_scenario(kSmall, {});
+  for (kernels::DType d : {kernels::DType::kBF16, kernels::DType::kF16}) {
+    const std::string tag = kernels::dtype_name(d);
+    const ValidationRunResult gpu = run_validation(s, out_dir("gpu-" + tag), options(kernels::BackendKind::kCuda, d));
+    const ValidationRunResult cpu = run_validation(s, out_dir("cpu-" + tag), options(kernels::BackendKind::kCpu, d));
+    INFO(tag << " on " << gpu.setup.device << ": max abs " << gpu.summary.max_abs_err << " (cpu "
+              << cpu.summary.max_abs_err << "), median " << gpu.summary.median_latency_us << " us");
+    CHECK(gpu.summary.pass);
+    CHECK(gpu.summary.steps_sampled == gpu.summary.steps_total);
+    CHECK(gpu.summary.timer_output_mismatch_steps == 0);
+    CHECK(gpu.summary.mismatched_slots == 0);
+    REQUIRE(gpu.records.size() == cpu.records.size());
+    for (std::size_t i = 0; i < gpu.records.size(); ++i) {
+      const ValidationRecord& g = gpu.records[i];
+      INFO("step " << g.step << ": gpu " << kernels::to_string(g.err) << " cpu "
+                   << kernels::to_string(cpu.records[i].err));
+      CHECK(g.latency_us > 0);
+      CHECK(g.repeats == 20);
+      CHECK(kernels::passes_against_baseline(g.err, cpu.records[i].err));
+    }
+  }
+}
+
+TEST_CASE("a block shared while in use fails validation on the cuda backend too", "[validate][gpu]") {
+  const Scenario s = load_scenario(kSmall, {});
+  ValidationOptions o = options(kernels::BackendKind::kCuda, kernels::DType::kBF16);
+  o.sample_every_steps = 1 << 30;
+  o.fault = {FaultInjection::Kind::kBlockSharedInUse, 10};
+  const ValidationRunResult r = run_validation(s, out_dir("gpu-fault"), o);
+  REQUIRE(r.fault_step >= 10);
+  CHECK_FALSE(r.summary.pass);
+  CHECK(r.summary.first_failed_step == r.fault_step);
+}

@@ -1,0 +1,137 @@
+#pragma once
+// ValidationHarness: the StepObserver that turns simulated steps into paged-attention kernel
+// calls over the simulator's real block tables and checks them against a dense reference.
+//
+// Every step (on_step_begin, i.e. after schedule(), before the batch "runs"):
+//   1. For each scheduled request, the K/V of its tokens [num_computed, num_computed + num_tokens)
+//      (validate/kv_content.h) are written into the backend's pool through the slot mapping
+//      slot = block_table[p / block_size] * block_size + p % block_size (vLLM's
+//      reshape_and_cache), so a block holds whatever its last writer put there.
+// At a sampled step, additionally:
+//   2. One attention call over the whole batch (decode rows and prefill/append chunks together;
+//      queries are each request's scheduled tokens, context = num_computed + num_tokens) reads
+//      the pool through the block tables; it is timed (CPU: wall clock; CUDA: events on a mirror,
+//      see cuda_timer.h).
+//   3. Each request's reference comes from its own tokens only: Q/K/V regenerated from the content
+//      model (never read from the pool), dense attention in double (kernels/dense_reference.h).
+//   4. The step's errors (max abs, relative Frobenius, NMSE) are judged against the dtype's
+//      tolerance (kernels/metrics.h); a content audit also counts context positions whose pool
+//      slot was last written with another token's K/V (a host-side shadow of the pool). A step
+//      passes when both are clean: the audit catches what attention cannot see (a permuted block
+//      table leaves a decode row's output unchanged, since attention sums over its keys).
+//
+// Memory: the pool is one layer, 2 x num_gpu_blocks x block_size x Hkv x D x dtype bytes (plus an
+// 8-byte shadow per slot), refused above ValidationOptions::max_pool_bytes (ConfigError).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/dtype.h"
+#include "kernels/metrics.h"
+#include "sim/observer.h"
+#include "sim/scenario.h"
+
+namespace kvsim::validate {
+
+/// Test-only fault injection: plants one class of KV-cache bug in the harness's own copy of the
+/// batch (core/ is never touched), at the first step >= from_step where it can be planted with
+/// content that really differs, and forces that step to be sampled.
+struct FaultInjection {
+  enum class Kind : std::uint8_t {
+    kNone,
+    kWrongPrefixHit,     // a request admitted with a prefix hit reads its last hit block from a
+                         // cached block of a different prefix
+    kBlockSharedInUse,   // a block that a running request is writing is one another running
+                         // request of the batch holds (its writes land in the other's block)
+    kSlotOffByOne,       // every write from from_step on goes to slot + 1 (persistent)
+    kCorruptBlockTable,  // a request's first block-table entry read with one bit of its id flipped
+    kPermutedBlockTable, // two full context entries of a request's table swapped for the read
+  };
+  Kind kind = Kind::kNone;
+  std::int64_t from_step = 0;
+};
+const char* fault_kind_name(FaultInjection::Kind kind);
+
+/// How the harness runs (the CLI resolves these from flags and the scenario's `validate:`).
+struct ValidationOptions {
+  kernels::BackendKind backend = kernels::BackendKind::kCpu;
+  kernels::DType dtype = kernels::DType::kBF16;
+  std::int64_t sample_every_steps = 1;  // > 0: sample steps with step % N == 0
+  double sample_prob = 0.0;             // used when sample_every_steps == 0 (seeded, per step)
+  std::int32_t warmup = -1;             // untimed calls before timing; -1: cuda 3, cpu 0
+  std::int32_t repeats = -1;            // timed calls (median); -1: cuda 20, cpu 3
+  std::int64_t max_pool_bytes = std::int64_t{2} << 30;
+  FaultInjection fault;                 // tests only
+};
+
+/// One sampled step (a validation.csv row).
+struct ValidationRecord {
+  std::int64_t step = 0;
+  double time_s = 0;                  // simulated time of the step's start
+  std::int64_t num_seqs = 0;
+  std::int64_t num_prefill_seqs = 0;  // as StepView counts them (not single-token decodes)
+  std::int64_t prefill_tokens = 0;
+  std::int64_t decode_tokens = 0;
+  std::int64_t max_context = 0;       // max over seqs of num_computed + num_tokens
+  std::int64_t sum_context_tokens = 0;
+  double sum_context_sq = 0;
+  kernels::error_stats err;           // whole batch against the reference
+  std::int64_t mismatched_slots = 0;  // context positions whose slot holds other K/V (audit)
+  std::uint64_t worst_request_id = 0; // the request (requests.csv id) with the largest max abs
+  bool pass = true;                   // within tolerance and mismatched_slots == 0
+  double latency_us = 0, latency_p10_us = 0, latency_p90_us = 0;  // kernel only, median of repeats
+  std::int32_t repeats = 0;
+  std::int64_t bytes = 0;             // unique bytes the call must move: K/V context + Q + O + tables
+  double achieved_gb_per_s = 0;       // bytes / latency
+  bool timer_output_mismatch = false; // cuda: the timed launch's output != the backend's (bitwise)
+  bool fault_planted = false;         // tests: the injected fault was planted at this step
+
+  /// max_abs, or +inf when the output holds NaN/inf (a garbage output is an infinite error).
+  double error_score() const;
+};
+
+/// What is being validated (validation.json's header).
+struct ValidationSetup {
+  kernels::BackendKind backend = kernels::BackendKind::kCpu;
+  kernels::DType dtype = kernels::DType::kBF16;
+  std::string device;
+  kernels::kv_pool_shape pool;
+  std::int32_t num_q_heads = 0;
+  std::int64_t num_layers = 0;
+  std::int64_t pool_bytes = 0;
+  kernels::tolerance tol;
+  std::int32_t warmup = 0, repeats = 0;
+};
+
+class ValidationHarness final : public StepObserver {
+ public:
+  /// Checks the scenario (timed mode, a model with plain attention heads, pool under the limit,
+  /// shapes the backend supports) and allocates the pool. Throws ConfigError on bad input and
+  /// std::runtime_error when the backend cannot start.
+  ValidationHarness(const Scenario& scenario, const ValidationOptions& options);
+  ~ValidationHarness() override;
+
+  /// Writes the step's new K/V and, at a sampled step, runs and checks the kernel.
+  void on_step_begin(const StepView& view) override;
+
+  const ValidationSetup& setup() const { return setup_; }
+  const std::vector<ValidationRecord>& records() const { return records_; }
+  std::int64_t steps_seen() const { return steps_seen_; }
+  std::int64_t tokens_written() const { return tokens_written_; }
+  /// The step the injected fault was planted at, or -1.
+  std::int64_t fault_step() const { return fault_step_; }
+
+ private:
+  struct Impl;
+  ValidationSetup setup_;
+  std::vector<ValidationRecord> records_;
+  std::int64_t steps_seen_ = 0;
+  std::int64_t tokens_written_ = 0;
+  std::int64_t fault_step_ = -1;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvsim::validate

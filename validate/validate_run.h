@@ -1,0 +1,46 @@
+#pragma once
+// One validated run: the scenario simulated exactly as `kvsim run` does (same run folder, same
+// files), with a ValidationHarness seeing every step, then validation.csv and validation.json
+// written into the run folder (and a calibration CSV when asked). Used by `kvsim validate`.
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/dtype.h"
+#include "sim/scenario.h"
+#include "sim/simulator.h"
+#include "validate/harness.h"
+#include "validate/report.h"
+
+namespace kvsim::validate {
+
+struct ValidationRunResult {
+  RunResult run;                     // the run folder and summary of the simulation
+  ValidationSetup setup;             // what was validated (backend, device, shapes, tolerance)
+  ValidationSummary summary;
+  std::vector<ValidationRecord> records;  // one per sampled step
+  std::int64_t fault_step = -1;      // tests: where the injected fault was planted
+  std::filesystem::path csv, json;   // inside run.folder
+};
+
+/// Parses a dtype name: bf16 / bfloat16, fp16 / f16 / float16 / half, fp32 / f32 / float32 /
+/// float. nullopt otherwise.
+[[nodiscard]] std::optional<kernels::DType> parse_dtype_name(std::string_view name);
+
+/// The options the scenario's `validate:` section asks for: backend, sampling (every step when
+/// neither sample_every_steps nor sample_prob is set), dtype ("auto": the KV cache dtype, i.e.
+/// cache.cache_dtype or else the model's dtype). Throws ConfigError for a dtype the kernels do
+/// not store (fp8).
+[[nodiscard]] ValidationOptions options_from_scenario(const Scenario& scenario);
+
+/// Simulates `scenario` into `<out_dir>/<name>/` with the harness attached, then writes the
+/// validation files there, and `calibration_csv` when not empty. Throws what run_scenario throws,
+/// and ConfigError from the harness's checks (before anything is written).
+ValidationRunResult run_validation(const Scenario& scenario, const std::filesystem::path& out_dir,
+                                   const ValidationOptions& options, const RunOptions& run_options = {},
+                                   const std::filesystem::path& calibration_csv = {});
+
+}  // namespace kvsim::validate
