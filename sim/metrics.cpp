@@ -224,7 +224,7 @@ void MetricsCollector::on_step(const StepView& v) {
     const SimTimeNs prev = v.prev_token_ns[i];
     if (prev >= 0) {
       itl_.add(v.end_ns - prev);
-      h_tpot_.observe(static_cast<double>(v.end_ns - prev) / 1e9);
+      if (prom_) h_tpot_.observe(static_cast<double>(v.end_ns - prev) / 1e9);
     }
   }
 
@@ -280,6 +280,7 @@ void MetricsCollector::on_request_done(const RequestRecord& r) {
   e2el_.add(e2e);
   queue_.add(r.first_scheduled_ns - r.arrival_ns);
   if (r.output_tokens > 1) tpot_.add((e2e - ttft) / (r.output_tokens - 1));
+  if (!prom_) return;
   h_ttft_.observe(static_cast<double>(ttft) / 1e9);
   h_e2e_.observe(static_cast<double>(e2e) / 1e9);
   h_queue_.observe(static_cast<double>(r.first_scheduled_ns - r.arrival_ns) / 1e9);

@@ -115,6 +115,8 @@ class MetricsCollector : public StepObserver {
   /// summary.json text (pretty, fixed precision, deterministic). `header` holds the leading keys
   /// (name, seed, profile, mode, block_size, num_gpu_blocks, enable_prefix_caching) pre-rendered.
   std::string summary_json(const std::string& header);
+  /// Keep the Prometheus histograms (off by default: they cost a search per generated token).
+  void enable_prometheus(bool on) { prom_ = on; }
   /// metrics.prom text with vLLM's metric names; `model_name` labels the series.
   std::string prometheus_text(const std::string& model_name);
   /// The number of requests completed so far (for progress).
@@ -126,6 +128,7 @@ class MetricsCollector : public StepObserver {
   const std::vector<std::int64_t>* final_kv_tokens_;
   std::int64_t steps_every_;
   RecordSink* sink_;
+  bool prom_ = false;
   std::vector<std::uint32_t> stamp_;
   std::uint32_t epoch_ = 0;
 

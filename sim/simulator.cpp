@@ -414,6 +414,7 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
   Simulator sim(scenario, *source, std::move(step_time));
   MetricsCollector metrics(&sim.final_kv_tokens(), scenario.outputs.steps_every,
                            scenario.scheduler.max_model_len, &csv);
+  metrics.enable_prometheus(scenario.outputs.metrics_prom);
   sim.attach(&metrics);
   std::unique_ptr<TraceJsonWriter> trace;
   if (scenario.outputs.trace_json) {

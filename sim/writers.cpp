@@ -169,25 +169,27 @@ void TraceJsonWriter::event(const std::string& json) {
 void TraceJsonWriter::on_step_begin(const StepView& v) {
   const SchedulerOutput& out = *v.out;
   const Scheduler& s = *v.scheduler;
-  std::string ts;
-  append_us(ts, v.start_ns);
-  std::string dur;
-  append_us(dur, v.end_ns - v.start_ns);
-  line_ = fmt::format(
-      R"({{"name":"step","ph":"X","pid":1,"tid":1,"ts":{},"dur":{},"args":{{"step":{},"num_scheduled":{},"prefill_tokens":{},"decode_tokens":{},"preempted":{}}}}})",
-      ts, dur, v.step, out.scheduled.size(), v.prefill_tokens, v.decode_tokens,
+  ts_.clear();
+  append_us(ts_, v.start_ns);
+  dur_.clear();
+  append_us(dur_, v.end_ns - v.start_ns);
+  auto put = [this]<class... A>(fmt::format_string<A...> f, A&&... args) {
+    line_.clear();
+    fmt::format_to(std::back_inserter(line_), f, std::forward<A>(args)...);
+    event(line_);
+  };
+  put(R"({{"name":"step","ph":"X","pid":1,"tid":1,"ts":{},"dur":{},"args":{{"step":{},"num_scheduled":{},"prefill_tokens":{},"decode_tokens":{},"preempted":{}}}}})",
+      ts_, dur_, v.step, out.scheduled.size(), v.prefill_tokens, v.decode_tokens,
       out.preempted.size());
-  event(line_);
-  event(fmt::format(R"({{"name":"kv_cache_usage_perc","ph":"C","pid":1,"ts":{},"args":{{"usage":{:.6f}}}}})",
-                    ts, s.kv_cache_manager().usage()));
-  event(fmt::format(R"({{"name":"queues","ph":"C","pid":1,"ts":{},"args":{{"running":{},"waiting":{}}}}})",
-                    ts, s.running().size(), s.waiting().size()));
+  put(R"({{"name":"kv_cache_usage_perc","ph":"C","pid":1,"ts":{},"args":{{"usage":{:.6f}}}}})", ts_,
+      s.kv_cache_manager().usage());
+  put(R"({{"name":"queues","ph":"C","pid":1,"ts":{},"args":{{"running":{},"waiting":{}}}}})", ts_,
+      s.running().size(), s.waiting().size());
   for (const Request* r : out.preempted) {
     const auto idx = static_cast<std::size_t>(r->index());
     const std::uint64_t id = idx < v.request_id_of_index.size() ? v.request_id_of_index[idx] : 0;
-    event(fmt::format(
-        R"({{"name":"preemption","ph":"i","s":"t","pid":1,"tid":1,"ts":{},"args":{{"request_id":{}}}}})",
-        ts, id));
+    put(R"({{"name":"preemption","ph":"i","s":"t","pid":1,"tid":1,"ts":{},"args":{{"request_id":{}}}}})",
+        ts_, id);
   }
 }
 

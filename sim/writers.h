@@ -78,7 +78,7 @@ class TraceJsonWriter : public StepObserver {
   void event(const std::string& json);
   OutFile file_;
   bool first_ = true;
-  std::string line_;
+  std::string line_, ts_, dur_;  // reused: no allocation per step
 };
 
 }  // namespace kvsim
