@@ -47,8 +47,7 @@ int replay(const Args& args) {
 
   OpReplayer replayer(options);
   std::string buf;  // unconsumed input
-  std::string out;
-  out.reserve(kFlushBytes + 4096);
+  OutBuf out;
   std::string chunk(kChunkBytes, '\0');
   bool eof = false;
   while (!eof) {

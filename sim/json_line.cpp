@@ -27,22 +27,22 @@ void append_utf8(std::string& out, std::uint32_t cp) {
 }
 }  // namespace
 
-bool JsonLine::fail(const char* what) {
-  error_ = "col " + std::to_string(pos_ + 1) + ": " + what;
-  return false;
+const char* JsonLine::fail(const char* p, const char* what) {
+  error_ = "col " + std::to_string(p - begin_ + 1) + ": " + what;
+  return nullptr;
 }
 
 bool JsonLine::parse(std::string_view line) {
-  text_ = line;
-  pos_ = 0;
-  values_.clear();
+  begin_ = line.data();
+  end_ = line.data() + line.size();
+  count_ = 0;
   unescaped_.clear();
   unescaped_.reserve(line.size());
   error_.clear();
-  skip_ws();
-  if (!parse_value(0)) return false;
-  skip_ws();
-  if (pos_ != text_.size()) return fail("unexpected text after the JSON value");
+  const char* p = parse_value(skip_ws(begin_), 0);
+  if (!p) return false;
+  p = skip_ws(p);
+  if (p != end_) return fail(p, "unexpected text after the JSON value") != nullptr;
   return true;
 }
 
@@ -57,40 +57,41 @@ JsonLine::Index JsonLine::find(Index obj, std::string_view key) const {
   return kNone;
 }
 
-bool JsonLine::parse_string(std::string_view& out) {
-  // pos_ is at the opening quote.
-  ++pos_;
-  const std::size_t start = pos_;
-  while (pos_ < text_.size()) {
-    const char c = text_[pos_];
+const char* JsonLine::parse_string(const char* p, std::string_view& out) {
+  // p is at the opening quote.
+  const char* start = ++p;
+  while (p < end_) {
+    const auto c = static_cast<unsigned char>(*p);
     if (c == '"') {
-      out = text_.substr(start, pos_ - start);
-      ++pos_;
-      return true;
+      out = std::string_view(start, static_cast<std::size_t>(p - start));
+      return p + 1;
     }
-    if (c == '\\') break;
-    if (static_cast<unsigned char>(c) < 0x20) return fail("control character in string");
-    ++pos_;
+    if (c == '\\') return parse_string_escaped(p, start, out);
+    if (c < 0x20) return fail(p, "control character in string");
+    ++p;
   }
-  if (pos_ >= text_.size()) return fail("unterminated string");
-  // Slow path: the string has escapes; decode into unescaped_ (reserved: no reallocation).
+  return fail(p, "unterminated string");
+}
+
+// Slow path: the string has escapes; decode into unescaped_ (reserved: no reallocation).
+const char* JsonLine::parse_string_escaped(const char* p, const char* start,
+                                           std::string_view& out) {
   const std::size_t out_start = unescaped_.size();
-  unescaped_.append(text_.substr(start, pos_ - start));
-  while (pos_ < text_.size()) {
-    const char c = text_[pos_];
+  unescaped_.append(start, static_cast<std::size_t>(p - start));
+  while (p < end_) {
+    const char c = *p;
     if (c == '"') {
       out = std::string_view(unescaped_).substr(out_start);
-      ++pos_;
-      return true;
+      return p + 1;
     }
-    if (static_cast<unsigned char>(c) < 0x20) return fail("control character in string");
+    if (static_cast<unsigned char>(c) < 0x20) return fail(p, "control character in string");
     if (c != '\\') {
       unescaped_ += c;
-      ++pos_;
+      ++p;
       continue;
     }
-    if (++pos_ >= text_.size()) break;
-    const char e = text_[pos_++];
+    if (++p >= end_) break;
+    const char e = *p++;
     switch (e) {
       case '"':
         unescaped_ += '"';
@@ -117,102 +118,109 @@ bool JsonLine::parse_string(std::string_view& out) {
         unescaped_ += '\t';
         break;
       case 'u': {
-        if (pos_ + 4 > text_.size()) return fail("short \\u escape");
+        if (end_ - p < 4) return fail(p, "short \\u escape");
         std::uint32_t cp = 0;
-        auto r = std::from_chars(text_.data() + pos_, text_.data() + pos_ + 4, cp, 16);
-        if (r.ptr != text_.data() + pos_ + 4) return fail("bad \\u escape");
-        pos_ += 4;
-        // A lone or paired surrogate: decoded leniently (the op format never needs them).
-        if (unescaped_.size() + 4 > unescaped_.capacity()) return fail("escape too long");
+        auto r = std::from_chars(p, p + 4, cp, 16);
+        if (r.ptr != p + 4) return fail(p, "bad \\u escape");
+        p += 4;
+        // Surrogates are decoded leniently (the op format never needs them).
+        if (unescaped_.size() + 4 > unescaped_.capacity()) return fail(p, "escape too long");
         append_utf8(unescaped_, cp);
         break;
       }
       default:
-        return fail("bad escape in string");
+        return fail(p - 1, "bad escape in string");
     }
   }
-  return fail("unterminated string");
+  return fail(p, "unterminated string");
 }
 
-bool JsonLine::parse_number(Value& v) {
-  const std::size_t start = pos_;
-  if (pos_ < text_.size() && text_[pos_] == '-') ++pos_;
-  if (pos_ >= text_.size() || text_[pos_] < '0' || text_[pos_] > '9') return fail("bad number");
-  if (text_[pos_] == '0' && pos_ + 1 < text_.size() && text_[pos_ + 1] >= '0' &&
-      text_[pos_ + 1] <= '9')
-    return fail("leading zero in number");
-  while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
+const char* JsonLine::parse_number(const char* p, Value& v) {
+  const char* start = p;
+  bool neg = false;
+  if (p < end_ && *p == '-') {
+    neg = true;
+    ++p;
+  }
+  if (p >= end_ || *p < '0' || *p > '9') return fail(p, "bad number");
+  if (*p == '0' && p + 1 < end_ && p[1] >= '0' && p[1] <= '9')
+    return fail(p, "leading zero in number");
+  // Fast path: up to 18 digits and no fraction/exponent is an exact int64.
+  std::uint64_t acc = 0;
+  const char* digits = p;
+  while (p < end_ && *p >= '0' && *p <= '9')
+    acc = acc * 10 + static_cast<std::uint64_t>(*p++ - '0');
+  const bool more = p < end_ && (*p == '.' || *p == 'e' || *p == 'E');
+  if (!more && p - digits <= 18) {
+    v.type = Type::kInt;
+    v.i = neg ? -static_cast<std::int64_t>(acc) : static_cast<std::int64_t>(acc);
+    v.d = static_cast<double>(v.i);
+    return p;
+  }
   bool is_double = false;
-  if (pos_ < text_.size() && text_[pos_] == '.') {
+  if (p < end_ && *p == '.') {
     is_double = true;
-    ++pos_;
-    if (pos_ >= text_.size() || text_[pos_] < '0' || text_[pos_] > '9') return fail("bad fraction");
-    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
+    ++p;
+    if (p >= end_ || *p < '0' || *p > '9') return fail(p, "bad fraction");
+    while (p < end_ && *p >= '0' && *p <= '9') ++p;
   }
-  if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
+  if (p < end_ && (*p == 'e' || *p == 'E')) {
     is_double = true;
-    ++pos_;
-    if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
-    if (pos_ >= text_.size() || text_[pos_] < '0' || text_[pos_] > '9') return fail("bad exponent");
-    while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
+    ++p;
+    if (p < end_ && (*p == '+' || *p == '-')) ++p;
+    if (p >= end_ || *p < '0' || *p > '9') return fail(p, "bad exponent");
+    while (p < end_ && *p >= '0' && *p <= '9') ++p;
   }
-  const char* first = text_.data() + start;
-  const char* last = text_.data() + pos_;
   if (!is_double) {
-    auto r = std::from_chars(first, last, v.i);
+    auto r = std::from_chars(start, p, v.i);
     if (r.ec == std::errc()) {
       v.type = Type::kInt;
       v.d = static_cast<double>(v.i);
-      return true;
+      return p;
     }
   }
-  auto r = std::from_chars(first, last, v.d);
-  if (r.ec != std::errc() && r.ec != std::errc::result_out_of_range) return fail("bad number");
+  auto r = std::from_chars(start, p, v.d);
+  if (r.ec != std::errc() && r.ec != std::errc::result_out_of_range)
+    return fail(start, "bad number");
   v.type = Type::kDouble;
-  return true;
+  return p;
 }
 
-bool JsonLine::parse_value(std::uint32_t depth) {
-  if (depth > kMaxDepth) return fail("nesting too deep");
-  if (pos_ >= text_.size()) return fail("unexpected end of line");
-  const Index self = static_cast<Index>(values_.size());
-  values_.emplace_back();
-  const char c = text_[pos_];
-  switch (c) {
+const char* JsonLine::parse_value(const char* p, std::uint32_t depth) {
+  if (depth > kMaxDepth) return fail(p, "nesting too deep");
+  if (p >= end_) return fail(p, "unexpected end of line");
+  const Index self = push();
+  switch (*p) {
     case '{': {
       values_[self].type = Type::kObject;
-      ++pos_;
-      skip_ws();
+      p = skip_ws(p + 1);
       std::uint32_t n = 0;
-      if (pos_ < text_.size() && text_[pos_] == '}') {
-        ++pos_;
+      if (p < end_ && *p == '}') {
+        ++p;
       } else {
         while (true) {
-          skip_ws();
-          if (pos_ >= text_.size() || text_[pos_] != '"') return fail("expected a key string");
-          const Index k = static_cast<Index>(values_.size());
-          values_.emplace_back();
+          p = skip_ws(p);
+          if (p >= end_ || *p != '"') return fail(p, "expected a key string");
+          const Index k = push();
           std::string_view key;
-          if (!parse_string(key)) return false;
+          if (!(p = parse_string(p, key))) return nullptr;
           values_[k].type = Type::kString;
           values_[k].s = key;
           values_[k].end = k + 1;
-          skip_ws();
-          if (pos_ >= text_.size() || text_[pos_] != ':') return fail("expected ':'");
-          ++pos_;
-          skip_ws();
-          if (!parse_value(depth + 1)) return false;
+          p = skip_ws(p);
+          if (p >= end_ || *p != ':') return fail(p, "expected ':'");
+          if (!(p = parse_value(skip_ws(p + 1), depth + 1))) return nullptr;
           ++n;
-          skip_ws();
-          if (pos_ < text_.size() && text_[pos_] == ',') {
-            ++pos_;
+          p = skip_ws(p);
+          if (p < end_ && *p == ',') {
+            ++p;
             continue;
           }
-          if (pos_ < text_.size() && text_[pos_] == '}') {
-            ++pos_;
+          if (p < end_ && *p == '}') {
+            ++p;
             break;
           }
-          return fail("expected ',' or '}'");
+          return fail(p, "expected ',' or '}'");
         }
       }
       values_[self].size = n;
@@ -220,119 +228,122 @@ bool JsonLine::parse_value(std::uint32_t depth) {
     }
     case '[': {
       values_[self].type = Type::kArray;
-      ++pos_;
-      skip_ws();
+      p = skip_ws(p + 1);
       std::uint32_t n = 0;
-      if (pos_ < text_.size() && text_[pos_] == ']') {
-        ++pos_;
+      if (p < end_ && *p == ']') {
+        ++p;
       } else {
         while (true) {
-          skip_ws();
-          if (!parse_value(depth + 1)) return false;
+          if (!(p = parse_value(skip_ws(p), depth + 1))) return nullptr;
           ++n;
-          skip_ws();
-          if (pos_ < text_.size() && text_[pos_] == ',') {
-            ++pos_;
+          p = skip_ws(p);
+          if (p < end_ && *p == ',') {
+            ++p;
             continue;
           }
-          if (pos_ < text_.size() && text_[pos_] == ']') {
-            ++pos_;
+          if (p < end_ && *p == ']') {
+            ++p;
             break;
           }
-          return fail("expected ',' or ']'");
+          return fail(p, "expected ',' or ']'");
         }
       }
       values_[self].size = n;
       break;
     }
     case '"': {
-      std::string_view s;
-      if (!parse_string(s)) return false;
+      std::string_view str;
+      if (!(p = parse_string(p, str))) return nullptr;
       values_[self].type = Type::kString;
-      values_[self].s = s;
+      values_[self].s = str;
       break;
     }
     case 't':
-      if (text_.substr(pos_, 4) != "true") return fail("bad literal");
-      pos_ += 4;
+      if (std::string_view(p, static_cast<std::size_t>(end_ - p)).substr(0, 4) != "true")
+        return fail(p, "bad literal");
+      p += 4;
       values_[self].type = Type::kBool;
       values_[self].b = true;
+      values_[self].i = 1;
       break;
     case 'f':
-      if (text_.substr(pos_, 5) != "false") return fail("bad literal");
-      pos_ += 5;
+      if (std::string_view(p, static_cast<std::size_t>(end_ - p)).substr(0, 5) != "false")
+        return fail(p, "bad literal");
+      p += 5;
       values_[self].type = Type::kBool;
       break;
     case 'n':
-      if (text_.substr(pos_, 4) != "null") return fail("bad literal");
-      pos_ += 4;
+      if (std::string_view(p, static_cast<std::size_t>(end_ - p)).substr(0, 4) != "null")
+        return fail(p, "bad literal");
+      p += 4;
       break;
     default: {
       Value v;
-      if (!parse_number(v)) return false;
+      if (!(p = parse_number(p, v))) return nullptr;
       values_[self].type = v.type;
       values_[self].i = v.i;
       values_[self].d = v.d;
       break;
     }
   }
-  values_[self].end = static_cast<Index>(values_.size());
-  return true;
+  values_[self].end = count_;
+  return p;
 }
 
-JsonWriter& JsonWriter::value(std::int64_t v) {
-  sep();
-  char buf[24];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out_.append(buf, r.ptr);
-  return *this;
+void OutBuf::grow(std::size_t need) {
+  std::size_t cap = cap_ ? cap_ * 2 : 4096;
+  while (cap < size_ + need) cap *= 2;
+  std::unique_ptr<char[]> d(new char[cap]);
+  if (size_) std::memcpy(d.get(), data_.get(), size_);
+  data_ = std::move(d);
+  cap_ = cap;
 }
 
 JsonWriter& JsonWriter::value(double v) {
   sep();
   if (!std::isfinite(v)) {
-    out_ += "null";
+    out_.put("null", 4);
     return *this;
   }
   char buf[32];
   auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
-  out_.append(buf, r.ptr);
+  const std::string_view s(buf, static_cast<std::size_t>(r.ptr - buf));
+  out_.put(s);
   // Keep a float recognisable as a float (Python prints 0.0, not 0).
-  std::string_view s(buf, static_cast<std::size_t>(r.ptr - buf));
-  if (s.find_first_of(".eE") == std::string_view::npos) out_ += ".0";
+  if (s.find_first_of(".eEn") == std::string_view::npos) out_.put(".0", 2);
   return *this;
 }
 
-void JsonWriter::string_raw(std::string_view s) {
-  out_ += '"';
+void JsonWriter::string_escaped(std::string_view s) {
+  out_.put('"');
   for (char c : s) {
     switch (c) {
       case '"':
-        out_ += "\\\"";
+        out_.put("\\\"", 2);
         break;
       case '\\':
-        out_ += "\\\\";
+        out_.put("\\\\", 2);
         break;
       case '\n':
-        out_ += "\\n";
+        out_.put("\\n", 2);
         break;
       case '\r':
-        out_ += "\\r";
+        out_.put("\\r", 2);
         break;
       case '\t':
-        out_ += "\\t";
+        out_.put("\\t", 2);
         break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
           std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out_ += buf;
+          out_.put(buf, 6);
         } else {
-          out_ += c;
+          out_.put(c);
         }
     }
   }
-  out_ += '"';
+  out_.put('"');
 }
 
 }  // namespace kvsim

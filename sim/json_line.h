@@ -4,7 +4,10 @@
 // parsing allocates nothing. Strings are views into the line (or into an internal buffer when
 // they contain escapes). Errors carry the 1-based column.
 
+#include <charconv>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,61 +46,109 @@ class JsonLine {
   bool is_null_or_absent(Index i) const { return i == kNone || values_[i].type == Type::kNull; }
 
  private:
-  bool parse_value(std::uint32_t depth);
-  bool parse_string(std::string_view& out);
-  bool parse_number(Value& v);
-  bool fail(const char* what);
-  void skip_ws() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
-                                   text_[pos_] == '\r' || text_[pos_] == '\n'))
-      ++pos_;
+  // Each parser returns the position after what it read, or nullptr after fail() set error_.
+  const char* parse_value(const char* p, std::uint32_t depth);
+  const char* parse_string(const char* p, std::string_view& out);
+  const char* parse_string_escaped(const char* p, const char* start, std::string_view& out);
+  const char* parse_number(const char* p, Value& v);
+  const char* fail(const char* p, const char* what);
+  Index push() {
+    if (count_ == values_.size()) values_.resize(values_.empty() ? 64 : 2 * values_.size());
+    values_[count_] = Value{};
+    return count_++;
+  }
+  const char* skip_ws(const char* p) const {
+    while (p < end_ && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) ++p;
+    return p;
   }
 
-  std::string_view text_;
-  std::size_t pos_ = 0;
-  std::vector<Value> values_;
+  const char* begin_ = nullptr;
+  const char* end_ = nullptr;
+  std::vector<Value> values_;  // the first count_ are this line's
+  Index count_ = 0;
   std::string unescaped_;  // reserved to the line length before parsing: views stay valid
   std::string error_;
 };
 
-/// Appends JSON text to a string. Keys and strings are escaped as JSON requires.
+/// A growable output buffer with inlined appends (std::string's push_back is an out-of-line call
+/// per character). Grows by doubling; clear() keeps the capacity.
+class OutBuf {
+ public:
+  void put(char c) {
+    if (size_ == cap_) grow(1);
+    data_[size_++] = c;
+  }
+  void put(const char* p, std::size_t n) {
+    if (size_ + n > cap_) grow(n);
+    std::memcpy(data_.get() + size_, p, n);
+    size_ += n;
+  }
+  void put(std::string_view s) { put(s.data(), s.size()); }
+  /// Space for `n` more bytes at end(); commit them with advance().
+  char* reserve_tail(std::size_t n) {
+    if (size_ + n > cap_) grow(n);
+    return data_.get() + size_;
+  }
+  void advance(std::size_t n) { size_ += n; }
+  void truncate(std::size_t n) { size_ = n < size_ ? n : size_; }
+  void clear() { size_ = 0; }
+  std::size_t size() const { return size_; }
+  const char* data() const { return data_.get(); }
+  std::string_view view() const { return {data_.get(), size_}; }
+
+ private:
+  void grow(std::size_t need);
+  std::unique_ptr<char[]> data_;
+  std::size_t size_ = 0;
+  std::size_t cap_ = 0;
+};
+
+/// Appends JSON text to an OutBuf. Keys and strings are escaped as JSON requires.
 class JsonWriter {
  public:
-  explicit JsonWriter(std::string& out) : out_(out) {}
+  explicit JsonWriter(OutBuf& out) : out_(out) {}
   JsonWriter& begin_object() {
     sep();
-    out_ += '{';
+    out_.put('{');
     first_ = true;
     return *this;
   }
   JsonWriter& end_object() {
-    out_ += '}';
+    out_.put('}');
     first_ = false;
     return *this;
   }
   JsonWriter& begin_array() {
     sep();
-    out_ += '[';
+    out_.put('[');
     first_ = true;
     return *this;
   }
   JsonWriter& end_array() {
-    out_ += ']';
+    out_.put(']');
     first_ = false;
     return *this;
   }
   JsonWriter& key(std::string_view k) {
     sep();
     string_raw(k);
-    out_ += ':';
+    out_.put(':');
     first_ = true;
     return *this;
   }
-  JsonWriter& value(std::int64_t v);
+  JsonWriter& value(std::int64_t v) {
+    sep();
+    char* p = out_.reserve_tail(24);
+    out_.advance(static_cast<std::size_t>(std::to_chars(p, p + 24, v).ptr - p));
+    return *this;
+  }
   JsonWriter& value(double v);
   JsonWriter& value(bool v) {
     sep();
-    out_ += v ? "true" : "false";
+    if (v)
+      out_.put("true", 4);
+    else
+      out_.put("false", 5);
     return *this;
   }
   JsonWriter& value(std::string_view v) {
@@ -108,23 +159,26 @@ class JsonWriter {
   JsonWriter& value(const char* v) { return value(std::string_view(v)); }
   JsonWriter& null() {
     sep();
-    out_ += "null";
-    return *this;
-  }
-  /// Pastes pre-rendered JSON as one value.
-  JsonWriter& raw(std::string_view json) {
-    sep();
-    out_ += json;
+    out_.put("null", 4);
     return *this;
   }
 
  private:
   void sep() {
-    if (!first_) out_ += ',';
+    if (!first_) out_.put(',');
     first_ = false;
   }
-  void string_raw(std::string_view s);
-  std::string& out_;
+  void string_raw(std::string_view s) {
+    for (char c : s)
+      if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) return string_escaped(s);
+    char* p = out_.reserve_tail(s.size() + 2);
+    p[0] = '"';
+    std::memcpy(p + 1, s.data(), s.size());
+    p[s.size() + 1] = '"';
+    out_.advance(s.size() + 2);
+  }
+  void string_escaped(std::string_view s);
+  OutBuf& out_;
   bool first_ = true;
 };
 

@@ -47,7 +47,7 @@ OpReplayer::~OpReplayer() {
   slots_.clear();
 }
 
-bool OpReplayer::process_line(std::string_view line, std::string& out) {
+bool OpReplayer::process_line(std::string_view line, OutBuf& out) {
   if (line.find_first_not_of(" \t\r\n") == std::string_view::npos) return false;
   const std::size_t mark = out.size();
   JsonWriter w(out);
@@ -61,13 +61,20 @@ bool OpReplayer::process_line(std::string_view line, std::string& out) {
     dispatch(json_[op].s, w);
     if (options_.check_invariants) check_all_invariants();
   } catch (const OpError& e) {
-    out.resize(mark);
+    out.truncate(mark);
     JsonWriter ew(out);
     ew.begin_object().key("error").value(std::string_view(e.message)).end_object();
     ++num_errors_;
   }
-  out += '\n';
+  out.put('\n');
   return true;
+}
+
+bool OpReplayer::process_line(std::string_view line, std::string& out) {
+  string_out_.clear();
+  const bool answered = process_line(line, string_out_);
+  out.append(string_out_.view());
+  return answered;
 }
 
 void OpReplayer::dispatch(std::string_view op, JsonWriter& w) {

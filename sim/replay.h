@@ -3,6 +3,8 @@
 // (kvm mode) or Scheduler (sched mode) and renders exactly one JSON result line per op. Malformed
 // or misused ops produce {"error": "..."} and the replay goes on.
 
+#include <xxhash.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -28,6 +30,8 @@ class OpReplayer {
 
   /// Processes one line. Blank lines produce nothing and return false; any other line appends
   /// exactly one JSON line (with '\n') to `out` and returns true.
+  bool process_line(std::string_view line, OutBuf& out);
+  /// The same, appending to a string (convenient in tests; slower).
   bool process_line(std::string_view line, std::string& out);
 
   /// Number of ops that produced an error line.
@@ -40,7 +44,7 @@ class OpReplayer {
   };
   struct StrHash {
     using is_transparent = void;
-    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    std::size_t operator()(std::string_view s) const { return XXH3_64bits(s.data(), s.size()); }
   };
   using NameMap = std::unordered_map<std::string, std::int64_t, StrHash, std::equal_to<>>;
 
@@ -91,6 +95,7 @@ class OpReplayer {
   std::vector<BlockId> scratch_blocks_;
   std::vector<Token> scratch_tokens_;
   std::vector<std::int64_t> scratch_ids_;
+  OutBuf string_out_;
   std::int64_t num_errors_ = 0;
 };
 

@@ -177,10 +177,11 @@ TEST_CASE("the JSON line parser reads values, escapes and reports the column of 
 }
 
 TEST_CASE("the JSON writer escapes strings and keeps floats recognisable", "[sim]") {
-  std::string s;
-  kvsim::JsonWriter w(s);
+  kvsim::OutBuf buf;
+  kvsim::JsonWriter w(buf);
   w.begin_object().key("q\"").value(std::string_view("a\nb")).key("f").value(0.0).key("i");
   w.value(std::int64_t{-5}).key("l").begin_array().value(true).null().end_array().end_object();
+  const std::string s(buf.view());
   CHECK(s == R"({"q\"":"a\nb","f":0.0,"i":-5,"l":[true,null]})");
   CHECK_NOTHROW(json::parse(s));
 }

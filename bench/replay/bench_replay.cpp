@@ -1,0 +1,193 @@
+// bench_replay: op-trace replay throughput, end to end (parse + execute + print) and for the core
+// alone, on seeded generated traces in kvm and sched mode. See bench/README.md.
+//
+//   bench_replay [--ops N] [--seed S] [--reps R]
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/scheduler.h"
+#include "sim/replay.h"
+#include "trace_generator.h"
+
+using namespace kvsim;
+using namespace kvsim::bench;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// In-process end to end: split lines, parse, execute, render into a buffer flushed to /dev/null.
+double time_end_to_end(const std::string& text, std::int64_t& errors) {
+  std::FILE* sink = std::fopen("/dev/null", "wb");
+  const auto t0 = Clock::now();
+  OpReplayer replayer;
+  OutBuf out;
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
+    replayer.process_line(std::string_view(text).substr(start, nl - start), out);
+    if (out.size() >= (1 << 20)) {
+      std::fwrite(out.data(), 1, out.size(), sink);
+      out.clear();
+    }
+  }
+  std::fwrite(out.data(), 1, out.size(), sink);
+  const double s = seconds_since(t0);
+  std::fclose(sink);
+  errors = replayer.num_errors();
+  return s;
+}
+
+double time_core_kvm(const KvmTrace& t) {
+  const auto t0 = Clock::now();
+  KVCacheManager kv(KVCacheConfig{t.block_size, t.num_gpu_blocks, t.max_model_len, true, 64});
+  std::vector<std::unique_ptr<Request>> reqs;
+  std::vector<BlockId> hits, given;
+  for (const KvmOp& op : t.ops) {
+    switch (op.kind) {
+      case KvmOp::Kind::kAdd:
+        if (reqs.size() <= static_cast<std::size_t>(op.req))
+          reqs.resize(static_cast<std::size_t>(op.req) + 1);
+        reqs[static_cast<std::size_t>(op.req)] =
+            std::make_unique<Request>(op.req, op.data, SamplingLimits{});
+        break;
+      case KvmOp::Kind::kLookup:
+        kv.get_computed_blocks(*reqs[static_cast<std::size_t>(op.req)], hits);
+        break;
+      case KvmOp::Kind::kAlloc:
+        given.clear();
+        for (std::int32_t b : op.data) given.push_back(BlockId{b});
+        (void)kv.allocate_slots(*reqs[static_cast<std::size_t>(op.req)], op.n, given);
+        break;
+      case KvmOp::Kind::kSetComputed:
+        reqs[static_cast<std::size_t>(op.req)]->num_computed_tokens = op.n;
+        break;
+      case KvmOp::Kind::kAppend:
+        for (std::int32_t tok : op.data)
+          reqs[static_cast<std::size_t>(op.req)]->append_output_token(tok);
+        break;
+      case KvmOp::Kind::kFree:
+        kv.free(*reqs[static_cast<std::size_t>(op.req)]);
+        break;
+      case KvmOp::Kind::kFinish: {
+        Request& r = *reqs[static_cast<std::size_t>(op.req)];
+        kv.free(r);
+        kv.release_request(r);
+        reqs[static_cast<std::size_t>(op.req)].reset();
+        break;
+      }
+    }
+  }
+  for (auto& r : reqs)
+    if (r) kv.release_request(*r);
+  return seconds_since(t0);
+}
+
+double time_core_sched(const SchedTrace& t) {
+  const auto t0 = Clock::now();
+  Scheduler sched(SchedulerConfig{t.max_num_seqs, t.max_num_batched_tokens, t.max_model_len},
+                  KVCacheConfig{t.block_size, t.num_gpu_blocks, t.max_model_len, true, 64});
+  std::vector<std::unique_ptr<Request>> reqs;
+  SchedulerOutput out;
+  std::vector<RequestOutput> outputs;
+  for (const SchedOp& op : t.ops) {
+    switch (op.kind) {
+      case SchedOp::Kind::kAdd: {
+        SamplingLimits lim;
+        lim.max_tokens = op.max_tokens;
+        if (reqs.size() <= static_cast<std::size_t>(op.req))
+          reqs.resize(static_cast<std::size_t>(op.req) + 1);
+        reqs[static_cast<std::size_t>(op.req)] = std::make_unique<Request>(op.req, op.prompt, lim);
+        sched.add_request(*reqs[static_cast<std::size_t>(op.req)]);
+        break;
+      }
+      case SchedOp::Kind::kSchedule:
+        sched.schedule(out);
+        break;
+      case SchedOp::Kind::kUpdate:
+        for (Request* r : sched.running())
+          r->sampled_token =
+              static_cast<Token>((r->num_tokens() * t.rule_mul + t.rule_add) % t.rule_mod);
+        sched.update_from_output(outputs);
+        for (const RequestOutput& o : outputs)
+          if (o.finished) reqs[static_cast<std::size_t>(o.request->index())].reset();
+        break;
+      case SchedOp::Kind::kAbort: {
+        auto& r = reqs[static_cast<std::size_t>(op.req)];
+        if (r && sched.abort_request(*r)) r.reset();
+        break;
+      }
+    }
+  }
+  return seconds_since(t0);
+}
+
+double time_cli(const std::string& text, const char* tag) {
+  const auto path =
+      std::filesystem::temp_directory_path() / (std::string("kvsim_bench_") + tag + ".jsonl");
+  {
+    std::ofstream o(path, std::ios::binary);
+    o << text;
+  }
+  const std::string cmd =
+      std::string(KVSIM_BINARY_DIR) + "/kvsim replay " + path.string() + " > /dev/null";
+  const auto t0 = Clock::now();
+  const int rc = std::system(cmd.c_str());
+  const double s = seconds_since(t0);
+  std::filesystem::remove(path);
+  return rc == 0 ? s : -1.0;
+}
+
+template <class F>
+double best_of(int reps, F&& f) {
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) best = std::min(best, f());
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::int64_t num_ops = 1000000;
+  std::uint64_t seed = 1;
+  int reps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string_view a = argv[i];
+    if (a == "--ops")
+      num_ops = std::atoll(argv[i + 1]);
+    else if (a == "--seed")
+      seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--reps")
+      reps = std::atoi(argv[i + 1]);
+  }
+  const KvmTrace kvm = generate_kvm_trace(seed, num_ops);
+  const SchedTrace sch = generate_sched_trace(seed, num_ops);
+  std::printf("bench_replay: seed %llu, best of %d runs, one core\n",
+              static_cast<unsigned long long>(seed), reps);
+  std::printf("%-6s %10s %10s %14s %14s %14s\n", "mode", "ops", "MB", "e2e ops/s", "cli ops/s",
+              "core ops/s");
+  for (int mode = 0; mode < 2; ++mode) {
+    const std::string& text = mode == 0 ? kvm.text : sch.text;
+    const auto ops = static_cast<double>(mode == 0 ? kvm.ops.size() : sch.ops.size());
+    std::int64_t errors = 0;
+    const double e2e = best_of(reps, [&] { return time_end_to_end(text, errors); });
+    const double cli = best_of(reps, [&] { return time_cli(text, mode == 0 ? "kvm" : "sched"); });
+    const double core =
+        best_of(reps, [&] { return mode == 0 ? time_core_kvm(kvm) : time_core_sched(sch); });
+    std::printf("%-6s %10.0f %10.1f %14.0f %14.0f %14.0f%s\n", mode == 0 ? "kvm" : "sched", ops,
+                static_cast<double>(text.size()) / 1e6, ops / e2e, cli > 0 ? ops / cli : 0.0,
+                ops / core, errors ? "  (ERROR LINES!)" : "");
+    if (errors) return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,47 @@
+#pragma once
+// Seeded generators of large op traces (shared/spec/ops-format.md) for the replay benchmark.
+// Each trace is produced by driving kvsim's own manager/scheduler with a scheduler-like policy
+// (shared prefixes, chunked prefill, decode, preemption, finishes, aborts, memory pressure),
+// recording every op both as a JSON line and as a compact struct for the core-only timing.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvsim::bench {
+
+struct KvmOp {
+  enum class Kind : std::uint8_t { kAdd, kLookup, kAlloc, kSetComputed, kAppend, kFree, kFinish };
+  Kind kind;
+  std::int32_t req;                // request slot
+  std::int64_t n = 0;              // num_tokens / computed tokens
+  std::vector<std::int32_t> data;  // prompt, hit block ids or appended tokens
+};
+
+struct SchedOp {
+  enum class Kind : std::uint8_t { kAdd, kSchedule, kUpdate, kAbort };
+  Kind kind;
+  std::int32_t req = -1;  // kAdd / kAbort: request slot
+  std::int64_t max_tokens = 0;
+  std::vector<std::int32_t> prompt;
+};
+
+struct KvmTrace {
+  std::int32_t block_size, num_gpu_blocks;
+  std::int64_t max_model_len;
+  std::string text;        // JSON Lines, init first
+  std::vector<KvmOp> ops;  // the same ops after init
+};
+
+struct SchedTrace {
+  std::int32_t block_size, num_gpu_blocks;
+  std::int64_t max_model_len, max_num_seqs, max_num_batched_tokens;
+  std::int64_t rule_mul, rule_add, rule_mod;
+  std::string text;
+  std::vector<SchedOp> ops;
+};
+
+KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops);
+SchedTrace generate_sched_trace(std::uint64_t seed, std::int64_t num_ops);
+
+}  // namespace kvsim::bench
