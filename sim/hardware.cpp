@@ -1,6 +1,7 @@
 #include "sim/hardware.h"
 
 #include <array>
+#include <cctype>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -38,6 +39,14 @@ std::span<const GpuPreset> gpu_presets() { return presets(); }
 const GpuPreset* find_gpu_preset(std::string_view name) {
   for (const GpuPreset& p : presets())
     if (p.name == name) return &p;
+  // A case-insensitive spelling ("h100-80gb") names the same preset.
+  auto lower = [](std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  for (const GpuPreset& p : presets())
+    if (lower(p.name) == lower(name)) return &p;
   return nullptr;
 }
 

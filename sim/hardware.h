@@ -34,7 +34,7 @@ struct GpuPreset {
 /// All presets, in a fixed order: H100-80GB, H100-PCIe, H200-141GB, A100-80GB, A100-40GB, L40S,
 /// L4, A10G.
 [[nodiscard]] std::span<const GpuPreset> gpu_presets();
-/// The preset named `name` (case-sensitive), or nullptr.
+/// The preset named `name` (exact, else case-insensitive), or nullptr.
 [[nodiscard]] const GpuPreset* find_gpu_preset(std::string_view name);
 /// The preset named `name`; throws ConfigError "unknown GPU 'H10' (did you mean 'H100-80GB'?)".
 [[nodiscard]] GpuPreset gpu_preset(std::string_view name);

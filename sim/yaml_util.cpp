@@ -53,8 +53,13 @@ std::string join(std::span<const std::string_view> items) {
   return out;
 }
 
-YAML::Node child_of(const YAML::Node& map, std::string_view key) {
-  if (!map.IsDefined() || !map.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+// map[key], or an undefined node when `map` is absent or null. A scalar or a sequence where a
+// mapping belongs is an error, so `cache: 16` never silently reads as "all defaults".
+YAML::Node child_of(const YAML::Node& map, std::string_view key, const YamlContext& ctx) {
+  if (!map.IsDefined() || map.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
+  if (!map.IsMap())
+    throw yaml_error(map, ctx, fmt::format("{} must be a mapping of keys, got {}", ctx.where(),
+                                           describe_node(map)));
   return map[std::string(key)];
 }
 
@@ -182,7 +187,9 @@ void check_keys(const YAML::Node& node, std::initializer_list<std::string_view> 
   check_keys(node, std::span<const std::string_view>(allowed.begin(), allowed.size()), ctx);
 }
 
-bool has_key(const YAML::Node& map, std::string_view key) { return present(child_of(map, key)); }
+bool has_key(const YAML::Node& map, std::string_view key) {
+  return map.IsDefined() && map.IsMap() && present(map[std::string(key)]);
+}
 
 std::int64_t as_int(const YAML::Node& value, const YamlContext& ctx, std::int64_t min,
                     std::int64_t max) {
@@ -236,7 +243,7 @@ std::string as_string(const YAML::Node& value, const YamlContext& ctx) {
 
 std::int64_t get_int(const YAML::Node& map, std::string_view key, const YamlContext& ctx,
                      std::optional<std::int64_t> default_value, std::int64_t min, std::int64_t max) {
-  YAML::Node v = child_of(map, key);
+  YAML::Node v = child_of(map, key, ctx);
   if (!present(v)) {
     if (!default_value) throw missing_key(map, key, ctx);
     return *default_value;
@@ -246,7 +253,7 @@ std::int64_t get_int(const YAML::Node& map, std::string_view key, const YamlCont
 
 double get_double(const YAML::Node& map, std::string_view key, const YamlContext& ctx,
                   std::optional<double> default_value, double min, double max) {
-  YAML::Node v = child_of(map, key);
+  YAML::Node v = child_of(map, key, ctx);
   if (!present(v)) {
     if (!default_value) throw missing_key(map, key, ctx);
     return *default_value;
@@ -256,7 +263,7 @@ double get_double(const YAML::Node& map, std::string_view key, const YamlContext
 
 bool get_bool(const YAML::Node& map, std::string_view key, const YamlContext& ctx,
               std::optional<bool> default_value) {
-  YAML::Node v = child_of(map, key);
+  YAML::Node v = child_of(map, key, ctx);
   if (!present(v)) {
     if (!default_value) throw missing_key(map, key, ctx);
     return *default_value;
@@ -266,7 +273,7 @@ bool get_bool(const YAML::Node& map, std::string_view key, const YamlContext& ct
 
 std::string get_string(const YAML::Node& map, std::string_view key, const YamlContext& ctx,
                        std::optional<std::string> default_value) {
-  YAML::Node v = child_of(map, key);
+  YAML::Node v = child_of(map, key, ctx);
   if (!present(v)) {
     if (!default_value) throw missing_key(map, key, ctx);
     return *default_value;
@@ -277,7 +284,7 @@ std::string get_string(const YAML::Node& map, std::string_view key, const YamlCo
 std::string get_choice(const YAML::Node& map, std::string_view key, const YamlContext& ctx,
                        std::optional<std::string> default_value,
                        std::initializer_list<std::string_view> choices) {
-  YAML::Node v = child_of(map, key);
+  YAML::Node v = child_of(map, key, ctx);
   std::string s = get_string(map, key, ctx, std::move(default_value));
   if (std::find(choices.begin(), choices.end(), std::string_view(s)) != choices.end()) return s;
   std::span<const std::string_view> c(choices.begin(), choices.size());
@@ -290,21 +297,21 @@ std::string get_choice(const YAML::Node& map, std::string_view key, const YamlCo
 std::optional<std::int64_t> get_optional_int(const YAML::Node& map, std::string_view key,
                                              const YamlContext& ctx, std::int64_t min,
                                              std::int64_t max) {
-  YAML::Node v = child_of(map, key);
+  YAML::Node v = child_of(map, key, ctx);
   if (!present(v)) return std::nullopt;
   return as_int(v, ctx.child(key), min, max);
 }
 
 std::optional<double> get_optional_double(const YAML::Node& map, std::string_view key,
                                           const YamlContext& ctx, double min, double max) {
-  YAML::Node v = child_of(map, key);
+  YAML::Node v = child_of(map, key, ctx);
   if (!present(v)) return std::nullopt;
   return as_double(v, ctx.child(key), min, max);
 }
 
 std::vector<double> get_double_list(const YAML::Node& map, std::string_view key,
                                     const YamlContext& ctx, double min, double max) {
-  YAML::Node v = child_of(map, key);
+  YAML::Node v = child_of(map, key, ctx);
   const YamlContext c = ctx.child(key);
   if (!present(v)) throw missing_key(map, key, ctx);
   if (!v.IsSequence() || v.size() == 0)

@@ -1,5 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "core/kv_sizing.h"
 #include "sim/hardware.h"
 #include "sim/model_config.h"
@@ -96,8 +102,37 @@ TEST_CASE("the memory budget subtracts weights and reserve and refuses a model t
 TEST_CASE("an unknown GPU name suggests the closest preset", "[sim]") {
   CHECK_THROWS_WITH(gpu_preset("H100-80G"), Catch::Contains("did you mean 'H100-80GB'?"));
   CHECK(gpu_preset("A100-40GB").memory_bytes == std::int64_t{40960} << 20);
+  CHECK(gpu_preset("h200-141gb").name == "H200-141GB");
   for (const auto& p : gpu_presets()) {
     CHECK(p.peak_flops_per_s > 0);
     CHECK(p.hbm_bytes_per_s > 0);
   }
+}
+
+TEST_CASE("kvsim kv-size prints the sizing as JSON and rejects a bad flag with status 2", "[sim]") {
+  const std::string exe = std::string(KVSIM_BINARY_DIR) + "/kvsim";
+  if (!std::filesystem::exists(exe)) {
+    WARN("kvsim not built; skipping the command-line check");
+    return;
+  }
+  const auto dir = std::filesystem::temp_directory_path() / "kvsim_test_kv_size";
+  std::filesystem::create_directories(dir);
+  const std::string out = (dir / "out.json").string(), err = (dir / "err.txt").string();
+  const std::string cmd = exe + " kv-size --model " + model_path("qwen2-1.5b") +
+                          " --kv-cache-memory-bytes 41318436454 --json > " + out;
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream in(out);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  CHECK(j["num_gpu_blocks"] == 90'067);
+  CHECK(j["page_bytes_per_layer"] == 16'384);
+  CHECK(j["layer_tensor_bytes"] == 1'475'657'728);
+  CHECK(j["bytes_per_token"] == 28 * 2 * 2 * 128 * 2);
+  const int rc = std::system((exe + " kv-size --model " + model_path("qwen2-1.5b") + " --blok-size 8 2> " + err).c_str());
+  CHECK(WEXITSTATUS(rc) == 2);
+  std::ifstream e(err);
+  std::string line;
+  std::getline(e, line);
+  CHECK(line.find("unknown option '--blok-size' (did you mean '--block-size'?)") != std::string::npos);
+  const int rc2 = std::system((exe + " kv-size --model " + model_path("llama-3.1-70b") + " --gpu A100-40GB 2> " + err).c_str());
+  CHECK(WEXITSTATUS(rc2) == 2);
 }

@@ -74,3 +74,12 @@ TEST_CASE("edit distance counts a transposition as one edit", "[sim]") {
   CHECK(edit_distance("", "abc") == 3);
   CHECK(edit_distance("kitten", "sitting") == 3);
 }
+
+TEST_CASE("a scalar where a mapping belongs is an error, not a section of defaults", "[sim]") {
+  YAML::Node root = load_yaml_string("cache: 16\n", "s.yaml");
+  YamlContext ctx{"s.yaml", "cache"};
+  CHECK(error_of([&] { (void)get_int(root["cache"], "block_size", ctx, 16); }) ==
+        "s.yaml:1:8: cache must be a mapping of keys, got '16'");
+  CHECK_FALSE(has_key(root["cache"], "block_size"));
+  CHECK(get_int(root["absent"], "block_size", ctx, 16) == 16);
+}
