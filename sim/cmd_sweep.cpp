@@ -264,9 +264,12 @@ int sweep(const Args& args) {
   };
 
   if (emit) {
+    // Each line starts in this working directory: scenario, output and trace paths stay valid
+    // wherever GNU parallel or Slurm runs it.
     std::string text;
+    const std::string cd = "cd " + shell_quote(fs::current_path().string()) + " &&";
     for (const auto& s : point_sets) {
-      std::string line;
+      std::string line = cd;
       for (const std::string& a : argv_of(s)) line += (line.empty() ? "" : " ") + shell_quote(a);
       text += line + "\n";
     }
