@@ -184,3 +184,32 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
     }
   }
 }
+
+TEST_CASE("mutated measurement and empirical-length CSVs parse or throw ConfigError", "[sim]") {
+  RngStream r = make_stream(2027, "fuzz.csv");
+  const auto dir = std::filesystem::temp_directory_path() / "kvsim_test_fuzz";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "meas.csv").string();
+  const std::string text =
+      "num_seqs,prefill_tokens,decode_tokens,sum_context_tokens,sum_context_sq,num_prefill_seqs,step_time_us\n"
+      "4,512,3,900,300000,1,2100.5\n8,0,8,4000,2100000,0,1500\n2,2048,1,3000,4200000,1,5200\n";
+  for (int iter = 0; iter < 800; ++iter) {
+    const std::string t = mutate(text, r);
+    std::ofstream(path, std::ios::binary) << t;
+    if (!only_config_errors(t, [&] {
+          std::vector<BatchFeatures> b;
+          std::vector<double> y;
+          read_measurements_csv(path, b, y);
+          const LatencyFit fit = fit_latency(b, y);
+          REQUIRE(fit.rows == static_cast<std::int64_t>(b.size()));
+        }))
+      break;
+    YAML::Node d = YAML::Load("{empirical: {file: '" + path + "', column: step_time_us}}");
+    if (!only_config_errors(t, [&] {
+          const Distribution dist = Distribution::parse(d, YamlContext{"s.yaml", "x"}, 1, 1e9, true);
+          RngStream s = make_stream(1, "e");
+          REQUIRE(dist.sample_int(s) >= 1);
+        }))
+      break;
+  }
+}
