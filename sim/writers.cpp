@@ -1,6 +1,7 @@
 #include "sim/writers.h"
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
@@ -12,6 +13,14 @@ namespace kvsim {
 namespace fs = std::filesystem;
 namespace {
 
+/// Appends the decimal text of `v` (std::to_chars: no locale, no allocation once `out` is sized).
+template <class Int>
+void append_int(std::string& out, Int v) {
+  char buf[24];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, res.ptr);
+}
+
 /// Integer ns as fixed-point seconds / milliseconds (exact, no floating point).
 void append_fixed(std::string& out, std::int64_t ns, std::int64_t unit_ns, int decimals) {
   if (ns < 0) {
@@ -22,7 +31,12 @@ void append_fixed(std::string& out, std::int64_t ns, std::int64_t unit_ns, int d
   for (int i = 0; i < decimals; ++i) scale *= 10;
   // unit_ns / scale is 1 for seconds at 9 decimals and ms at 6 decimals.
   const std::int64_t ticks = ns / (unit_ns / scale);
-  fmt::format_to(std::back_inserter(out), "{}.{:0{}}", ticks / scale, ticks % scale, decimals);
+  append_int(out, ticks / scale);
+  out += '.';
+  char frac[24];
+  std::int64_t f = ticks % scale;
+  for (int i = decimals - 1; i >= 0; --i, f /= 10) frac[i] = static_cast<char>('0' + f % 10);
+  out.append(frac, static_cast<std::size_t>(decimals));
 }
 void append_s(std::string& out, SimTimeNs ns) { append_fixed(out, ns, kNsPerSecond, 9); }
 void append_ms(std::string& out, SimTimeNs ns) { append_fixed(out, ns, kNsPerMs, 6); }
@@ -108,45 +122,66 @@ CsvRecordWriter::CsvRecordWriter(const fs::path& requests_csv, const fs::path& s
 }
 
 void CsvRecordWriter::on_request_record(const RequestRecord& r) {
-  line_.clear();
-  auto out = std::back_inserter(line_);
-  fmt::format_to(out, "{},", r.request_id);
-  append_s(line_, r.arrival_ns);
-  fmt::format_to(out, ",{},{},", r.prompt_tokens, r.output_tokens);
+  std::string& l = line_;
+  l.clear();
+  append_int(l, r.request_id);
+  l += ',';
+  append_s(l, r.arrival_ns);
+  l += ',';
+  append_int(l, r.prompt_tokens);
+  l += ',';
+  append_int(l, r.output_tokens);
+  l += ',';
   const bool timed = r.first_token_ns >= 0;
-  if (r.first_scheduled_ns >= 0) append_s(line_, r.first_scheduled_ns);
-  line_ += ',';
-  if (timed) append_s(line_, r.first_token_ns);
-  line_ += ',';
-  if (r.finish_ns >= 0 && r.reason != FinishReason::kRejected) append_s(line_, r.finish_ns);
-  line_ += ',';
-  if (timed) append_ms(line_, r.first_token_ns - r.arrival_ns);
-  line_ += ',';
+  if (r.first_scheduled_ns >= 0) append_s(l, r.first_scheduled_ns);
+  l += ',';
+  if (timed) append_s(l, r.first_token_ns);
+  l += ',';
+  if (r.finish_ns >= 0 && r.reason != FinishReason::kRejected) append_s(l, r.finish_ns);
+  l += ',';
+  if (timed) append_ms(l, r.first_token_ns - r.arrival_ns);
+  l += ',';
   if (timed && r.output_tokens > 1 && r.finish_ns >= 0)
-    append_ms(line_, (r.finish_ns - r.first_token_ns) / (r.output_tokens - 1));
-  line_ += ',';
-  if (timed && r.finish_ns >= 0) append_ms(line_, r.finish_ns - r.arrival_ns);
-  line_ += ',';
-  if (r.first_scheduled_ns >= 0 && timed) append_ms(line_, r.first_scheduled_ns - r.arrival_ns);
-  fmt::format_to(out, ",{},{},{}\n", r.first_lookup_hit_tokens, r.num_preemptions,
-                 finish_reason_name(r.reason));
-  requests_.write(line_);
+    append_ms(l, (r.finish_ns - r.first_token_ns) / (r.output_tokens - 1));
+  l += ',';
+  if (timed && r.finish_ns >= 0) append_ms(l, r.finish_ns - r.arrival_ns);
+  l += ',';
+  if (r.first_scheduled_ns >= 0 && timed) append_ms(l, r.first_scheduled_ns - r.arrival_ns);
+  l += ',';
+  append_int(l, r.first_lookup_hit_tokens);
+  l += ',';
+  append_int(l, r.num_preemptions);
+  l += ',';
+  l += finish_reason_name(r.reason);
+  l += '\n';
+  requests_.write(l);
 }
 
 void CsvRecordWriter::on_step_record(const StepRecord& r) {
-  line_.clear();
-  auto out = std::back_inserter(line_);
-  fmt::format_to(out, "{},", r.step);
-  append_s(line_, r.time_ns);
-  line_ += ',';
-  append_ms(line_, r.duration_ns);
-  fmt::format_to(out, ",{},{},{},{},{},{},{:.6f},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                 r.num_running, r.num_waiting, r.num_scheduled, r.prefill_tokens, r.decode_tokens,
-                 r.batch_tokens, r.kv_cache_usage_perc, r.num_free_blocks, r.slots.token_states,
-                 r.slots.reservation, r.slots.internal_fragmentation,
-                 r.slots.external_fragmentation, r.slots.cached_free, r.slots.free,
-                 r.prefix_queries, r.prefix_hits, r.preemptions, r.evictions, r.blocks_allocated);
-  steps_.write(line_);
+  std::string& l = line_;
+  l.clear();
+  append_int(l, r.step);
+  l += ',';
+  append_s(l, r.time_ns);
+  l += ',';
+  append_ms(l, r.duration_ns);
+  for (std::int64_t v : {r.num_running, r.num_waiting, r.num_scheduled, r.prefill_tokens,
+                         r.decode_tokens, r.batch_tokens}) {
+    l += ',';
+    append_int(l, v);
+  }
+  // Usage as a fixed 6-decimal fraction (micro-units, rounded half up).
+  l += ',';
+  append_fixed(l, static_cast<std::int64_t>(r.kv_cache_usage_perc * 1e6 + 0.5), 1'000'000, 6);
+  for (std::int64_t v : {std::int64_t{r.num_free_blocks}, r.slots.token_states, r.slots.reservation,
+                         r.slots.internal_fragmentation, r.slots.external_fragmentation,
+                         r.slots.cached_free, r.slots.free, r.prefix_queries, r.prefix_hits,
+                         r.preemptions, r.evictions, r.blocks_allocated}) {
+    l += ',';
+    append_int(l, v);
+  }
+  l += '\n';
+  steps_.write(l);
 }
 
 void CsvRecordWriter::close() {
