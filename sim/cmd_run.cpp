@@ -3,16 +3,16 @@
 // Runs one scenario into DIR/<name>/ (default DIR: results). Exit 0 ok, 1 run failure (a request
 // that can never fit, I/O), 2 bad input (ConfigError, printed by main as one line).
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "sim/commands.h"
 #include "sim/errors.h"
@@ -56,10 +56,10 @@ void print_summary(const RunResult& r, std::FILE* out) {
   std::fprintf(out, "  KV cache   %lld blocks of %lld tokens, usage mean %.1f%% max %.1f%%\n",
                static_cast<long long>(i("num_gpu_blocks")), static_cast<long long>(i("block_size")),
                100 * d("mean_kv_cache_usage_perc"), 100 * d("max_kv_cache_usage_perc"));
-  std::fprintf(out, "  prefix     hit rate %.4f (first lookup %.4f), %lld preemptions, %lld evictions\n",
-               d("prefix_cache_hit_rate"), d("first_lookup_hit_rate"),
-               static_cast<long long>(i("num_preemptions")),
-               static_cast<long long>(i("num_evictions")));
+  std::fprintf(
+      out, "  prefix     hit rate %.4f (first lookup %.4f), %lld preemptions, %lld evictions\n",
+      d("prefix_cache_hit_rate"), d("first_lookup_hit_rate"),
+      static_cast<long long>(i("num_preemptions")), static_cast<long long>(i("num_evictions")));
   if (j.value("mode", "") == "timed") {
     std::fprintf(out, "  throughput %.2f req/s, %.1f output tok/s\n", d("request_throughput"),
                  d("output_throughput"));
@@ -145,7 +145,8 @@ int run(const Args& args) {
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   RunResult result;

@@ -7,6 +7,7 @@
 //   One row per run folder of a sweep (the swept keys, parsed from the folder names, then the
 //   summary.json scalars, kv_breakdown flattened as kv_breakdown.<part>) into SWEEP_DIR/sweep.csv.
 
+#include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,13 +19,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "sim/commands.h"
 #include "sim/errors.h"
@@ -294,7 +293,8 @@ int sweep(const Args& args) {
       if (pid < 0) throw std::runtime_error(fmt::format("fork failed: {}", std::strerror(errno)));
       if (pid == 0) {
         ::execv(exe.c_str(), argv.data());
-        std::fprintf(stderr, "kvsim sweep: cannot exec %s: %s\n", exe.c_str(), std::strerror(errno));
+        std::fprintf(stderr, "kvsim sweep: cannot exec %s: %s\n", exe.c_str(),
+                     std::strerror(errno));
         ::_exit(127);
       }
       running[pid] = next++;

@@ -1,10 +1,10 @@
 #include "sim/metrics.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "core/assert.h"
 
@@ -48,7 +48,8 @@ double QuantileSketch::bucket_mid(std::size_t b) {
   const std::size_t mant = b & ((std::size_t{1} << kMantissaBits) - 1);
   if (hi == 0) return static_cast<double>(mant);
   const int shift = static_cast<int>(hi) - 1;
-  const double lo = std::ldexp(static_cast<double>((std::uint64_t{1} << kMantissaBits) | mant), shift);
+  const double lo =
+      std::ldexp(static_cast<double>((std::uint64_t{1} << kMantissaBits) | mant), shift);
   return lo + std::ldexp(0.5, shift);
 }
 
@@ -100,10 +101,10 @@ double QuantileSketch::percentile(double p) {
     const auto lo = static_cast<std::size_t>(std::floor(rank));
     const std::size_t hi = std::min(lo + 1, exact_.size() - 1);
     const double frac = rank - static_cast<double>(lo);
-    return static_cast<double>(exact_[lo]) +
-           frac * static_cast<double>(exact_[hi] - exact_[lo]);
+    return static_cast<double>(exact_[lo]) + frac * static_cast<double>(exact_[hi] - exact_[lo]);
   }
-  const auto target = static_cast<std::int64_t>(std::floor(p / 100.0 * static_cast<double>(count_ - 1)));
+  const auto target =
+      static_cast<std::int64_t>(std::floor(p / 100.0 * static_cast<double>(count_ - 1)));
   std::int64_t seen = 0;
   for (std::size_t b = 0; b < hist_.size(); ++b) {
     seen += hist_[b];
@@ -141,7 +142,8 @@ KVBreakdown compute_kv_breakdown(const Scheduler& scheduler,
     // Shared blocks (ref_cnt > 1) are a prefix of the table, full and computed: count each once.
     std::int64_t ks = 0;
     while (ks < nb && pool.block(r->blocks[static_cast<std::size_t>(ks)]).ref_cnt > 1) {
-      std::uint32_t& st = stamp[static_cast<std::size_t>(to_int(r->blocks[static_cast<std::size_t>(ks)]))];
+      std::uint32_t& st =
+          stamp[static_cast<std::size_t>(to_int(r->blocks[static_cast<std::size_t>(ks)]))];
       if (st != epoch) {
         st = epoch;
         b.token_states += bs;
@@ -162,7 +164,8 @@ KVBreakdown compute_kv_breakdown(const Scheduler& scheduler,
     b.reservation += f - c;
     b.internal_fragmentation += own - f;
     used_blocks += nb - ks;
-    if (caching) used_hashed += std::max<std::int64_t>(0, std::min(r->num_computed_tokens / bs, nb) - ks);
+    if (caching)
+      used_hashed += std::max<std::int64_t>(0, std::min(r->num_computed_tokens / bs, nb) - ks);
   }
   const std::int64_t num_free = pool.num_free_blocks();
   KVSIM_ASSERT(used_blocks == pool.num_blocks() - num_free,
@@ -179,10 +182,11 @@ KVBreakdown compute_kv_breakdown(const Scheduler& scheduler,
 MetricsCollector::MetricsCollector(const std::vector<std::int64_t>* final_kv_tokens,
                                    std::int64_t steps_every, std::int64_t max_model_len,
                                    RecordSink* sink)
-    : final_kv_tokens_(final_kv_tokens), steps_every_(std::max<std::int64_t>(1, steps_every)),
+    : final_kv_tokens_(final_kv_tokens),
+      steps_every_(std::max<std::int64_t>(1, steps_every)),
       sink_(sink) {
-  h_ttft_.init({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0});
+  h_ttft_.init(
+      {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0});
   h_tpot_.init({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5});
   h_e2e_.init({1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0});
   h_queue_.init({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0});
@@ -247,9 +251,9 @@ void MetricsCollector::record_pending(const Scheduler& s) {
   StepRecord& r = pending_;
   r.slots = compute_kv_breakdown(s, *final_kv_tokens_, stamp_, epoch_);
   const double total = static_cast<double>(r.slots.total());
-  const std::int64_t parts[6] = {r.slots.token_states, r.slots.reservation,
-                                 r.slots.internal_fragmentation, r.slots.external_fragmentation,
-                                 r.slots.cached_free, r.slots.free};
+  const std::int64_t parts[6] = {
+      r.slots.token_states,           r.slots.reservation, r.slots.internal_fragmentation,
+      r.slots.external_fragmentation, r.slots.cached_free, r.slots.free};
   for (int k = 0; k < 6; ++k) sum_breakdown_frac_[k] += static_cast<double>(parts[k]) / total;
   ++num_recorded_;
   if (sink_) sink_->on_step_record(r);
@@ -327,8 +331,8 @@ std::string MetricsCollector::summary_json(const std::string& header) {
     const char* name;
     QuantileSketch* q;
   };
-  for (const Named& n : {Named{"ttft", &ttft_}, Named{"tpot", &tpot_}, Named{"itl", &itl_},
-                         Named{"e2el", &e2el_}}) {
+  for (const Named& n :
+       {Named{"ttft", &ttft_}, Named{"tpot", &tpot_}, Named{"itl", &itl_}, Named{"e2el", &e2el_}}) {
     QuantileSketch& q = *n.q;
     f6(fmt::format("mean_{}_ms", n.name).c_str(), ns_to_ms(q.mean()));
     f6(fmt::format("median_{}_ms", n.name).c_str(), ns_to_ms(q.percentile(50)));
@@ -341,7 +345,8 @@ std::string MetricsCollector::summary_json(const std::string& header) {
   i64("prefix_cache_queries", prefix_queries_);
   i64("prefix_cache_hits", prefix_hits_);
   f9("prefix_cache_hit_rate",
-     prefix_queries_ ? static_cast<double>(prefix_hits_) / static_cast<double>(prefix_queries_) : 0.0);
+     prefix_queries_ ? static_cast<double>(prefix_hits_) / static_cast<double>(prefix_queries_)
+                     : 0.0);
   f9("first_lookup_hit_rate", first_lookup_prompt_ ? static_cast<double>(first_lookup_hits_) /
                                                          static_cast<double>(first_lookup_prompt_)
                                                    : 0.0);
@@ -357,7 +362,7 @@ std::string MetricsCollector::summary_json(const std::string& header) {
   f6("mean_batch_size", sum_batch_size_ / steps);
   i64("max_batch_size", max_batch_size_);
   f6("mean_batch_tokens", sum_batch_tokens_ / steps);
-  const char* names[6] = {"token_states", "reservation", "internal_fragmentation",
+  const char* names[6] = {"token_states",           "reservation", "internal_fragmentation",
                           "external_fragmentation", "cached_free", "free"};
   o += "  \"kv_breakdown\": {";
   const double rec = num_recorded_ ? static_cast<double>(num_recorded_) : 1.0;
@@ -394,13 +399,14 @@ std::string MetricsCollector::prometheus_text(const std::string& model_name) {
          static_cast<double>(last_waiting_));
   scalar("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage.",
          last_usage_);
-  scalar("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
-         static_cast<double>(num_preemptions_));
+  scalar("vllm:num_preemptions_total", "counter",
+         "Cumulative number of preemption from the engine.", static_cast<double>(num_preemptions_));
   scalar("vllm:prefix_cache_queries_total", "counter",
          "Prefix cache queries, in terms of number of queried tokens.",
          static_cast<double>(prefix_queries_));
   scalar("vllm:prefix_cache_hits_total", "counter",
-         "Prefix cache hits, in terms of number of cached tokens.", static_cast<double>(prefix_hits_));
+         "Prefix cache hits, in terms of number of cached tokens.",
+         static_cast<double>(prefix_hits_));
   scalar("vllm:request_success_total", "counter", "Count of successfully processed requests.",
          static_cast<double>(completed_));
   hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", h_ttft_);

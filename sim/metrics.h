@@ -72,8 +72,8 @@ struct KVBreakdown {
 /// One recorded step (a steps.csv row): every steps_every-th step and the last one. Counters are
 /// summed since the previous recorded row, so the rows add up to the run's totals.
 struct StepRecord {
-  std::int64_t step = -1;      // -1: no step
-  SimTimeNs time_ns = 0;       // step start
+  std::int64_t step = -1;  // -1: no step
+  SimTimeNs time_ns = 0;   // step start
   SimTimeNs duration_ns = 0;
   std::int64_t num_running = 0, num_waiting = 0, num_scheduled = 0;
   std::int64_t prefill_tokens = 0, decode_tokens = 0, batch_tokens = 0;
@@ -153,8 +153,8 @@ class MetricsCollector : public StepObserver {
   // Counters (totals) and the state at the previous recorded step (for per-row deltas).
   std::int64_t prefix_queries_ = 0, prefix_hits_ = 0, num_preemptions_ = 0;
   std::int64_t num_evictions_ = 0, num_blocks_allocated_ = 0;
-  StepRecord pending_;               // the latest step not yet recorded (step -1: none), with
-                                    // counters summed since the previous recorded row
+  StepRecord pending_;  // the latest step not yet recorded (step -1: none), with
+                        // counters summed since the previous recorded row
   void record_pending(const Scheduler& s);
 };
 

@@ -1,15 +1,15 @@
 #include "sim/scenario.h"
 
-#include <filesystem>
-
 #include <fmt/format.h>
+
+#include <filesystem>
 
 namespace kvsim {
 namespace {
 
-constexpr std::string_view kTopKeys[] = {"name",     "seed",    "engine",   "model",
-                                         "hardware", "cache",   "scheduler", "workload",
-                                         "latency",  "validate", "outputs",  "sweep"};
+constexpr std::string_view kTopKeys[] = {"name",     "seed",     "engine",    "model",
+                                         "hardware", "cache",    "scheduler", "workload",
+                                         "latency",  "validate", "outputs",   "sweep"};
 constexpr std::int64_t kMaxGpuBlocks = std::int64_t{1} << 28;
 
 std::vector<std::string_view> cache_keys() {
@@ -58,7 +58,8 @@ void apply_set(YAML::Node& root, std::string_view assignment) {
     const std::size_t dot = key.find('.', start);
     parts.push_back(key.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
     if (parts.back().empty())
-      throw ConfigError(fmt::format("--set '{}': empty component in key path '{}'", assignment, key));
+      throw ConfigError(
+          fmt::format("--set '{}': empty component in key path '{}'", assignment, key));
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
@@ -145,8 +146,9 @@ Scenario parse_scenario(const YAML::Node& root_in, const std::string& file) {
   } else if (sizing.num_gpu_blocks_override) {
     s.num_gpu_blocks = *sizing.num_gpu_blocks_override;
   } else {
-    throw ConfigError(file + ": cache: the pool size needs a model (model.config) or "
-                             "cache.num_gpu_blocks_override or cache.capacity_tokens");
+    throw ConfigError(file +
+                      ": cache: the pool size needs a model (model.config) or "
+                      "cache.num_gpu_blocks_override or cache.capacity_tokens");
   }
   if (s.num_gpu_blocks < 1 || s.num_gpu_blocks > kMaxGpuBlocks)
     throw ConfigError(fmt::format("{}: cache: {} blocks is outside the supported range [1, {}]",

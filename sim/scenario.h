@@ -25,13 +25,13 @@
 //   sweep:     {dotted.key: [values...], ...}: the grid `kvsim sweep` expands (first key slowest)
 // Without a model, the pool size must come from num_gpu_blocks_override or capacity_tokens.
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "core/scheduler.h"
 #include "sim/hardware.h"
@@ -50,7 +50,7 @@ const char* mode_name(EngineConfig::Mode m);
 
 /// `cache:` -- the KV cache (vLLM's CacheConfig plus the sizing keys of sim/hardware.h).
 struct CacheConfig {
-  CacheSizingConfig sizing;                     // block_size, gpu_memory_utilization, ...
+  CacheSizingConfig sizing;  // block_size, gpu_memory_utilization, ...
   bool enable_prefix_caching = true;
   std::int64_t num_preallocate_tokens = 64;     // vLLM 0.7.2; default 0 in cache_only mode
   std::optional<std::int64_t> capacity_tokens;  // num_gpu_blocks = capacity_tokens / block_size
@@ -68,7 +68,7 @@ struct ValidateConfig {
   std::string backend = "cpu";          // cpu | cuda
   std::int64_t sample_every_steps = 0;  // 0: off
   double sample_prob = 0.0;
-  std::string dtype = "auto";           // auto | float32 | float16 | bfloat16
+  std::string dtype = "auto";  // auto | float32 | float16 | bfloat16
 };
 
 /// One axis of `sweep:`: a dotted key path and the values it takes, in file order.
@@ -91,9 +91,9 @@ struct Scenario {
   ValidateConfig validate;
   OutputsConfig outputs;
   std::vector<SweepAxis> sweep;
-  std::int64_t num_gpu_blocks = 0;          // the pool actually used
-  std::optional<KVCachePlan> plan;          // when sized from a model and memory budget
-  YAML::Node root;                          // the tree after --set (sections kept as written)
+  std::int64_t num_gpu_blocks = 0;  // the pool actually used
+  std::optional<KVCachePlan> plan;  // when sized from a model and memory budget
+  YAML::Node root;                  // the tree after --set (sections kept as written)
 
   YamlContext ctx() const { return YamlContext{file, ""}; }
   /// The core's cache configuration.
@@ -120,6 +120,7 @@ void apply_set(YAML::Node& root, std::string_view assignment);
 [[nodiscard]] std::vector<std::vector<std::pair<std::string, std::string>>> sweep_points(
     const Scenario& s);
 /// A point's folder name: "cache.block_size=16,cache.enable_prefix_caching=true".
-[[nodiscard]] std::string sweep_point_name(const std::vector<std::pair<std::string, std::string>>& p);
+[[nodiscard]] std::string sweep_point_name(
+    const std::vector<std::pair<std::string, std::string>>& p);
 
 }  // namespace kvsim

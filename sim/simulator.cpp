@@ -1,8 +1,8 @@
 #include "sim/simulator.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/assert.h"
 
@@ -134,12 +134,14 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
 void Simulator::fail_cannot_fit(const Request& r) const {
   const std::int64_t bs = scenario_.cache.sizing.block_size;
   const std::int64_t idx = r.index();
-  throw RunError(fmt::format(
-      "request {} can never be scheduled: it needs {} blocks of {} tokens ({} prompt + {} generated "
-      "tokens) and the pool has {} blocks in all; raise the KV cache (cache.num_gpu_blocks_override, "
-      "gpu_memory_utilization) or lower scheduler.max_model_len",
-      request_ids_[static_cast<std::size_t>(idx)], cdiv(r.num_tokens(), bs), bs,
-      r.num_prompt_tokens(), r.num_output_tokens(), scenario_.num_gpu_blocks));
+  throw RunError(
+      fmt::format("request {} can never be scheduled: it needs {} blocks of {} tokens ({} prompt + "
+                  "{} generated "
+                  "tokens) and the pool has {} blocks in all; raise the KV cache "
+                  "(cache.num_gpu_blocks_override, "
+                  "gpu_memory_utilization) or lower scheduler.max_model_len",
+                  request_ids_[static_cast<std::size_t>(idx)], cdiv(r.num_tokens(), bs), bs,
+                  r.num_prompt_tokens(), r.num_output_tokens(), scenario_.num_gpu_blocks));
 }
 
 void Simulator::start_step() {
@@ -222,9 +224,10 @@ void Simulator::end_step() {
   for (const RequestOutput& o : outputs_) {
     if (!o.finished) continue;
     const RequestStatus st = o.request->status;
-    finish_request(o.request->index(), st == RequestStatus::kFinishedStopped   ? FinishReason::kStop
-                                       : st == RequestStatus::kFinishedAborted ? FinishReason::kAbort
-                                                                               : FinishReason::kLength);
+    finish_request(o.request->index(), st == RequestStatus::kFinishedStopped ? FinishReason::kStop
+                                       : st == RequestStatus::kFinishedAborted
+                                           ? FinishReason::kAbort
+                                           : FinishReason::kLength);
   }
   schedule_queued_ = true;
   engine_.schedule(now, kPriorityScheduleStep, EventKind::kScheduleStep);
@@ -288,9 +291,14 @@ void Simulator::run_timed() {
         if (open_loop) pull_next_open_loop();
         break;
       }
-      case EventKind::kStepEnd: end_step(); break;
-      case EventKind::kScheduleStep: start_step(); break;
-      case EventKind::kUser: break;
+      case EventKind::kStepEnd:
+        end_step();
+        break;
+      case EventKind::kScheduleStep:
+        start_step();
+        break;
+      case EventKind::kUser:
+        break;
     }
     if (++n % progress_every_ == 0) report_progress();
     if ((n & 1023) == 0) check_interrupt();
@@ -369,20 +377,21 @@ void Simulator::run_cache_only() {
 
 // ---- run_scenario ---------------------------------------------------------------------------
 
-#include "sim/metrics.h"
-#include "sim/latency_model.h"
-#include "sim/writers.h"
-
 #include <nlohmann/json.hpp>
+
+#include "sim/latency_model.h"
+#include "sim/metrics.h"
+#include "sim/writers.h"
 
 namespace kvsim {
 
 StepTimeFn make_step_time(const Scenario& scenario) {
   if (!scenario.model)
-    throw ConfigError(scenario.file + ": model: required in timed mode (the latency model needs it)");
-  std::shared_ptr<const LatencyModel> model =
-      make_latency_model(scenario.latency, scenario.ctx().child("latency"), *scenario.model,
-                         scenario.hardware.gpu, static_cast<int>(scenario.hardware.tensor_parallel_size));
+    throw ConfigError(scenario.file +
+                      ": model: required in timed mode (the latency model needs it)");
+  std::shared_ptr<const LatencyModel> model = make_latency_model(
+      scenario.latency, scenario.ctx().child("latency"), *scenario.model, scenario.hardware.gpu,
+      static_cast<int>(scenario.hardware.tensor_parallel_size));
   return [model](const StepView& v) {
     BatchFeatures b;
     b.num_seqs = static_cast<std::int64_t>(v.out->scheduled.size());
@@ -400,8 +409,9 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
                        const RunOptions& options) {
   // Everything that can reject the input happens before the folder exists.
   const std::int32_t vocab =
-      scenario.model ? static_cast<std::int32_t>(std::max<std::int64_t>(scenario.model->vocab_size, 1))
-                     : 32000;
+      scenario.model
+          ? static_cast<std::int32_t>(std::max<std::int64_t>(scenario.model->vocab_size, 1))
+          : 32000;
   std::unique_ptr<RequestSource> source = make_request_source(
       scenario.workload, scenario.ctx().child("workload"), scenario.seed, vocab);
   StepTimeFn step_time = options.step_time;
@@ -431,8 +441,8 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
   const std::string header = fmt::format(
       "  \"name\": {},\n  \"seed\": {},\n  \"profile\": \"{}\",\n  \"mode\": \"{}\",\n"
       "  \"block_size\": {},\n  \"num_gpu_blocks\": {},\n  \"enable_prefix_caching\": {},\n",
-      nlohmann::json(scenario.name).dump(), scenario.seed, scenario.engine.profile, mode_name(scenario.engine.mode),
-      scenario.cache.sizing.block_size, scenario.num_gpu_blocks,
+      nlohmann::json(scenario.name).dump(), scenario.seed, scenario.engine.profile,
+      mode_name(scenario.engine.mode), scenario.cache.sizing.block_size, scenario.num_gpu_blocks,
       scenario.cache.enable_prefix_caching ? "true" : "false");
   RunResult result;
   result.summary_json = metrics.summary_json(header);

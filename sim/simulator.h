@@ -109,7 +109,7 @@ class Simulator {
   std::vector<RequestOutput> outputs_;
   std::vector<SimTimeNs> prev_token_ns_;
 
-  std::vector<Live> live_;               // by slot = Request::index()
+  std::vector<Live> live_;  // by slot = Request::index()
   std::vector<std::int64_t> free_slots_;
   std::vector<std::int64_t> final_kv_tokens_;  // by slot
   std::vector<std::uint64_t> request_ids_;     // by slot
@@ -135,7 +135,7 @@ struct RunOptions {
   bool check_invariants = false;
   std::function<void(const SimProgress&)> progress;  // empty: no progress reports
   std::uint64_t progress_every_events = 1 << 15;
-  StepTimeFn step_time;  // empty: the scenario's latency model
+  StepTimeFn step_time;                                   // empty: the scenario's latency model
   const volatile std::sig_atomic_t* interrupt = nullptr;  // see Simulator::set_interrupt_flag
 };
 

@@ -1,13 +1,13 @@
 #include "sim/writers.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
-
-#include <fmt/format.h>
-#include <unistd.h>
 
 namespace kvsim {
 namespace fs = std::filesystem;
@@ -49,7 +49,8 @@ RunFolder::RunFolder(const fs::path& out_dir, const std::string& name) {
   tmp_ = out_dir / fmt::format("{}.tmp-{}", name, static_cast<long>(::getpid()));
   std::error_code ec;
   fs::create_directories(out_dir, ec);
-  if (ec) throw std::runtime_error(fmt::format("cannot create {}: {}", out_dir.string(), ec.message()));
+  if (ec)
+    throw std::runtime_error(fmt::format("cannot create {}: {}", out_dir.string(), ec.message()));
   fs::remove_all(tmp_, ec);
   if (!fs::create_directory(tmp_, ec) || ec)
     throw std::runtime_error(fmt::format("cannot create {}: {}", tmp_.string(), ec.message()));
@@ -74,7 +75,8 @@ void RunFolder::commit() {
 OutFile::OutFile(const fs::path& path) : path_(path.string()) {
   if (path.empty()) return;
   f_ = std::fopen(path_.c_str(), "wb");
-  if (!f_) throw std::runtime_error(fmt::format("cannot write {}: {}", path_, std::strerror(errno)));
+  if (!f_)
+    throw std::runtime_error(fmt::format("cannot write {}: {}", path_, std::strerror(errno)));
   buf_.reserve(1 << 16);
 }
 
@@ -237,10 +239,14 @@ void TraceJsonWriter::close() {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kAbort: return "abort";
-    case FinishReason::kRejected: return "rejected";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kRejected:
+      return "rejected";
   }
   return "?";
 }

@@ -55,7 +55,8 @@ void write_text_file(const std::filesystem::path& path, std::string_view text);
 /// requests.csv and steps.csv, streamed (either may be disabled by passing an empty path).
 class CsvRecordWriter : public RecordSink {
  public:
-  CsvRecordWriter(const std::filesystem::path& requests_csv, const std::filesystem::path& steps_csv);
+  CsvRecordWriter(const std::filesystem::path& requests_csv,
+                  const std::filesystem::path& steps_csv);
   void on_step_record(const StepRecord& r) override;
   void on_request_record(const RequestRecord& r) override;
   void close();

@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
     int status = 0;
     struct rusage ru {};
     ::wait4(pid, &status, 0, &ru);
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                        static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
     if (!got || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -1,11 +1,11 @@
 // Determinism: the same scenario and seed give byte-identical run folders; another seed does not.
 
-#include <catch2/catch.hpp>
+#include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 #include "sim/scenario.h"
 #include "sim/simulator.h"
@@ -25,7 +25,9 @@ std::string slurp(const fs::path& p) {
 const std::string kScenario =
     "name: det\n"
     "seed: 11\n"
-    "model: {config: " + std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/qwen2-1.5b.json}\n"
+    "model: {config: " +
+    std::string(KVSIM_SOURCE_DIR) +
+    "/scenarios/models/qwen2-1.5b.json}\n"
     "cache: {block_size: 16, num_gpu_blocks_override: 400}\n"
     "scheduler: {max_num_seqs: 32, max_num_batched_tokens: 1024, max_model_len: 4096}\n"
     "workload:\n"
@@ -53,8 +55,8 @@ TEST_CASE("two runs of the same scenario and seed write byte-identical files", "
   fs::remove_all(base);
   const fs::path a = run_into(base / "a", {});
   const fs::path b = run_into(base / "b", {});
-  const char* files[] = {"summary.json", "requests.csv", "steps.csv", "config.resolved.yaml",
-                         "trace.json", "metrics.prom"};
+  const char* files[] = {"summary.json",         "requests.csv", "steps.csv",
+                         "config.resolved.yaml", "trace.json",   "metrics.prom"};
   for (const char* f : files) {
     INFO(f);
     REQUIRE(fs::exists(a / f));

@@ -1,7 +1,6 @@
 // Engine: the (time, priority, seq_no) event order, the clock, run_until.
 
 #include <catch2/catch.hpp>
-
 #include <vector>
 
 #include "sim/engine.h"
@@ -83,5 +82,6 @@ TEST_CASE("event_before orders by time then priority then sequence number", "[si
   CHECK(event_before(Event{1, 9, EventKind::kUser, 9, 0}, Event{2, 0, EventKind::kUser, 0, 0}));
   CHECK(event_before(Event{1, 0, EventKind::kUser, 9, 0}, Event{1, 1, EventKind::kUser, 0, 0}));
   CHECK(event_before(Event{1, 1, EventKind::kUser, 3, 0}, Event{1, 1, EventKind::kUser, 4, 0}));
-  CHECK_FALSE(event_before(Event{1, 1, EventKind::kUser, 4, 0}, Event{1, 1, EventKind::kUser, 4, 0}));
+  CHECK_FALSE(
+      event_before(Event{1, 1, EventKind::kUser, 4, 0}, Event{1, 1, EventKind::kUser, 4, 0}));
 }

@@ -2,7 +2,6 @@
 // the resolved YAML, sweep expansion, and a fuzz over YAML mutations (ConfigError or success only).
 
 #include <catch2/catch.hpp>
-
 #include <string>
 
 #include "sim/rng.h"
@@ -19,7 +18,9 @@ const std::string kModelPath = std::string(KVSIM_SOURCE_DIR) + "/scenarios/model
 const std::string kBase =
     "name: base\n"
     "seed: 3\n"
-    "model: {config: " + kModelPath + "}\n"
+    "model: {config: " +
+    kModelPath +
+    "}\n"
     "hardware: {gpu: H100-80GB}\n"
     "cache: {block_size: 16, enable_prefix_caching: true}\n"
     "scheduler: {max_num_seqs: 64}\n"
@@ -58,9 +59,9 @@ TEST_CASE("a minimal scenario gets vLLM's defaults", "[sim]") {
 }
 
 TEST_CASE("set overrides replace values, create sections and parse YAML scalars", "[sim]") {
-  const Scenario s = parse(kBase, {"cache.block_size=32", "cache.enable_prefix_caching=false",
-                                   "outputs.steps_every=1", "cache.num_gpu_blocks_override=500",
-                                   "seed=9", "engine.mode=cache_only"});
+  const Scenario s = parse(
+      kBase, {"cache.block_size=32", "cache.enable_prefix_caching=false", "outputs.steps_every=1",
+              "cache.num_gpu_blocks_override=500", "seed=9", "engine.mode=cache_only"});
   CHECK(s.cache.sizing.block_size == 32);
   CHECK_FALSE(s.cache.enable_prefix_caching);
   CHECK(s.outputs.steps_every == 1);
@@ -84,14 +85,16 @@ TEST_CASE("an unknown key is an error with a suggestion and a position", "[sim]"
   const std::string e = error_of(text);
   CHECK_THAT(e, Catch::Contains("s.yaml:8:1"));
   CHECK_THAT(e, Catch::Contains("did you mean 'scheduler'"));
-  CHECK_THAT(error_of(kBase + "outputs: {steps_evry: 3}\n"), Catch::Contains("did you mean 'steps_every'"));
+  CHECK_THAT(error_of(kBase + "outputs: {steps_evry: 3}\n"),
+             Catch::Contains("did you mean 'steps_every'"));
   CHECK_THAT(error_of(kBase + "engine: {mode: cached}\n"), Catch::Contains("cache_only"));
 }
 
 TEST_CASE("wrong types and out-of-range values are reported with the key", "[sim]") {
   CHECK_THAT(error_of(kBase, {"cache.block_size=abc"}), Catch::Contains("cache.block_size"));
   CHECK_THAT(error_of(kBase, {"cache.block_size=0"}), Catch::Contains("cache.block_size"));
-  CHECK_THAT(error_of(kBase, {"scheduler.max_num_seqs=-1"}), Catch::Contains("scheduler.max_num_seqs"));
+  CHECK_THAT(error_of(kBase, {"scheduler.max_num_seqs=-1"}),
+             Catch::Contains("scheduler.max_num_seqs"));
   CHECK_THAT(error_of(kBase, {"cache.gpu_memory_utilization=1.5"}),
              Catch::Contains("gpu_memory_utilization"));
   CHECK_THAT(error_of(kBase, {"outputs.trace_json=maybe"}), Catch::Contains("outputs.trace_json"));
@@ -114,9 +117,11 @@ TEST_CASE("the pool size needs a model or an explicit block count", "[sim]") {
   CHECK_THAT(error_of(cache_only), Catch::Contains("num_gpu_blocks_override"));
   const Scenario s = parse(cache_only, {"cache.capacity_tokens=1000000"});
   CHECK(s.num_gpu_blocks == 1953);
-  CHECK_THAT(error_of(cache_only, {"cache.capacity_tokens=100"}), Catch::Contains("less than one block"));
-  CHECK_THAT(error_of(cache_only, {"cache.capacity_tokens=5000", "cache.num_gpu_blocks_override=3"}),
-             Catch::Contains("not both"));
+  CHECK_THAT(error_of(cache_only, {"cache.capacity_tokens=100"}),
+             Catch::Contains("less than one block"));
+  CHECK_THAT(
+      error_of(cache_only, {"cache.capacity_tokens=5000", "cache.num_gpu_blocks_override=3"}),
+      Catch::Contains("not both"));
   CHECK_THAT(error_of(cache_only, {"engine.mode=timed", "cache.capacity_tokens=5000"}),
              Catch::Contains("model: required"));
 }
@@ -133,13 +138,15 @@ TEST_CASE("the resolved YAML has every default and parses back to itself", "[sim
 }
 
 TEST_CASE("a sweep expands to the cartesian product with named points", "[sim]") {
-  const Scenario s = parse(kBase + "sweep: {cache.block_size: [8, 16, 32], "
-                                   "cache.enable_prefix_caching: [true, false]}\n");
+  const Scenario s = parse(kBase +
+                           "sweep: {cache.block_size: [8, 16, 32], "
+                           "cache.enable_prefix_caching: [true, false]}\n");
   const auto points = sweep_points(s);
   REQUIRE(points.size() == 6);
   CHECK(sweep_point_name(points[0]) == "cache.block_size=8,cache.enable_prefix_caching=true");
   CHECK(sweep_point_name(points[5]) == "cache.block_size=32,cache.enable_prefix_caching=false");
-  CHECK_THAT(error_of(kBase + "sweep: {cahce.block_size: [8]}\n"), Catch::Contains("did you mean 'cache'"));
+  CHECK_THAT(error_of(kBase + "sweep: {cahce.block_size: [8]}\n"),
+             Catch::Contains("did you mean 'cache'"));
   CHECK_THAT(error_of(kBase + "sweep: {cache.block_size: 8}\n"), Catch::Contains("non-empty list"));
 }
 
@@ -147,19 +154,56 @@ TEST_CASE("random mutations of a scenario either load or raise ConfigError", "[s
   const std::string text = kBase +
                            "outputs: {trace_json: false, metrics_prom: true, steps_every: 5}\n"
                            "validate: {backend: cpu, sample_prob: 0.5}\n";
-  const std::vector<std::string> values = {"0", "-1", "1e30", "abc", "true", "[1, 2]", "{a: 1}",
-                                           "~", "''", "0.5", "99999999999999999999", "16", ".nan"};
-  const std::vector<std::string> keys = {
-      "name", "seed", "engine.mode", "engine.profile", "cache.block_size",
-      "cache.gpu_memory_utilization", "cache.num_gpu_blocks_override", "cache.capacity_tokens",
-      "cache.kv_cache_memory_bytes", "cache.enable_prefix_caching", "cache.num_preallocate_tokens",
-      "scheduler.max_num_seqs", "scheduler.max_model_len", "scheduler.max_num_batched_tokens",
-      "outputs.steps_every", "outputs.trace_json", "validate.sample_prob", "hardware.gpu",
-      "hardware.tensor_parallel_size", "model.num_hidden_layers", "sweep.cache.block_size",
-      "engine", "cache", "model", "bogus.key", "workload.num_requests", "workload.prompt_tokens",
-      "workload.output_tokens", "workload.arrival.process", "workload.arrival.rate_per_s",
-      "workload.system_prompts.count", "workload.sessions.turns", "workload.eos_token_id",
-      "latency.model", "latency.mfu", "latency.step_time_us", "workload"};
+  const std::vector<std::string> values = {"0",
+                                           "-1",
+                                           "1e30",
+                                           "abc",
+                                           "true",
+                                           "[1, 2]",
+                                           "{a: 1}",
+                                           "~",
+                                           "''",
+                                           "0.5",
+                                           "99999999999999999999",
+                                           "16",
+                                           ".nan"};
+  const std::vector<std::string> keys = {"name",
+                                         "seed",
+                                         "engine.mode",
+                                         "engine.profile",
+                                         "cache.block_size",
+                                         "cache.gpu_memory_utilization",
+                                         "cache.num_gpu_blocks_override",
+                                         "cache.capacity_tokens",
+                                         "cache.kv_cache_memory_bytes",
+                                         "cache.enable_prefix_caching",
+                                         "cache.num_preallocate_tokens",
+                                         "scheduler.max_num_seqs",
+                                         "scheduler.max_model_len",
+                                         "scheduler.max_num_batched_tokens",
+                                         "outputs.steps_every",
+                                         "outputs.trace_json",
+                                         "validate.sample_prob",
+                                         "hardware.gpu",
+                                         "hardware.tensor_parallel_size",
+                                         "model.num_hidden_layers",
+                                         "sweep.cache.block_size",
+                                         "engine",
+                                         "cache",
+                                         "model",
+                                         "bogus.key",
+                                         "workload.num_requests",
+                                         "workload.prompt_tokens",
+                                         "workload.output_tokens",
+                                         "workload.arrival.process",
+                                         "workload.arrival.rate_per_s",
+                                         "workload.system_prompts.count",
+                                         "workload.sessions.turns",
+                                         "workload.eos_token_id",
+                                         "latency.model",
+                                         "latency.mfu",
+                                         "latency.step_time_us",
+                                         "workload"};
   RngStream rng = make_stream(12345, "fuzz");
   int ok = 0, rejected = 0;
   for (int iter = 0; iter < 1500; ++iter) {
@@ -193,9 +237,15 @@ TEST_CASE("random byte edits of scenario text either load or raise ConfigError",
     for (int k = 0; k < edits; ++k) {
       const std::size_t pos = rng() % t.size();
       switch (rng() % 3) {
-        case 0: t[pos] = alphabet[rng() % alphabet.size()]; break;
-        case 1: t.erase(pos, 1); break;
-        default: t.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
+        case 0:
+          t[pos] = alphabet[rng() % alphabet.size()];
+          break;
+        case 1:
+          t.erase(pos, 1);
+          break;
+        default:
+          t.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+          break;
       }
     }
     INFO("seed 777 iteration " << iter);

@@ -1,20 +1,18 @@
 // Simulator: hand-checkable metrics, the KV breakdown, rejection, the drain failure, multi-turn,
 // nothing half-written on error, and the Mooncake cache_only hit-rate table.
 
-#include <catch2/catch.hpp>
-
-#include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <string>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdlib>
-
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
 
 #include "sim/metrics.h"
 #include "sim/scenario.h"
@@ -47,8 +45,7 @@ Scenario scenario_from(const std::string& yaml) {
 std::string timed_yaml(const std::string& cache, const std::string& scheduler,
                        const std::string& workload) {
   return "name: t\nseed: 7\nmodel: {config: " + kModel + "}\ncache: " + cache +
-         "\nscheduler: " + scheduler + "\nworkload: " + workload +
-         "\noutputs: {steps_every: 1}\n";
+         "\nscheduler: " + scheduler + "\nworkload: " + workload + "\noutputs: {steps_every: 1}\n";
 }
 
 StepTimeFn constant_ms(double ms) {
@@ -105,16 +102,22 @@ KVBreakdown walk_breakdown(const Scheduler& s, const std::vector<std::int64_t>& 
       const auto id = static_cast<std::size_t>(to_int(r->blocks[j]));
       if (seen[id]) continue;
       seen[id] = 1;
-      for (std::int64_t p = static_cast<std::int64_t>(j) * bs; p < static_cast<std::int64_t>(j + 1) * bs; ++p) {
-        if (p < c) ++b.token_states;
-        else if (p < f) ++b.reservation;
-        else ++b.internal_fragmentation;
+      for (std::int64_t p = static_cast<std::int64_t>(j) * bs;
+           p < static_cast<std::int64_t>(j + 1) * bs; ++p) {
+        if (p < c)
+          ++b.token_states;
+        else if (p < f)
+          ++b.reservation;
+        else
+          ++b.internal_fragmentation;
       }
     }
   }
   for (const KVCacheBlock& blk : pool.free_queue()) {
-    if (blk.block_hash != kNoHash) b.cached_free += bs;
-    else b.free += bs;
+    if (blk.block_hash != kNoHash)
+      b.cached_free += bs;
+    else
+      b.free += bs;
   }
   return b;
 }
@@ -125,10 +128,12 @@ struct BreakdownChecker : StepObserver {
   std::uint32_t epoch = 0;
   std::int64_t steps = 0, shared_steps = 0;
   void on_step(const StepView& v) override {
-    const KVBreakdown fast = compute_kv_breakdown(*v.scheduler, sim->final_kv_tokens(), stamp, epoch);
+    const KVBreakdown fast =
+        compute_kv_breakdown(*v.scheduler, sim->final_kv_tokens(), stamp, epoch);
     const KVBreakdown slow = walk_breakdown(*v.scheduler, sim->final_kv_tokens());
     const BlockPool& pool = v.scheduler->kv_cache_manager().pool();
-    REQUIRE(fast.total() == std::int64_t{pool.num_blocks()} * v.scheduler->kv_cache_manager().block_size());
+    REQUIRE(fast.total() ==
+            std::int64_t{pool.num_blocks()} * v.scheduler->kv_cache_manager().block_size());
     REQUIRE(fast.token_states == slow.token_states);
     REQUIRE(fast.reservation == slow.reservation);
     REQUIRE(fast.internal_fragmentation == slow.internal_fragmentation);
@@ -172,8 +177,8 @@ TEST_CASE("metrics of a tiny run with a constant step time are exact", "[sim]") 
   const auto rows = read_csv(r.folder / "requests.csv");
   REQUIRE(rows.size() == 3);
   CHECK(rows[1][0] == "0");
-  CHECK(rows[1][7] == "10.000000");   // ttft_ms
-  CHECK(rows[1][9] == "40.000000");   // e2el_ms
+  CHECK(rows[1][7] == "10.000000");    // ttft_ms
+  CHECK(rows[1][9] == "40.000000");    // e2el_ms
   CHECK(rows[2][1] == "1.000000000");  // arrival_s
   CHECK(rows[2][6] == "1.040000000");  // finish_s
   CHECK(rows[2][13] == "length");
@@ -194,7 +199,8 @@ TEST_CASE("queueing delay is counted when the batch is full", "[sim]") {
   CHECK(j["mean_e2el_ms"].get<double>() == Approx(60.0).margin(1e-9));   // (40 + 80) / 2
 }
 
-TEST_CASE("the fast KV breakdown equals a block walk and sums to the pool under preemption", "[sim]") {
+TEST_CASE("the fast KV breakdown equals a block walk and sums to the pool under preemption",
+          "[sim]") {
   const Scenario s = scenario_from(timed_yaml(
       "{block_size: 16, num_gpu_blocks_override: 96}", "{max_model_len: 2048, max_num_seqs: 16}",
       "{num_requests: 60, arrival: {process: poisson, rate_per_s: 200}, "
@@ -214,10 +220,10 @@ TEST_CASE("the fast KV breakdown equals a block walk and sums to the pool under 
 
 TEST_CASE("steps.csv slot columns add up to the pool on every row", "[sim]") {
   TempDir tmp("slots");
-  const Scenario s = scenario_from(timed_yaml(
-      "{block_size: 16, num_gpu_blocks_override: 80}", "{max_model_len: 2048}",
-      "{num_requests: 40, arrival: {process: poisson, rate_per_s: 100}, "
-      "system_prompts: {count: 1, tokens: 64}, prompt_tokens: 50, output_tokens: 60}"));
+  const Scenario s = scenario_from(
+      timed_yaml("{block_size: 16, num_gpu_blocks_override: 80}", "{max_model_len: 2048}",
+                 "{num_requests: 40, arrival: {process: poisson, rate_per_s: 100}, "
+                 "system_prompts: {count: 1, tokens: 64}, prompt_tokens: 50, output_tokens: 60}"));
   RunOptions opt;
   opt.step_time = constant_ms(4);
   const RunResult r = run_scenario(s, tmp.path, opt);
@@ -237,10 +243,10 @@ TEST_CASE("steps.csv slot columns add up to the pool on every row", "[sim]") {
 
 TEST_CASE("requests longer than max_model_len are rejected and counted", "[sim]") {
   TempDir tmp("reject");
-  const Scenario s = scenario_from(timed_yaml(
-      "{block_size: 16, num_gpu_blocks_override: 64}", "{max_model_len: 100}",
-      "{num_requests: 20, arrival: {process: constant, rate_per_s: 10}, "
-      "prompt_tokens: {uniform: {min: 40, max: 70}}, output_tokens: 40}"));
+  const Scenario s = scenario_from(
+      timed_yaml("{block_size: 16, num_gpu_blocks_override: 64}", "{max_model_len: 100}",
+                 "{num_requests: 20, arrival: {process: constant, rate_per_s: 10}, "
+                 "prompt_tokens: {uniform: {min: 40, max: 70}}, output_tokens: 40}"));
   RunOptions opt;
   opt.step_time = constant_ms(1);
   const RunResult r = run_scenario(s, tmp.path, opt);
@@ -291,9 +297,9 @@ TEST_CASE("a trace row that does not parse mid-run leaves no run folder behind",
     f << "arrival_s,prompt_tokens,output_tokens\n0,10,5\n0.1,12,5\n0.2,abc,5\n";
   }
   const fs::path out = tmp.path / "out";
-  const Scenario s = scenario_from(timed_yaml(
-      "{block_size: 16, num_gpu_blocks_override: 64}", "{max_model_len: 2048}",
-      "{trace: {format: csv, path: " + trace.string() + "}}"));
+  const Scenario s = scenario_from(
+      timed_yaml("{block_size: 16, num_gpu_blocks_override: 64}", "{max_model_len: 2048}",
+                 "{trace: {format: csv, path: " + trace.string() + "}}"));
   RunOptions opt;
   opt.step_time = constant_ms(1);
   try {
@@ -335,7 +341,8 @@ TEST_CASE("invariants hold after every step of a shared-prefix run", "[sim]") {
       "{block_size: 8, num_gpu_blocks_override: 120, enable_prefix_caching: true}",
       "{max_model_len: 1024, max_num_seqs: 8, max_num_batched_tokens: 64}",
       "{num_requests: 50, arrival: {process: all_at_once}, system_prompts: {count: 3, tokens: 40},"
-      " prompt_tokens: {uniform: {min: 1, max: 60}}, output_tokens: {uniform: {min: 1, max: 80}}}"));
+      " prompt_tokens: {uniform: {min: 1, max: 60}}, output_tokens: {uniform: {min: 1, max: "
+      "80}}}"));
   auto src = make_request_source(s.workload, s.ctx().child("workload"), s.seed, 50272);
   Simulator sim(s, *src, constant_ms(1));
   sim.set_check_invariants(true);
@@ -365,8 +372,8 @@ namespace {
 
 /// Runs the kvsim binary (when it has been built) and returns its exit status; "" skips.
 int kvsim_cli(const std::string& args, const fs::path& log) {
-  const std::string cmd = std::string(KVSIM_BINARY_DIR) + "/kvsim " + args + " > " + log.string() +
-                          " 2>&1";
+  const std::string cmd =
+      std::string(KVSIM_BINARY_DIR) + "/kvsim " + args + " > " + log.string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
@@ -403,7 +410,8 @@ TEST_CASE("kvsim run and sweep exit 0 on success, 1 on a run failure, 2 on bad i
   CHECK(fs::exists(out / "t" / "summary.json"));
   CHECK(kvsim_cli("run " + base + " --set cache.blok_size=8", log) == 2);
   CHECK_THAT(slurp_text(log), Catch::Contains("did you mean 'block_size'"));
-  CHECK(kvsim_cli("run " + base + " --set name=bad --set cache.num_gpu_blocks_override=2", log) == 1);
+  CHECK(kvsim_cli("run " + base + " --set name=bad --set cache.num_gpu_blocks_override=2", log) ==
+        1);
   CHECK_THAT(slurp_text(log), Catch::Contains("can never be scheduled"));
   CHECK_FALSE(fs::exists(out / "bad"));
   CHECK(kvsim_cli("run " + base + " --seed abc", log) == 2);
@@ -413,7 +421,8 @@ TEST_CASE("kvsim run and sweep exit 0 on success, 1 on a run failure, 2 on bad i
   const std::string csv = slurp_text(out / "t" / "sweep.csv");
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 3);
   CHECK(csv.rfind("cache.block_size,cache.enable_prefix_caching,name,", 0) == 0);
-  CHECK(fs::exists(out / "t" / "cache.block_size=8,cache.enable_prefix_caching=true" / "steps.csv"));
+  CHECK(
+      fs::exists(out / "t" / "cache.block_size=8,cache.enable_prefix_caching=true" / "steps.csv"));
   const fs::path jobs = tmp.path / "jobs.txt";
   CHECK(kvsim_cli("sweep " + base + " --emit-jobs " + jobs.string(), log) == 0);
   const std::string lines = slurp_text(jobs);
@@ -425,11 +434,12 @@ TEST_CASE("kvsim run and sweep exit 0 on success, 1 on a run failure, 2 on bad i
 TEST_CASE("steps.csv per-row counters add up to the summary totals", "[sim]") {
   TempDir tmp("counters");
   YAML::Node root = load_yaml_string(
-      timed_yaml("{block_size: 16, num_gpu_blocks_override: 150}",
-                 "{max_model_len: 2048, max_num_seqs: 24}",
-                 "{num_requests: 80, arrival: {process: poisson, rate_per_s: 60}, "
-                 "system_prompts: {count: 2, tokens: 96}, prompt_tokens: {uniform: {min: 20, max: 300}}, "
-                 "output_tokens: {uniform: {min: 10, max: 200}}}"),
+      timed_yaml(
+          "{block_size: 16, num_gpu_blocks_override: 150}",
+          "{max_model_len: 2048, max_num_seqs: 24}",
+          "{num_requests: 80, arrival: {process: poisson, rate_per_s: 60}, "
+          "system_prompts: {count: 2, tokens: 96}, prompt_tokens: {uniform: {min: 20, max: 300}}, "
+          "output_tokens: {uniform: {min: 10, max: 200}}}"),
       "test.yaml");
   root["outputs"]["steps_every"] = 7;
   root["outputs"]["metrics_prom"] = true;
@@ -461,6 +471,9 @@ TEST_CASE("steps.csv per-row counters add up to the summary totals", "[sim]") {
   }();
   CHECK_THAT(prom, Catch::Contains("vllm:prefix_cache_queries_total{model_name=\"opt-125m\"} " +
                                    std::to_string(j["prefix_cache_queries"].get<std::int64_t>())));
-  CHECK_THAT(prom, Catch::Contains("vllm:time_to_first_token_seconds_bucket{le=\"+Inf\",model_name=\"opt-125m\"} 80"));
-  CHECK_THAT(prom, Catch::Contains("vllm:e2e_request_latency_seconds_count{model_name=\"opt-125m\"} 80"));
+  CHECK_THAT(
+      prom, Catch::Contains(
+                "vllm:time_to_first_token_seconds_bucket{le=\"+Inf\",model_name=\"opt-125m\"} 80"));
+  CHECK_THAT(prom,
+             Catch::Contains("vllm:e2e_request_latency_seconds_count{model_name=\"opt-125m\"} 80"));
 }
