@@ -289,6 +289,18 @@ TEST_CASE("a request that can never fit fails the run naming it and leaves nothi
   CHECK(fs::is_empty(tmp.path));
 }
 
+TEST_CASE("a request that outgrows the whole pool while decoding fails the run", "[sim]") {
+  // The prompt fits (3 blocks of 4) but 40 + 40 tokens need 5: it preempts itself until the
+  // scheduler can no longer admit it, and the run fails instead of spinning.
+  const Scenario s = scenario_from(timed_yaml(
+      "{block_size: 16, num_gpu_blocks_override: 4}", "{max_model_len: 2048}",
+      "{arrival: {process: timestamps, times_s: [0]}, prompt_tokens: 40, output_tokens: 40}"));
+  auto src = make_request_source(s.workload, s.ctx().child("workload"), s.seed, 50272);
+  Simulator sim(s, *src, constant_ms(1));
+  CHECK_THROWS_WITH(sim.run(), Catch::Contains("request 0 can never be scheduled") &&
+                                   Catch::Contains("needs 5 blocks"));
+}
+
 TEST_CASE("a trace row that does not parse mid-run leaves no run folder behind", "[sim]") {
   TempDir tmp("badrow");
   const fs::path trace = tmp.path / "bad.csv";
