@@ -27,12 +27,13 @@ constexpr const char* kUsage =
     "CONFIG is a Hugging Face config.json, a YAML file with a model: section, or the name of a\n"
     "config shipped in scenarios/models/ (llama-3.1-8b, qwen2-1.5b, deepseek-v3, ...).\n";
 
-std::int64_t parse_int_flag(std::string_view flag, const std::string& v, std::int64_t min) {
+std::int64_t parse_int_flag(std::string_view flag, const std::string& v, std::int64_t min,
+                            std::int64_t max = kIntMax) {
   YAML::Node n(v);
   try {
-    return as_int(n, YamlContext{"command line", std::string(flag)}, min);
+    return as_int(n, YamlContext{"command line", std::string(flag)}, min, max);
   } catch (const ConfigError&) {
-    throw ConfigError(fmt::format("{}: expected an integer >= {}, got '{}'", flag, min, v));
+    throw ConfigError(fmt::format("{}: expected an integer in [{}, {}], got '{}'", flag, min, max, v));
   }
 }
 
@@ -109,12 +110,12 @@ int kv_size(const Args& args) {
     }
     if (flag == "--model") model_arg = value;
     else if (flag == "--gpu") gpu = value, gpu_given = true;
-    else if (flag == "--kv-cache-memory-bytes") cache.kv_cache_memory_bytes = parse_int_flag(flag, value, 1);
-    else if (flag == "--block-size") cache.block_size = parse_int_flag(flag, value, 1);
+    else if (flag == "--kv-cache-memory-bytes") cache.kv_cache_memory_bytes = parse_int_flag(flag, value, 1, std::int64_t{1} << 60);
+    else if (flag == "--block-size") cache.block_size = parse_int_flag(flag, value, 1, 1 << 16);
     else if (flag == "--tensor-parallel-size") hw.tensor_parallel_size = parse_int_flag(flag, value, 1);
     else if (flag == "--gpu-memory-utilization") cache.gpu_memory_utilization = parse_double_flag(flag, value, 1e-6, 1.0);
     else if (flag == "--num-gpu-blocks-override") cache.num_gpu_blocks_override = parse_int_flag(flag, value, 1);
-    else if (flag == "--activation-reserve-bytes") cache.activation_reserve_bytes = parse_int_flag(flag, value, 0);
+    else if (flag == "--activation-reserve-bytes") cache.activation_reserve_bytes = parse_int_flag(flag, value, 0, std::int64_t{1} << 50);
     else if (flag == "--kv-cache-dtype") cache_dtype = value;
   }
   if (model_arg.empty()) throw ConfigError("kv-size: --model CONFIG is required");

@@ -77,7 +77,7 @@ HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx)
     }
   }
   hw.tensor_parallel_size = get_int(hardware, "tensor_parallel_size", ctx, 1, 1, 1024);
-  hw.gpu.memory_bytes = get_int(hardware, "gpu_memory_bytes", ctx, hw.gpu.memory_bytes, 1);
+  hw.gpu.memory_bytes = get_int(hardware, "gpu_memory_bytes", ctx, hw.gpu.memory_bytes, 1, std::int64_t{1} << 50);
   hw.gpu.peak_flops_per_s = get_double(hardware, "peak_flops_per_s", ctx, hw.gpu.peak_flops_per_s, 1.0);
   hw.gpu.hbm_bytes_per_s = get_double(hardware, "hbm_bytes_per_s", ctx, hw.gpu.hbm_bytes_per_s, 1.0);
   return hw;
@@ -86,12 +86,13 @@ HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx)
 CacheSizingConfig load_cache_sizing(const YAML::Node& cache, const YamlContext& ctx) {
   require_map(cache, ctx);
   CacheSizingConfig c;
-  c.block_size = get_int(cache, "block_size", ctx, 16, 1, 1 << 20);
+  c.block_size = get_int(cache, "block_size", ctx, 16, 1, 1 << 16);
   c.gpu_memory_utilization = get_double(cache, "gpu_memory_utilization", ctx, 0.9, 1e-6, 1.0);
-  c.kv_cache_memory_bytes = get_optional_int(cache, "kv_cache_memory_bytes", ctx, 1);
+  c.kv_cache_memory_bytes = get_optional_int(cache, "kv_cache_memory_bytes", ctx, 1, std::int64_t{1} << 60);
   c.num_gpu_blocks_override = get_optional_int(cache, "num_gpu_blocks_override", ctx, 1);
   c.activation_reserve_bytes =
-      get_int(cache, "activation_reserve_bytes", ctx, kDefaultActivationReserveBytes, 0);
+      get_int(cache, "activation_reserve_bytes", ctx, kDefaultActivationReserveBytes, 0,
+              std::int64_t{1} << 50);
   c.cache_dtype = get_choice(cache, "cache_dtype", ctx, "auto",
                              {"auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2"});
   return c;
@@ -124,6 +125,10 @@ KVCachePlan plan_kv_cache(const ModelConfig& model, const HardwareConfig& hardwa
           gib(b.weight_bytes), gib(b.activation_reserve_bytes)));
   }
   if (cache.num_gpu_blocks_override) {
+    if (*cache.num_gpu_blocks_override > (std::int64_t{1} << 62) / plan.spec.page_bytes_all_layers())
+      throw ConfigError(fmt::format("{}num_gpu_blocks_override {} blocks of {} B is more memory than "
+                                    "kvsim can count", prefix, *cache.num_gpu_blocks_override,
+                                    plan.spec.page_bytes_all_layers()));
     plan.sizing = size_kv_cache_blocks(plan.spec, *cache.num_gpu_blocks_override);
   } else {
     plan.sizing = size_kv_cache(plan.spec, b.available_kv_bytes);

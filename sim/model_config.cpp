@@ -70,17 +70,33 @@ std::optional<std::int64_t> opt_int(const json& obj, std::string_view key, const
   throw err(key, fmt::format("field '{}' must be an integer, got {}", key, v->dump()));
 }
 
+// Upper bounds that keep every size product inside int64 (far above any real model).
+std::int64_t limit_of(std::string_view key) {
+  static constexpr std::pair<std::string_view, std::int64_t> kLimits[] = {
+      {"num_hidden_layers", 4096}, {"num_attention_heads", 16384}, {"num_key_value_heads", 16384},
+      {"head_dim", 8192}, {"hidden_size", 1 << 20}, {"intermediate_size", 1 << 24}, {"ffn_dim", 1 << 24},
+      {"moe_intermediate_size", 1 << 24}, {"vocab_size", 1 << 30}, {"max_position_embeddings", std::int64_t{1} << 34},
+      {"kv_lora_rank", 8192}, {"qk_rope_head_dim", 8192}, {"qk_nope_head_dim", 8192}, {"v_head_dim", 8192},
+      {"q_lora_rank", 1 << 16}, {"n_routed_experts", 65536}, {"num_local_experts", 65536}, {"num_experts", 65536},
+      {"num_experts_per_tok", 65536}, {"n_shared_experts", 65536}, {"first_k_dense_replace", 4096}};
+  for (const auto& [k, v] : kLimits)
+    if (k == key) return v;
+  return std::int64_t{1} << 50;
+}
+
 std::int64_t req_positive(const json& obj, std::string_view key, const ErrorAt& err) {
   auto v = opt_int(obj, key, err);
   if (!v) throw err(key, fmt::format("missing field '{}' (needed to size the model)", key));
-  if (*v < 1) throw err(key, fmt::format("field '{}' must be >= 1, got {}", key, *v));
+  if (*v < 1 || *v > limit_of(key))
+    throw err(key, fmt::format("field '{}' must be in [1, {}], got {}", key, limit_of(key), *v));
   return *v;
 }
 
 std::int64_t opt_nonneg(const json& obj, std::string_view key, std::int64_t def, const ErrorAt& err) {
   auto v = opt_int(obj, key, err);
   if (!v) return def;
-  if (*v < 0) throw err(key, fmt::format("field '{}' must be >= 0, got {}", key, *v));
+  if (*v < 0 || *v > limit_of(key))
+    throw err(key, fmt::format("field '{}' must be in [0, {}], got {}", key, limit_of(key), *v));
   return *v;
 }
 
@@ -185,13 +201,18 @@ ModelConfig build(const json& e, const ErrorAt& err, std::string name) {
   }
 
   const auto [total, active] = estimate_num_parameters(m);
+  constexpr std::int64_t kMaxParams = 1'000'000'000'000'000;  // 1e15
   if (auto n = opt_int(e, "num_parameters", err)) {
-    if (*n < 1) throw err("num_parameters", fmt::format("field 'num_parameters' must be >= 1, got {}", *n));
+    if (*n < 1 || *n > kMaxParams)
+      throw err("num_parameters", fmt::format("field 'num_parameters' must be in [1, 1e15], got {}", *n));
     m.num_parameters = *n;
     m.num_active_parameters = static_cast<std::int64_t>(
         static_cast<double>(*n) * (static_cast<double>(active) / static_cast<double>(total)));
     m.num_parameters_estimated = false;
   } else {
+    if (total > kMaxParams)
+      throw err("hidden_size", fmt::format("the config describes {:.3g} parameters, more than the 1e15 "
+                                           "supported", static_cast<double>(total)));
     m.num_parameters = total;
     m.num_active_parameters = active;
   }
@@ -283,34 +304,32 @@ std::optional<std::int64_t> dtype_bytes_of(std::string_view d) {
 }
 
 std::pair<std::int64_t, std::int64_t> estimate_num_parameters(const ModelConfig& m) {
-  const std::int64_t h = m.hidden_size, heads = m.num_attention_heads;
-  std::int64_t embed = m.vocab_size * h * (m.tie_word_embeddings ? 1 : 2);
-  if (m.model_type == "opt" || m.model_type == "gpt2") embed += m.max_position_embeddings * h;
-  std::int64_t attn = 0;
+  // In double: exact for every real model (< 2^53), and no int64 overflow for absurd configs.
+  const auto h = static_cast<double>(m.hidden_size), heads = static_cast<double>(m.num_attention_heads);
+  const auto d = static_cast<double>(m.head_dim), kv = static_cast<double>(m.num_key_value_heads);
+  double embed = static_cast<double>(m.vocab_size) * h * (m.tie_word_embeddings ? 1 : 2);
+  if (m.model_type == "opt" || m.model_type == "gpt2") embed += static_cast<double>(m.max_position_embeddings) * h;
+  double attn = 0;
   if (m.mla) {
-    const std::int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
-    attn = m.q_lora_rank > 0 ? h * m.q_lora_rank + m.q_lora_rank * heads * qk : h * heads * qk;
-    attn += h * (m.kv_lora_rank + m.qk_rope_head_dim);
-    attn += m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim);
-    attn += heads * m.v_head_dim * h;
+    const auto nope = static_cast<double>(m.qk_nope_head_dim), rope = static_cast<double>(m.qk_rope_head_dim);
+    const auto q_lora = static_cast<double>(m.q_lora_rank), kv_lora = static_cast<double>(m.kv_lora_rank);
+    const auto v = static_cast<double>(m.v_head_dim);
+    attn = q_lora > 0 ? h * q_lora + q_lora * heads * (nope + rope) : h * heads * (nope + rope);
+    attn += h * (kv_lora + rope) + kv_lora * heads * (nope + v) + heads * v * h;
   } else {
-    attn = h * (heads + 2 * m.num_key_value_heads) * m.head_dim + heads * m.head_dim * h;
+    attn = h * (heads + 2 * kv) * d + heads * d * h;
   }
-  const std::int64_t dense_mlp = (m.gated_mlp ? 3 : 2) * h * m.intermediate_size;
-  std::int64_t total = embed, active = embed;
-  for (std::int64_t layer = 0; layer < m.num_hidden_layers; ++layer) {
-    total += attn;
-    active += attn;
-    if (m.num_experts > 0 && layer >= m.first_k_dense_replace) {
-      const std::int64_t expert = 3 * h * m.moe_intermediate_size;
-      total += (m.num_experts + m.num_shared_experts) * expert + h * m.num_experts;
-      active += (m.num_experts_per_tok + m.num_shared_experts) * expert + h * m.num_experts;
-    } else {
-      total += dense_mlp;
-      active += dense_mlp;
-    }
-  }
-  return {total, active};
+  const double dense_mlp = (m.gated_mlp ? 3 : 2) * h * static_cast<double>(m.intermediate_size);
+  const double layers = static_cast<double>(m.num_hidden_layers);
+  const double moe_layers =
+      m.num_experts > 0 ? std::max(0.0, layers - static_cast<double>(m.first_k_dense_replace)) : 0.0;
+  const double expert = 3 * h * static_cast<double>(m.moe_intermediate_size);
+  const auto experts = static_cast<double>(m.num_experts), shared = static_cast<double>(m.num_shared_experts);
+  const double base = embed + layers * attn + (layers - moe_layers) * dense_mlp;
+  const double total = base + moe_layers * ((experts + shared) * expert + h * experts);
+  const double active = base + moe_layers * ((static_cast<double>(m.num_experts_per_tok) + shared) * expert + h * experts);
+  auto to_int = [](double x) { return static_cast<std::int64_t>(std::min(x, 9.0e18)); };
+  return {to_int(total), to_int(active)};
 }
 
 ModelConfig parse_model_config_json(const std::string& text, const std::string& file) {

@@ -110,7 +110,7 @@ SyntheticWorkloadConfig parse_synthetic_workload(const YAML::Node& w, const Yaml
   c.num_requests = get_int(w, "num_requests", ctx, default_n, 0, std::int64_t{1} << 40);
   if (c.arrival.process == ArrivalConfig::Process::kTimestamps)
     c.num_requests = std::min<std::int64_t>(c.num_requests, static_cast<std::int64_t>(c.arrival.times_s.size()));
-  c.duration_s = get_optional_double(w, "duration_s", ctx, 0.0, 1e12);
+  c.duration_s = get_optional_double(w, "duration_s", ctx, 0.0, 1e9);
   for (const char* key : {"prompt_tokens", "output_tokens"})
     if (!has_key(w, key))
       throw yaml_error(w, ctx, fmt::format("missing required key '{}' in {}", key, ctx.where()));
@@ -169,10 +169,10 @@ std::optional<SimTimeNs> SyntheticSource::next_arrival() {
   SimTimeNs t = clock_ns_;
   switch (a.process) {
     case ArrivalConfig::Process::kPoisson:
-      t += seconds_to_ns(exponential(arrivals_, a.rate_per_s));
+      t = add_time_saturating(t, seconds_to_ns(exponential(arrivals_, a.rate_per_s)));
       break;
     case ArrivalConfig::Process::kGamma:
-      t += seconds_to_ns(gamma_mean_cv(arrivals_, 1.0 / a.rate_per_s, a.cv));
+      t = add_time_saturating(t, seconds_to_ns(gamma_mean_cv(arrivals_, 1.0 / a.rate_per_s, a.cv)));
       break;
     case ArrivalConfig::Process::kConstant:
       // Computed from the index, not accumulated, so rounding never drifts.
@@ -264,7 +264,7 @@ std::optional<RequestSpec> SyntheticSource::on_finished(const RequestSpec& done,
   const double think_s = config_.sessions->think_time_s.sample(rng);
   const std::int64_t user_tokens = config_.sessions->user_tokens.sample_int(rng);
   r.max_tokens = to_i32(config_.output_tokens.sample_int(rng));
-  r.arrival_ns = finish_ns + seconds_to_ns(think_s);
+  r.arrival_ns = add_time_saturating(finish_ns, seconds_to_ns(think_s));
   r.prompt.reserve(done.prompt.size() + outputs.size() + static_cast<std::size_t>(user_tokens));
   r.prompt = done.prompt;
   r.prompt.insert(r.prompt.end(), outputs.begin(), outputs.end());

@@ -43,8 +43,9 @@ std::optional<std::int64_t> parse_timestamp(std::string_view s) {
       s[16] != ':')
     return std::nullopt;
   auto y = num(0, 4), mo = num(5, 2), d = num(8, 2), h = num(11, 2), mi = num(14, 2), se = num(17, 2);
-  if (!y || !mo || !d || !h || !mi || !se || *mo < 1 || *mo > 12 || *d < 1 || *d > 31 || *h > 23 ||
-      *mi > 59 || *se > 60)
+  // Years 1970..2200 keep nanoseconds since the epoch (and their differences) inside int64.
+  if (!y || !mo || !d || !h || !mi || !se || *y < 1970 || *y > 2200 || *mo < 1 || *mo > 12 || *d < 1 ||
+      *d > 31 || *h > 23 || *mi > 59 || *se > 60)
     return std::nullopt;
   std::int64_t frac_ns = 0;
   if (s.size() > 19) {
@@ -151,7 +152,8 @@ TraceRow TraceSource::parse_generic_csv(const std::string& line) {
   if (fields_.size() < need) fail(1, fmt::format("expected {} fields, got {}", need, fields_.size()));
   TraceRow r;
   auto t = parse_csv_double(fields_[col_time_]);
-  if (!t || *t < 0 || *t > 1e12) fail(1, fmt::format("arrival_s: expected seconds >= 0, got '{}'", fields_[col_time_]));
+  if (!t || *t < 0 || *t > 1e9)
+    fail(1, fmt::format("arrival_s: expected seconds in [0, 1e9], got '{}'", fields_[col_time_]));
   r.timestamp_ns = seconds_to_ns(*t);
   auto p = parse_csv_int(fields_[col_prompt_]);
   auto o = parse_csv_int(fields_[col_output_]);
@@ -209,7 +211,8 @@ TraceRow TraceSource::parse_json_row(const std::string& line) {
   TraceRow r;
   if (config_.format == TraceConfig::Format::kMooncake) {
     const double ts_ms = *number("timestamp", true);
-    if (ts_ms < 0) fail(col_of("timestamp"), fmt::format("field 'timestamp' must be >= 0, got {}", ts_ms));
+    if (ts_ms < 0 || ts_ms > 9e12)
+      fail(col_of("timestamp"), fmt::format("field 'timestamp' must be in [0, 9e12] ms, got {}", ts_ms));
     r.timestamp_ns = static_cast<std::int64_t>(std::llround(ts_ms * 1e6));
     r.prompt_tokens = *integer("input_length", true);
     r.output_tokens = *integer("output_length", true);
@@ -228,7 +231,8 @@ TraceRow TraceSource::parse_json_row(const std::string& line) {
                                            (r.prompt_tokens + b - 1) / b));
   } else {
     const double t = *number("arrival_s", true);
-    if (t < 0) fail(col_of("arrival_s"), fmt::format("field 'arrival_s' must be >= 0, got {}", t));
+    if (t < 0 || t > 1e9)
+      fail(col_of("arrival_s"), fmt::format("field 'arrival_s' must be in [0, 1e9] s, got {}", t));
     r.timestamp_ns = seconds_to_ns(t);
     r.prompt_tokens = *integer("prompt_tokens", true);
     r.output_tokens = *integer("output_tokens", true);
@@ -273,7 +277,10 @@ std::optional<RequestSpec> TraceSource::next() {
                         config_.format == TraceConfig::Format::kMooncake;
   if (!first_timestamp_ns_) first_timestamp_ns_ = relative ? row->timestamp_ns : 0;
   const double offset_ns = static_cast<double>(row->timestamp_ns - *first_timestamp_ns_);
-  const SimTimeNs arrival = static_cast<SimTimeNs>(std::llround(offset_ns * config_.time_scale));
+  const double scaled_ns = offset_ns * config_.time_scale;
+  const SimTimeNs arrival = scaled_ns >= static_cast<double>(kMaxSimTimeNs)
+                                ? kMaxSimTimeNs
+                                : static_cast<SimTimeNs>(std::llround(scaled_ns));
   if (arrival < last_arrival_ns_)
     fail(1, fmt::format("arrival goes backwards: {:.9f} s after {:.9f} s (rows must be in time order)",
                         static_cast<double>(arrival) / 1e9, static_cast<double>(last_arrival_ns_) / 1e9));

@@ -125,3 +125,17 @@ TEST_CASE("an inline YAML model block is read and overrides a config file", "[si
   CHECK(error_of([&] { (void)load_model_config(typo, ctx); }) ==
         "s.yaml:1:20: field 'num_hidden_layers' must be an integer, got \"x\"");
 }
+
+TEST_CASE("an absurd model size is refused instead of overflowing", "[sim]") {
+  CHECK(error_of([] {
+          (void)parse_model_config_json(
+              R"({"hidden_size": 1000000000, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10})",
+              "m.json");
+        }) == "m.json:1:2: field 'hidden_size' must be in [1, 1048576], got 1000000000");
+  CHECK(error_of([] {
+          (void)parse_model_config_json(
+              R"({"hidden_size": 1048576, "num_hidden_layers": 4096, "num_attention_heads": 16384,
+                  "head_dim": 8192, "vocab_size": 1073741824, "intermediate_size": 16777216})",
+              "m.json");
+        }).find("more than the 1e15 supported") != std::string::npos);
+}
