@@ -37,12 +37,12 @@ using kernels::DeviceBuffer;
 
 struct CudaAttentionTimer::Impl {
   kernels::kv_pool_shape shape;
-  DeviceBuffer<std::byte> pool;          // [2, num_blocks, block_size, Hkv, D]
-  DeviceBuffer<std::byte> key, value;    // [num_tokens, Hkv, D]
-  DeviceBuffer<std::int64_t> slots;      // [num_tokens]
-  DeviceBuffer<std::int32_t> tables;     // [num_seqs, max_blocks_per_seq]
-  DeviceBuffer<std::int32_t> lens;       // [num_seqs]
-  DeviceBuffer<std::byte> q, out;        // [rows, Hq, D]
+  DeviceBuffer<std::byte> pool;        // [2, num_blocks, block_size, Hkv, D]
+  DeviceBuffer<std::byte> key, value;  // [num_tokens, Hkv, D]
+  DeviceBuffer<std::int64_t> slots;    // [num_tokens]
+  DeviceBuffer<std::int32_t> tables;   // [num_seqs, max_blocks_per_seq]
+  DeviceBuffer<std::int32_t> lens;     // [num_seqs]
+  DeviceBuffer<std::byte> q, out;      // [rows, Hq, D]
   kernels::DeviceWorkPlan work;
   cudaEvent_t start = nullptr, stop = nullptr;
 
@@ -56,7 +56,8 @@ CudaAttentionTimer::CudaAttentionTimer(const kernels::kv_pool_shape& shape)
     : impl_(std::make_unique<Impl>()) {
   impl_->shape = shape;
   impl_->pool.resize(impl_->pool_bytes());
-  KVSIM_CUDA_CHECK(cudaMemset(impl_->pool.get(), 0xff, impl_->pool_bytes()));  // NaN, as the backend
+  KVSIM_CUDA_CHECK(
+      cudaMemset(impl_->pool.get(), 0xff, impl_->pool_bytes()));  // NaN, as the backend
   KVSIM_CUDA_CHECK(cudaEventCreate(&impl_->start));
   KVSIM_CUDA_CHECK(cudaEventCreate(&impl_->stop));
 }
@@ -92,9 +93,9 @@ KernelTiming CudaAttentionTimer::time(const kernels::attention_batch& batch, con
   m.q.upload(static_cast<const std::byte*>(q), qo_bytes);
   m.out.resize(qo_bytes);
   std::int64_t max_ctas = 0;
-  KVSIM_CUDA_CHECK(kernels::PagedAttentionMaxResidentCtas(
-      m.shape.dtype, m.shape.head_size, m.shape.block_size,
-      batch.num_q_heads / m.shape.num_kv_heads, &max_ctas));
+  KVSIM_CUDA_CHECK(
+      kernels::PagedAttentionMaxResidentCtas(m.shape.dtype, m.shape.head_size, m.shape.block_size,
+                                             batch.num_q_heads / m.shape.num_kv_heads, &max_ctas));
   // The same automatic plan as the backend (forced_splits 0), so the launches are identical.
   const kernels::attention_work_plan plan =
       kernels::plan_attention_work(batch.seq_lens, batch.q_indptr, batch.num_seqs,

@@ -1,5 +1,7 @@
 #include "validate/harness.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -7,28 +9,34 @@
 #include <fstream>
 #include <limits>
 
-#include <fmt/format.h>
-
 #include "core/assert.h"
 #include "kernels/dense_reference.h"
 #include "sim/errors.h"
 #include "sim/rng.h"
 #include "validate/cuda_timer.h"
 #include "validate/kv_content.h"
+#include "validate/step_batch.h"
 
 namespace kvsim::validate {
 
+using detail::SeqWork;
 using kernels::BackendKind;
 using kernels::DType;
 
 const char* fault_kind_name(FaultInjection::Kind kind) {
   switch (kind) {
-    case FaultInjection::Kind::kNone: return "none";
-    case FaultInjection::Kind::kWrongPrefixHit: return "wrong_prefix_hit";
-    case FaultInjection::Kind::kBlockSharedInUse: return "block_shared_in_use";
-    case FaultInjection::Kind::kSlotOffByOne: return "slot_off_by_one";
-    case FaultInjection::Kind::kCorruptBlockTable: return "corrupt_block_table";
-    case FaultInjection::Kind::kPermutedBlockTable: return "permuted_block_table";
+    case FaultInjection::Kind::kNone:
+      return "none";
+    case FaultInjection::Kind::kWrongPrefixHit:
+      return "wrong_prefix_hit";
+    case FaultInjection::Kind::kBlockSharedInUse:
+      return "block_shared_in_use";
+    case FaultInjection::Kind::kSlotOffByOne:
+      return "slot_off_by_one";
+    case FaultInjection::Kind::kCorruptBlockTable:
+      return "corrupt_block_table";
+    case FaultInjection::Kind::kPermutedBlockTable:
+      return "permuted_block_table";
   }
   return "?";
 }
@@ -38,18 +46,6 @@ double ValidationRecord::error_score() const {
 }
 
 namespace {
-
-/// One scheduled request of the step being processed.
-struct SeqWork {
-  const Request* request = nullptr;
-  std::uint64_t request_id = 0;
-  ScheduledRequest::Kind kind = ScheduledRequest::Kind::kRunning;
-  std::int64_t computed = 0;    // num_computed_tokens before the step
-  std::int64_t num_tokens = 0;  // scheduled this step (query rows)
-  std::int64_t context = 0;     // computed + num_tokens
-  std::vector<std::int32_t> table;  // block ids covering [0, context) (faults applied)
-  std::vector<std::uint64_t> keys;  // content key of positions [0, context)
-};
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -71,19 +67,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-struct ValidationHarness::Impl {
+struct ValidationHarness::Impl : detail::StepBatch {
   ValidationOptions opt;
   std::unique_ptr<kernels::AttentionBackend> backend;
   std::unique_ptr<CudaAttentionTimer> timer;  // cuda only
   KvContentModel content;
-  std::int64_t block_size = 0;
   std::int32_t num_q_heads = 0;
   std::int32_t warmup = 0, repeats = 1;  // resolved (ValidationSetup)
   std::uint64_t sample_seed = 0;
-  std::vector<std::uint64_t> shadow;  // [num_slots] key last written into each slot, 0 = never
-
-  std::vector<SeqWork> seqs;  // this step's batch (entries reused across steps)
-  std::size_t num_seqs = 0;
   // Scratch, reused across steps.
   std::vector<std::byte> kbuf, vbuf;  // [tokens, Hkv, D] pool dtype
   std::vector<std::int64_t> slots;    // [tokens]
@@ -93,28 +84,22 @@ struct ValidationHarness::Impl {
   std::vector<float> qf, kf, vf, out_f, ref_f;
 
   Impl(const ValidationOptions& o, std::uint64_t seed, int hq, int hkv, int d)
-      : opt(o), content(seed, hq, hkv, d, o.dtype), sample_seed(stream_seed(seed, "validate.sample")) {}
+      : opt(o),
+        content(seed, hq, hkv, d, o.dtype),
+        sample_seed(stream_seed(seed, "validate.sample")) {}
 
   std::size_t dsize() const { return kernels::dtype_size_bytes(opt.dtype); }
-  std::int64_t num_slots() const { return static_cast<std::int64_t>(shadow.size()); }
-  std::int64_t slot_of(const SeqWork& s, std::int64_t p) const {
-    return std::int64_t{s.table[static_cast<std::size_t>(p / block_size)]} * block_size +
-           p % block_size;
-  }
 
   bool sampled(std::int64_t step) const {
     if (opt.sample_every_steps > 0) return step % opt.sample_every_steps == 0;
     if (opt.sample_prob <= 0) return false;
-    const double u = static_cast<double>(splitmix64(sample_seed ^ static_cast<std::uint64_t>(step)) >> 11) *
-                     0x1p-53;
+    const double u =
+        static_cast<double>(splitmix64(sample_seed ^ static_cast<std::uint64_t>(step)) >> 11) *
+        0x1p-53;
     return u < opt.sample_prob;
   }
 
   void load_batch(const StepView& view);
-  bool plant_shared_in_use();
-  bool plant_wrong_prefix_hit(const StepView& view);
-  bool plant_corrupt_table();
-  bool plant_permuted_table();
   void write_step(bool off_by_one);
   void check(ValidationRecord& rec);
 };
@@ -122,10 +107,12 @@ struct ValidationHarness::Impl {
 // ---- setup ----------------------------------------------------------------------------------
 
 ValidationHarness::ValidationHarness(const Scenario& scenario, const ValidationOptions& options) {
-  const std::string who = "validate: " + scenario.file;
+  const std::string& who = scenario.file;
   if (scenario.engine.mode != EngineConfig::Mode::kTimed)
-    throw ConfigError(who + ": engine.mode cache_only runs no batches; validation needs mode: timed");
-  if (!scenario.model) throw ConfigError(who + ": model: required (the attention shape comes from it)");
+    throw ConfigError(who +
+                      ": engine.mode cache_only runs no batches; validation needs mode: timed");
+  if (!scenario.model)
+    throw ConfigError(who + ": model: required (the attention shape comes from it)");
   const ModelConfig& m = *scenario.model;
   if (m.mla)
     throw ConfigError(who + ": model " + m.name +
@@ -135,9 +122,10 @@ ValidationHarness::ValidationHarness(const Scenario& scenario, const ValidationO
   const std::int64_t hkv = std::max<std::int64_t>(m.num_key_value_heads / tp, 1);
   const std::int64_t d = m.head_dim;
   if (hq < 1 || d < 1 || hq % hkv != 0)
-    throw ConfigError(fmt::format("{}: model {}: {} query heads and {} KV heads per GPU (tp {}) "
-                                  "is not a grouped-attention shape",
-                                  who, m.name, hq, hkv, tp));
+    throw ConfigError(
+        fmt::format("{}: model {}: {} query heads and {} KV heads per GPU (tp {}) "
+                    "is not a grouped-attention shape",
+                    who, m.name, hq, hkv, tp));
   const std::int64_t bs = scenario.cache.sizing.block_size;
   const std::int64_t blocks = scenario.num_gpu_blocks;
 
@@ -151,7 +139,8 @@ ValidationHarness::ValidationHarness(const Scenario& scenario, const ValidationO
   setup_.pool.num_kv_heads = static_cast<std::int32_t>(hkv);
   setup_.pool.head_size = static_cast<std::int32_t>(d);
   setup_.tol = kernels::default_tolerance(options.dtype);
-  const std::int64_t block_bytes = 2 * bs * hkv * d * static_cast<std::int64_t>(kernels::dtype_size_bytes(options.dtype));
+  const std::int64_t block_bytes =
+      2 * bs * hkv * d * static_cast<std::int64_t>(kernels::dtype_size_bytes(options.dtype));
   setup_.pool_bytes = blocks * block_bytes;
   const std::int64_t host_bytes = setup_.pool_bytes + blocks * bs * 8;  // + the slot shadow
   if (host_bytes > options.max_pool_bytes) {
@@ -167,25 +156,32 @@ ValidationHarness::ValidationHarness(const Scenario& scenario, const ValidationO
   }
   if (options.backend == BackendKind::kCuda) {
     if (options.dtype == DType::kF32)
-      throw ConfigError(who + ": the cuda backend stores fp16 or bf16 only (use --dtype fp16|bf16)");
+      throw ConfigError(who +
+                        ": the cuda backend stores fp16 or bf16 only (use --dtype fp16|bf16)");
     if (d != 64 && d != 128 && d != 256)
-      throw ConfigError(fmt::format("{}: the cuda kernels support head_dim 64, 128 or 256, not {}", who, d));
+      throw ConfigError(
+          fmt::format("{}: the cuda kernels support head_dim 64, 128 or 256, not {}", who, d));
     if (bs != 8 && bs != 16 && bs != 32)
-      throw ConfigError(fmt::format("{}: the cuda kernels support block_size 8, 16 or 32, not {}", who, bs));
+      throw ConfigError(
+          fmt::format("{}: the cuda kernels support block_size 8, 16 or 32, not {}", who, bs));
 #if defined(KVSIM_KERNELS_HAVE_CUDA)
     if (!kernels::cuda_device_available())
-      throw ConfigError("validate: --backend cuda: no usable CUDA device here (no driver or no GPU); "
-                        "use --backend cpu");
+      throw ConfigError(
+          "--backend cuda: no usable CUDA device here (no driver or no GPU); "
+          "use --backend cpu");
 #else
-    throw ConfigError("validate: --backend cuda: this kvsim was built without CUDA "
-                      "(configure with -DKVSIM_ENABLE_CUDA=ON where nvcc is installed); use --backend cpu");
+    throw ConfigError(
+        "--backend cuda: this kvsim was built without CUDA "
+        "(configure with -DKVSIM_ENABLE_CUDA=ON where nvcc is installed); use --backend cpu");
 #endif
   }
-  setup_.warmup = options.warmup >= 0 ? options.warmup : (options.backend == BackendKind::kCuda ? 3 : 0);
-  setup_.repeats = options.repeats >= 1 ? options.repeats : (options.backend == BackendKind::kCuda ? 20 : 3);
+  setup_.warmup =
+      options.warmup >= 0 ? options.warmup : (options.backend == BackendKind::kCuda ? 3 : 0);
+  setup_.repeats =
+      options.repeats >= 1 ? options.repeats : (options.backend == BackendKind::kCuda ? 20 : 3);
 
-  impl_ = std::make_unique<Impl>(options, scenario.seed, static_cast<int>(hq), static_cast<int>(hkv),
-                                 static_cast<int>(d));
+  impl_ = std::make_unique<Impl>(options, scenario.seed, static_cast<int>(hq),
+                                 static_cast<int>(hkv), static_cast<int>(d));
   impl_->block_size = bs;
   impl_->num_q_heads = static_cast<std::int32_t>(hq);
   impl_->warmup = setup_.warmup;
@@ -246,9 +242,13 @@ void ValidationHarness::Impl::write_step(bool off_by_one) {
     for (std::int64_t p = s.computed; p < s.context; ++p, ++t) {
       const std::uint64_t key = s.keys[static_cast<std::size_t>(p)];
       content.values(key, KvPart::kKey, vec.data());
-      for (std::int64_t e = 0; e < elems; ++e) kernels::store_from_float(kbuf.data(), opt.dtype, t * elems + e, vec[static_cast<std::size_t>(e)]);
+      for (std::int64_t e = 0; e < elems; ++e)
+        kernels::store_from_float(kbuf.data(), opt.dtype, t * elems + e,
+                                  vec[static_cast<std::size_t>(e)]);
       content.values(key, KvPart::kValue, vec.data());
-      for (std::int64_t e = 0; e < elems; ++e) kernels::store_from_float(vbuf.data(), opt.dtype, t * elems + e, vec[static_cast<std::size_t>(e)]);
+      for (std::int64_t e = 0; e < elems; ++e)
+        kernels::store_from_float(vbuf.data(), opt.dtype, t * elems + e,
+                                  vec[static_cast<std::size_t>(e)]);
       std::int64_t slot = slot_of(s, p);
       if (off_by_one) slot = (slot + 1) % num_slots();
       slots[static_cast<std::size_t>(t)] = slot;
@@ -259,121 +259,6 @@ void ValidationHarness::Impl::write_step(bool off_by_one) {
   if (timer) timer->write_kv(kbuf.data(), vbuf.data(), slots.data(), n);
 }
 
-// Planted faults. Each returns false when the batch offers no place where the fault changes what
-// some request reads (then it is tried again at the next step).
-
-bool ValidationHarness::Impl::plant_shared_in_use() {
-  // Writer B's first block of its write range becomes block X, a fully computed block of another
-  // request A of the batch: B's writes overwrite A's K/V, which A reads in this very step. Planted
-  // only where B overwrites at least half a block of A's K/V with different content (a prefill
-  // chunk), preferring the A whose context it corrupts most.
-  double best_score = 0;
-  std::size_t best_b = 0, best_a = 0;
-  std::int64_t best_i = 0, best_j = 0;
-  for (std::size_t b = 0; b < num_seqs; ++b) {
-    const SeqWork& B = seqs[b];
-    const std::int64_t i = B.computed / block_size;
-    const std::int64_t p_end = std::min(B.context, (i + 1) * block_size);
-    for (std::size_t a = 0; a < num_seqs; ++a) {
-      const SeqWork& A = seqs[a];
-      if (a == b || A.computed < block_size) continue;
-      const std::int64_t j = A.computed / block_size - 1;
-      const std::int32_t x = A.table[static_cast<std::size_t>(j)];
-      if (std::find(B.table.begin(), B.table.end(), x) != B.table.end()) continue;
-      std::int64_t differ = 0;
-      for (std::int64_t p = B.computed; p < p_end; ++p)
-        differ += B.keys[static_cast<std::size_t>(p)] !=
-                  A.keys[static_cast<std::size_t>(j * block_size + p % block_size)];
-      if (2 * differ < block_size) continue;
-      const double score = static_cast<double>(differ) / static_cast<double>(A.context);
-      if (score > best_score) {
-        best_score = score;
-        best_b = b, best_a = a, best_i = i, best_j = j;
-      }
-    }
-  }
-  if (best_score == 0) return false;
-  seqs[best_b].table[static_cast<std::size_t>(best_i)] =
-      seqs[best_a].table[static_cast<std::size_t>(best_j)];
-  return true;
-}
-
-bool ValidationHarness::Impl::plant_wrong_prefix_hit(const StepView& view) {
-  // Candidates: requests admitted this step with a prefix hit of at least one block (their
-  // num_computed_tokens are the hits), shortest context first (one wrong block weighs most there).
-  // The last hit block is served from a cached block of another prefix.
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < num_seqs; ++i)
-    if (seqs[i].kind != ScheduledRequest::Kind::kRunning && seqs[i].computed >= block_size)
-      order.push_back(i);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t x, std::size_t y) { return seqs[x].context < seqs[y].context; });
-  // Cached blocks: free-but-cached ones (eviction candidates) first, then cached blocks in use.
-  const BlockPool& pool = view.scheduler->kv_cache_manager().pool();
-  std::vector<std::int32_t> cached;
-  for (const KVCacheBlock& blk : pool.free_queue())
-    if (blk.block_hash != kNoHash) cached.push_back(to_int(blk.block_id));
-  for (std::int32_t b = 0; b < pool.num_blocks(); ++b)
-    if (pool.block(BlockId{b}).ref_cnt > 0 && pool.block(BlockId{b}).block_hash != kNoHash)
-      cached.push_back(b);
-  for (std::size_t ri : order) {
-    SeqWork& R = seqs[ri];
-    const std::int64_t j = R.computed / block_size - 1;
-    for (std::int32_t x : cached) {
-      if (x == R.table[static_cast<std::size_t>(j)]) continue;
-      bool written = true, differs = false;
-      for (std::int64_t o = 0; o < block_size; ++o) {
-        const std::uint64_t have = shadow[static_cast<std::size_t>(x * block_size + o)];
-        written = written && have != 0;
-        differs = differs || have != R.keys[static_cast<std::size_t>(j * block_size + o)];
-      }
-      if (!written || !differs) continue;
-      R.table[static_cast<std::size_t>(j)] = x;
-      return true;
-    }
-  }
-  return false;
-}
-
-bool ValidationHarness::Impl::plant_corrupt_table() {
-  // The first entry of the shortest request with a full block gets a bit flipped (id ^ 1, ^ 2,
-  // ^ 4, ...): the first such id that is a fully written block of the pool with other K/V and
-  // not in the request's table. NOTE: swapping two entries would not do: attention over a
-  // decode row is a sum over its keys, so a permuted block table gives the same output (only the
-  // content audit sees it).
-  std::size_t best = num_seqs;
-  for (std::size_t i = 0; i < num_seqs; ++i)
-    if (seqs[i].context >= block_size && (best == num_seqs || seqs[i].context < seqs[best].context))
-      best = i;
-  if (best == num_seqs) return false;
-  SeqWork& R = seqs[best];
-  const auto num_blocks = static_cast<std::int32_t>(num_slots() / block_size);
-  for (std::int32_t bit = 1; bit < num_blocks; bit <<= 1) {
-    const std::int32_t x = R.table[0] ^ bit;
-    if (x >= num_blocks || std::find(R.table.begin(), R.table.end(), x) != R.table.end()) continue;
-    bool written = true, differs = false;
-    for (std::int64_t o = 0; o < block_size; ++o) {
-      const std::uint64_t have = shadow[static_cast<std::size_t>(x * block_size + o)];
-      written = written && have != 0;
-      differs = differs || have != R.keys[static_cast<std::size_t>(o)];
-    }
-    if (!written || !differs) continue;
-    R.table[0] = x;
-    return true;
-  }
-  return false;
-}
-
-bool ValidationHarness::Impl::plant_permuted_table() {
-  std::size_t best = num_seqs;
-  for (std::size_t i = 0; i < num_seqs; ++i)
-    if (seqs[i].context >= 2 * block_size && (best == num_seqs || seqs[i].context < seqs[best].context))
-      best = i;
-  if (best == num_seqs) return false;
-  std::swap(seqs[best].table[0], seqs[best].table[1]);
-  return true;
-}
-
 void ValidationHarness::Impl::check(ValidationRecord& rec) {
   const std::int64_t d = backend->pool_shape().head_size;
   const std::int64_t qe = content.q_elems();
@@ -382,7 +267,8 @@ void ValidationHarness::Impl::check(ValidationRecord& rec) {
   std::int64_t max_blocks = 1, rows = 0;
   bool any_chunk = false;
   for (std::size_t i = 0; i < num_seqs; ++i) {
-    max_blocks = std::max<std::int64_t>(max_blocks, static_cast<std::int64_t>(seqs[i].table.size()));
+    max_blocks =
+        std::max<std::int64_t>(max_blocks, static_cast<std::int64_t>(seqs[i].table.size()));
     rows += seqs[i].num_tokens;
     any_chunk = any_chunk || seqs[i].num_tokens != 1;
   }
@@ -396,20 +282,23 @@ void ValidationHarness::Impl::check(ValidationRecord& rec) {
   std::int64_t kv_tokens = 0;
   for (std::size_t i = 0; i < num_seqs; ++i) {
     const SeqWork& s = seqs[i];
-    std::copy(s.table.begin(), s.table.end(), tables.begin() + static_cast<std::ptrdiff_t>(i) * max_blocks);
+    std::copy(s.table.begin(), s.table.end(),
+              tables.begin() + static_cast<std::ptrdiff_t>(i) * max_blocks);
     lens[i] = static_cast<std::int32_t>(s.context);
     q_indptr[i + 1] = q_indptr[i] + static_cast<std::int32_t>(s.num_tokens);
     for (std::int64_t p = s.computed; p < s.context; ++p) {
       const std::int64_t row = q_indptr[i] + (p - s.computed);
       float* dst = qf.data() + row * qe;
       content.values(s.keys[static_cast<std::size_t>(p)], KvPart::kQuery, dst);
-      for (std::int64_t e = 0; e < qe; ++e) kernels::store_from_float(q.data(), opt.dtype, row * qe + e, dst[e]);
+      for (std::int64_t e = 0; e < qe; ++e)
+        kernels::store_from_float(q.data(), opt.dtype, row * qe + e, dst[e]);
     }
     rec.max_context = std::max(rec.max_context, s.context);
     kv_tokens += s.context;
     // Content audit: does each context slot hold this request's own K/V?
     for (std::int64_t p = 0; p < s.context; ++p)
-      rec.mismatched_slots += shadow[static_cast<std::size_t>(slot_of(s, p))] != s.keys[static_cast<std::size_t>(p)];
+      rec.mismatched_slots +=
+          shadow[static_cast<std::size_t>(slot_of(s, p))] != s.keys[static_cast<std::size_t>(p)];
   }
 
   kernels::attention_batch batch;
@@ -444,12 +333,14 @@ void ValidationHarness::Impl::check(ValidationRecord& rec) {
   rec.repeats = timing.repeats;
   rec.bytes = static_cast<std::int64_t>(dsize()) * (2 * kv_tokens * ke + 2 * rows * qe) +
               4 * (ns * max_blocks + 2 * static_cast<std::int64_t>(ns) + 1);
-  rec.achieved_gb_per_s = rec.latency_us > 0 ? static_cast<double>(rec.bytes) / (rec.latency_us * 1e3) : 0;
+  rec.achieved_gb_per_s =
+      rec.latency_us > 0 ? static_cast<double>(rec.bytes) / (rec.latency_us * 1e3) : 0;
 
   // The reference: every request from its own tokens, K/V regenerated (never read from the pool).
   const std::int32_t hkv = backend->pool_shape().num_kv_heads;
   out_f.resize(static_cast<std::size_t>(rows * qe));
-  for (std::int64_t e = 0; e < rows * qe; ++e) out_f[static_cast<std::size_t>(e)] = kernels::load_as_float(out.data(), opt.dtype, e);
+  for (std::int64_t e = 0; e < rows * qe; ++e)
+    out_f[static_cast<std::size_t>(e)] = kernels::load_as_float(out.data(), opt.dtype, e);
   ref_f.resize(out_f.size());
   double worst = -1;
   for (std::size_t i = 0; i < num_seqs; ++i) {
@@ -472,8 +363,10 @@ void ValidationHarness::Impl::check(ValidationRecord& rec) {
     std::copy(ref.begin(), ref.end(), ref_f.begin() + base);
     double seq_max = 0;
     for (std::size_t e = 0; e < ref.size(); ++e) {
-      const double diff = std::fabs(static_cast<double>(out_f[static_cast<std::size_t>(base) + e]) - ref[e]);
-      seq_max = std::isfinite(diff) ? std::max(seq_max, diff) : std::numeric_limits<double>::infinity();
+      const double diff =
+          std::fabs(static_cast<double>(out_f[static_cast<std::size_t>(base) + e]) - ref[e]);
+      seq_max =
+          std::isfinite(diff) ? std::max(seq_max, diff) : std::numeric_limits<double>::infinity();
     }
     if (seq_max > worst) {
       worst = seq_max;
@@ -493,15 +386,17 @@ void ValidationHarness::on_step_begin(const StepView& view) {
   const FaultInjection& f = m.opt.fault;
   const bool fault_armed = f.kind != Kind::kNone && view.step >= f.from_step;
   bool planted = false;
-  if (fault_armed && fault_step_ < 0 && f.kind == Kind::kBlockSharedInUse) planted = m.plant_shared_in_use();
+  if (fault_armed && fault_step_ < 0 && f.kind == Kind::kBlockSharedInUse)
+    planted = detail::plant_shared_in_use(m);
   const bool off_by_one = fault_armed && f.kind == Kind::kSlotOffByOne;
   if (off_by_one && fault_step_ < 0) planted = true;
   m.write_step(off_by_one);
   for (std::size_t i = 0; i < m.num_seqs; ++i) tokens_written_ += m.seqs[i].num_tokens;
   if (fault_armed && fault_step_ < 0) {
-    if (f.kind == Kind::kWrongPrefixHit) planted = m.plant_wrong_prefix_hit(view);
-    if (f.kind == Kind::kCorruptBlockTable) planted = m.plant_corrupt_table();
-    if (f.kind == Kind::kPermutedBlockTable) planted = m.plant_permuted_table();
+    if (f.kind == Kind::kWrongPrefixHit)
+      planted = detail::plant_wrong_prefix_hit(m, view.scheduler->kv_cache_manager().pool());
+    if (f.kind == Kind::kCorruptBlockTable) planted = detail::plant_corrupt_table(m);
+    if (f.kind == Kind::kPermutedBlockTable) planted = detail::plant_permuted_table(m);
   }
   if (planted) fault_step_ = view.step;
   if (!planted && !m.sampled(view.step)) return;

@@ -42,13 +42,13 @@ namespace kvsim::validate {
 struct FaultInjection {
   enum class Kind : std::uint8_t {
     kNone,
-    kWrongPrefixHit,     // a request admitted with a prefix hit reads its last hit block from a
-                         // cached block of a different prefix
-    kBlockSharedInUse,   // a block that a running request is writing is one another running
-                         // request of the batch holds (its writes land in the other's block)
-    kSlotOffByOne,       // every write from from_step on goes to slot + 1 (persistent)
-    kCorruptBlockTable,  // a request's first block-table entry read with one bit of its id flipped
-    kPermutedBlockTable, // two full context entries of a request's table swapped for the read
+    kWrongPrefixHit,      // a request admitted with a prefix hit reads its last hit block from a
+                          // cached block of a different prefix
+    kBlockSharedInUse,    // a block that a running request is writing is one another running
+                          // request of the batch holds (its writes land in the other's block)
+    kSlotOffByOne,        // every write from from_step on goes to slot + 1 (persistent)
+    kCorruptBlockTable,   // a request's first block-table entry read with one bit of its id flipped
+    kPermutedBlockTable,  // two full context entries of a request's table swapped for the read
   };
   Kind kind = Kind::kNone;
   std::int64_t from_step = 0;
@@ -64,30 +64,30 @@ struct ValidationOptions {
   std::int32_t warmup = -1;             // untimed calls before timing; -1: cuda 3, cpu 0
   std::int32_t repeats = -1;            // timed calls (median); -1: cuda 20, cpu 3
   std::int64_t max_pool_bytes = std::int64_t{2} << 30;
-  FaultInjection fault;                 // tests only
+  FaultInjection fault;  // tests only
 };
 
 /// One sampled step (a validation.csv row).
 struct ValidationRecord {
   std::int64_t step = 0;
-  double time_s = 0;                  // simulated time of the step's start
+  double time_s = 0;  // simulated time of the step's start
   std::int64_t num_seqs = 0;
   std::int64_t num_prefill_seqs = 0;  // as StepView counts them (not single-token decodes)
   std::int64_t prefill_tokens = 0;
   std::int64_t decode_tokens = 0;
-  std::int64_t max_context = 0;       // max over seqs of num_computed + num_tokens
+  std::int64_t max_context = 0;  // max over seqs of num_computed + num_tokens
   std::int64_t sum_context_tokens = 0;
   double sum_context_sq = 0;
-  kernels::error_stats err;           // whole batch against the reference
-  std::int64_t mismatched_slots = 0;  // context positions whose slot holds other K/V (audit)
-  std::uint64_t worst_request_id = 0; // the request (requests.csv id) with the largest max abs
-  bool pass = true;                   // within tolerance and mismatched_slots == 0
+  kernels::error_stats err;            // whole batch against the reference
+  std::int64_t mismatched_slots = 0;   // context positions whose slot holds other K/V (audit)
+  std::uint64_t worst_request_id = 0;  // the request (requests.csv id) with the largest max abs
+  bool pass = true;                    // within tolerance and mismatched_slots == 0
   double latency_us = 0, latency_p10_us = 0, latency_p90_us = 0;  // kernel only, median of repeats
   std::int32_t repeats = 0;
-  std::int64_t bytes = 0;             // unique bytes the call must move: K/V context + Q + O + tables
-  double achieved_gb_per_s = 0;       // bytes / latency
-  bool timer_output_mismatch = false; // cuda: the timed launch's output != the backend's (bitwise)
-  bool fault_planted = false;         // tests: the injected fault was planted at this step
+  std::int64_t bytes = 0;        // unique bytes the call must move: K/V context + Q + O + tables
+  double achieved_gb_per_s = 0;  // bytes / latency
+  bool timer_output_mismatch = false;  // cuda: the timed launch's output != the backend's (bitwise)
+  bool fault_planted = false;          // tests: the injected fault was planted at this step
 
   /// max_abs, or +inf when the output holds NaN/inf (a garbage output is an infinite error).
   double error_score() const;

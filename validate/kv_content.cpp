@@ -10,25 +10,28 @@ constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
 
 constexpr std::uint64_t part_tag(KvPart part) {
   switch (part) {
-    case KvPart::kKey: return 0x4b4b4b4b00000001ULL;
-    case KvPart::kValue: return 0x5656565600000002ULL;
-    case KvPart::kQuery: return 0x5151515100000003ULL;
+    case KvPart::kKey:
+      return 0x4b4b4b4b00000001ULL;
+    case KvPart::kValue:
+      return 0x5656565600000002ULL;
+    case KvPart::kQuery:
+      return 0x5151515100000003ULL;
   }
   return 0;
 }
 
 }  // namespace
 
-KvContentModel::KvContentModel(std::uint64_t seed, int num_q_heads, int num_kv_heads,
-                               int head_size, kernels::DType dtype)
+KvContentModel::KvContentModel(std::uint64_t seed, int num_q_heads, int num_kv_heads, int head_size,
+                               kernels::DType dtype)
     : root_(stream_seed(seed, "validate.kv_content")),
       num_q_heads_(num_q_heads),
       num_kv_heads_(num_kv_heads),
       head_size_(head_size),
       dtype_(dtype) {
-  KVSIM_ASSERT(num_q_heads >= 1 && num_kv_heads >= 1 && head_size >= 1 &&
-                   num_q_heads % num_kv_heads == 0,
-               "bad attention shape");
+  KVSIM_ASSERT(
+      num_q_heads >= 1 && num_kv_heads >= 1 && head_size >= 1 && num_q_heads % num_kv_heads == 0,
+      "bad attention shape");
 }
 
 void KvContentModel::prefix_keys(std::span<const Token> tokens, std::int64_t count,

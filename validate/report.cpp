@@ -1,13 +1,13 @@
 #include "validate/report.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 namespace kvsim::validate {
 
@@ -51,21 +51,26 @@ std::string validation_csv(const std::vector<ValidationRecord>& records) {
   out += '\n';
   for (const ValidationRecord& r : records) {
     out += fmt::format(
-        "{},{:.6f},{},{},{},{},{},{},{:.6e},{:.6e},{:.6e},{:.6e},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{},"
+        "{},{:.6f},{},{},{},{},{},{},{:.6e},{:.6e},{:.6e},{:.6e},{},{},{},{},{},{:.3f},{:.3f},{:."
+        "3f},{},"
         "{},{:.4f}\n",
         r.step, r.time_s, r.num_seqs, r.num_prefill_seqs, r.prefill_tokens, r.decode_tokens,
-        r.max_context, r.sum_context_tokens, r.err.max_abs, r.err.mean_abs, r.err.rel_fro, r.err.nmse,
-        r.err.num_nonfinite, r.err.num_violations, r.mismatched_slots, r.worst_request_id,
-        r.pass ? 1 : 0, r.latency_us, r.latency_p10_us, r.latency_p90_us, r.repeats, r.bytes,
-        r.achieved_gb_per_s);
+        r.max_context, r.sum_context_tokens, r.err.max_abs, r.err.mean_abs, r.err.rel_fro,
+        r.err.nmse, r.err.num_nonfinite, r.err.num_violations, r.mismatched_slots,
+        r.worst_request_id, r.pass ? 1 : 0, r.latency_us, r.latency_p10_us, r.latency_p90_us,
+        r.repeats, r.bytes, r.achieved_gb_per_s);
   }
   return out;
 }
 
 namespace {
 /// JSON has no inf/NaN: such a value is written as null.
-nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-nlohmann::json step_or_null(std::int64_t s) { return s >= 0 ? nlohmann::json(s) : nlohmann::json(nullptr); }
+nlohmann::json num(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+nlohmann::json step_or_null(std::int64_t s) {
+  return s >= 0 ? nlohmann::json(s) : nlohmann::json(nullptr);
+}
 }  // namespace
 
 std::string validation_json(const Scenario& scenario, const ValidationHarness& harness,
@@ -105,7 +110,8 @@ std::string validation_json(const Scenario& scenario, const ValidationHarness& h
   j["mismatched_slots"] = s.mismatched_slots;
   j["first_failed_step"] = step_or_null(s.first_failed_step);
   j["worst_step"] = step_or_null(s.worst_step);
-  j["worst_request_id"] = s.worst_step >= 0 ? nlohmann::json(s.worst_request_id) : nlohmann::json(nullptr);
+  j["worst_request_id"] =
+      s.worst_step >= 0 ? nlohmann::json(s.worst_request_id) : nlohmann::json(nullptr);
   j["median_latency_us"] = num(s.median_latency_us);
   if (u.backend == kernels::BackendKind::kCuda)
     j["timer_output_mismatch_steps"] = s.timer_output_mismatch_steps;

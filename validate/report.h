@@ -29,18 +29,18 @@ struct ValidationSummary {
   std::int64_t steps_total = 0;
   std::int64_t steps_sampled = 0;
   std::int64_t steps_failed = 0;
-  std::int64_t tokens_written = 0;    // K/V rows written into the pool over the run
+  std::int64_t tokens_written = 0;  // K/V rows written into the pool over the run
   double max_abs_err = 0;
-  double max_rel_err = 0;             // relative Frobenius error of the worst step
+  double max_rel_err = 0;  // relative Frobenius error of the worst step
   double max_nmse = 0;
   std::int64_t nonfinite = 0;
   std::int64_t mismatched_slots = 0;  // summed over sampled steps
   std::int64_t first_failed_step = -1;
-  std::int64_t worst_step = -1;       // largest error_score()
+  std::int64_t worst_step = -1;  // largest error_score()
   std::uint64_t worst_request_id = 0;
-  double median_latency_us = 0;       // median over sampled steps of the per-step median
+  double median_latency_us = 0;  // median over sampled steps of the per-step median
   std::int64_t timer_output_mismatch_steps = 0;
-  bool pass = true;                   // no sampled step failed
+  bool pass = true;  // no sampled step failed
 };
 
 [[nodiscard]] ValidationSummary summarize(const ValidationHarness& harness);
@@ -49,7 +49,8 @@ struct ValidationSummary {
 [[nodiscard]] std::string validation_csv(const std::vector<ValidationRecord>& records);
 
 /// validation.json text.
-[[nodiscard]] std::string validation_json(const Scenario& scenario, const ValidationHarness& harness,
+[[nodiscard]] std::string validation_json(const Scenario& scenario,
+                                          const ValidationHarness& harness,
                                           const ValidationOptions& options,
                                           const ValidationSummary& summary);
 

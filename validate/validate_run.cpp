@@ -9,8 +9,10 @@ namespace kvsim::validate {
 std::optional<kernels::DType> parse_dtype_name(std::string_view name) {
   if (name.starts_with("torch.")) name.remove_prefix(6);
   if (name == "bf16" || name == "bfloat16") return kernels::DType::kBF16;
-  if (name == "fp16" || name == "f16" || name == "float16" || name == "half") return kernels::DType::kF16;
-  if (name == "fp32" || name == "f32" || name == "float32" || name == "float") return kernels::DType::kF32;
+  if (name == "fp16" || name == "f16" || name == "float16" || name == "half")
+    return kernels::DType::kF16;
+  if (name == "fp32" || name == "f32" || name == "float32" || name == "float")
+    return kernels::DType::kF32;
   return std::nullopt;
 }
 
@@ -25,9 +27,10 @@ ValidationOptions options_from_scenario(const Scenario& scenario) {
   if (dtype == "auto") dtype = scenario.model ? scenario.model->dtype : "bfloat16";
   const std::optional<kernels::DType> d = parse_dtype_name(dtype);
   if (!d)
-    throw ConfigError(fmt::format("{}: validate.dtype: the KV cache dtype '{}' is not one the kernels "
-                                  "store; set validate.dtype (or --dtype) to bf16 or fp16",
-                                  scenario.file, dtype));
+    throw ConfigError(
+        fmt::format("{}: validate.dtype: the KV cache dtype '{}' is not one the kernels "
+                    "store; set validate.dtype (or --dtype) to bf16 or fp16",
+                    scenario.file, dtype));
   o.dtype = *d;
   return o;
 }
@@ -55,7 +58,8 @@ ValidationRunResult run_validation(const Scenario& scenario, const std::filesyst
   result.json = result.run.folder / "validation.json";
   write_file_atomically(result.csv, validation_csv(harness.records()));
   write_file_atomically(result.json, validation_json(scenario, harness, options, result.summary));
-  if (!calibration_csv.empty()) write_file_atomically(calibration_csv, kvsim::validate::calibration_csv(harness));
+  if (!calibration_csv.empty())
+    write_file_atomically(calibration_csv, kvsim::validate::calibration_csv(harness));
   return result;
 }
 

@@ -18,12 +18,12 @@
 namespace kvsim::validate {
 
 struct ValidationRunResult {
-  RunResult run;                     // the run folder and summary of the simulation
-  ValidationSetup setup;             // what was validated (backend, device, shapes, tolerance)
+  RunResult run;          // the run folder and summary of the simulation
+  ValidationSetup setup;  // what was validated (backend, device, shapes, tolerance)
   ValidationSummary summary;
   std::vector<ValidationRecord> records;  // one per sampled step
-  std::int64_t fault_step = -1;      // tests: where the injected fault was planted
-  std::filesystem::path csv, json;   // inside run.folder
+  std::int64_t fault_step = -1;           // tests: where the injected fault was planted
+  std::filesystem::path csv, json;        // inside run.folder
 };
 
 /// Parses a dtype name: bf16 / bfloat16, fp16 / f16 / float16 / half, fp32 / f32 / float32 /
@@ -40,7 +40,8 @@ struct ValidationRunResult {
 /// validation files there, and `calibration_csv` when not empty. Throws what run_scenario throws,
 /// and ConfigError from the harness's checks (before anything is written).
 ValidationRunResult run_validation(const Scenario& scenario, const std::filesystem::path& out_dir,
-                                   const ValidationOptions& options, const RunOptions& run_options = {},
+                                   const ValidationOptions& options,
+                                   const RunOptions& run_options = {},
                                    const std::filesystem::path& calibration_csv = {});
 
 }  // namespace kvsim::validate

@@ -1,15 +1,14 @@
 // The validation harness: the content model, a clean run of the CI scenario, and planted KV-cache
 // faults that must each fail validation with a large error while the clean run passes.
 
-#include <catch2/catch.hpp>
+#include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "kernels/backend.h"
 #include "sim/errors.h"
@@ -27,7 +26,8 @@ namespace {
 const std::string kSmall = std::string(KVSIM_SOURCE_DIR) + "/scenarios/validate-small.yaml";
 
 fs::path out_dir(const std::string& name) {
-  const fs::path p = fs::path(KVSIM_BINARY_DIR) / "validate-test-out" / (name + "-" + std::to_string(::getpid()));
+  const fs::path p =
+      fs::path(KVSIM_BINARY_DIR) / "validate-test-out" / (name + "-" + std::to_string(::getpid()));
   fs::remove_all(p);
   return p;
 }
@@ -64,7 +64,7 @@ const ValidationRecord* record_at(const ValidationRunResult& r, std::int64_t ste
 }
 
 /// Runs validate-small with `kind` planted from step `from` on, checking only step 0 and the
-/// fault's step, and compares the fault's step with the same step of the clean run.
+/// fault's step, and compares the fault's step with the same step of a clean run.
 void expect_fault_fails(FaultInjection::Kind kind, std::int64_t from) {
   const Scenario s = load_scenario(kSmall, {});
   ValidationOptions o = cpu_options(1 << 30);
@@ -72,12 +72,15 @@ void expect_fault_fails(FaultInjection::Kind kind, std::int64_t from) {
   const ValidationRunResult r = run_validation(s, out_dir(fault_kind_name(kind)), o);
   INFO("fault " << fault_kind_name(kind) << " planted at step " << r.fault_step);
   REQUIRE(r.fault_step >= from);
+  const ValidationRunResult clean = run_validation(
+      s, out_dir(std::string("clean-") + fault_kind_name(kind)), cpu_options(r.fault_step));
   const ValidationRecord* bad = record_at(r, r.fault_step);
-  const ValidationRecord* good = record_at(clean_run(), r.fault_step);
+  const ValidationRecord* good = record_at(clean, r.fault_step);
   REQUIRE(bad != nullptr);
   REQUIRE(good != nullptr);
   REQUIRE(bad->fault_planted);
-  INFO("clean: " << kernels::to_string(good->err) << " mismatched_slots=" << good->mismatched_slots);
+  INFO("clean: " << kernels::to_string(good->err)
+                 << " mismatched_slots=" << good->mismatched_slots);
   INFO("fault: " << kernels::to_string(bad->err) << " mismatched_slots=" << bad->mismatched_slots);
   CHECK(good->pass);
   CHECK(good->mismatched_slots == 0);
@@ -95,7 +98,8 @@ void expect_fault_fails(FaultInjection::Kind kind, std::int64_t from) {
 
 }  // namespace
 
-TEST_CASE("equal prefixes get equal K/V and any other token or position changes them", "[validate]") {
+TEST_CASE("equal prefixes get equal K/V and any other token or position changes them",
+          "[validate]") {
   const KvContentModel m(3, 4, 2, 64, kernels::DType::kBF16);
   const std::vector<Token> a = {5, 6, 7, 8}, b = {5, 6, 7, 9}, c = {1, 6, 7, 8};
   std::vector<std::uint64_t> ka, kb, kc;
@@ -129,7 +133,8 @@ TEST_CASE("equal prefixes get equal K/V and any other token or position changes 
   CHECK(std::sqrt(sq / n) == Approx(1.0).epsilon(0.02));
 }
 
-TEST_CASE("the unmodified validate-small run passes at every step with small errors", "[validate]") {
+TEST_CASE("the unmodified validate-small run passes at every step with small errors",
+          "[validate]") {
   const ValidationRunResult& r = clean_run();
   CHECK(r.summary.pass);
   CHECK(r.summary.steps_sampled == r.summary.steps_total);
@@ -194,7 +199,8 @@ TEST_CASE("a corrupted block table fails validation", "[validate]") {
   expect_fault_fails(FaultInjection::Kind::kCorruptBlockTable, 10);
 }
 
-TEST_CASE("a permuted block table leaves attention unchanged but fails the content audit", "[validate]") {
+TEST_CASE("a permuted block table leaves attention unchanged but fails the content audit",
+          "[validate]") {
   // Attention over a decode row sums over its keys, so swapping two blocks of a request's table
   // gives the same output; the audit of which K/V each context slot holds is what catches it.
   const Scenario s = load_scenario(kSmall, {});
@@ -225,8 +231,10 @@ TEST_CASE("sampling by probability is seeded and checks a subset of steps", "[va
     CHECK(a.records[i].err.max_abs == b.records[i].err.max_abs);
   }
   // The simulation itself is the one `kvsim run` does: identical run-folder outputs.
-  CHECK(slurp(a.run.folder / "steps.csv") == slurp(clean_run().run.folder / "steps.csv"));
-  CHECK(slurp(a.run.folder / "requests.csv") == slurp(clean_run().run.folder / "requests.csv"));
+  const RunResult plain = run_scenario(s, out_dir("plain"));
+  CHECK(slurp(a.run.folder / "steps.csv") == slurp(plain.folder / "steps.csv"));
+  CHECK(slurp(a.run.folder / "requests.csv") == slurp(plain.folder / "requests.csv"));
+  CHECK(a.run.summary_json == plain.summary_json);
 }
 
 TEST_CASE("fp16 and fp32 pools pass with their own tolerances", "[validate]") {
@@ -234,8 +242,10 @@ TEST_CASE("fp16 and fp32 pools pass with their own tolerances", "[validate]") {
   for (kernels::DType d : {kernels::DType::kF16, kernels::DType::kF32}) {
     ValidationOptions o = cpu_options(7);
     o.dtype = d;
-    const ValidationRunResult r = run_validation(s, out_dir(std::string("dtype-") + kernels::dtype_name(d)), o);
-    INFO(kernels::dtype_name(d) << ": max abs " << r.summary.max_abs_err << " rel " << r.summary.max_rel_err);
+    const ValidationRunResult r =
+        run_validation(s, out_dir(std::string("dtype-") + kernels::dtype_name(d)), o);
+    INFO(kernels::dtype_name(d) << ": max abs " << r.summary.max_abs_err << " rel "
+                                << r.summary.max_rel_err);
     CHECK(r.summary.pass);
     CHECK(r.summary.steps_sampled > 10);
   }
@@ -259,7 +269,8 @@ TEST_CASE("exported calibration rows are read by kvsim calibrate's reader", "[va
   CHECK(fit.rows == r.summary.steps_sampled);
 }
 
-TEST_CASE("validation refuses a pool over the memory limit and says how to shrink it", "[validate]") {
+TEST_CASE("validation refuses a pool over the memory limit and says how to shrink it",
+          "[validate]") {
   const Scenario s = load_scenario(kSmall, {"cache.num_gpu_blocks_override=100000"});
   ValidationOptions o = cpu_options();
   o.max_pool_bytes = 64 << 20;
@@ -276,7 +287,8 @@ TEST_CASE("validation refuses a pool over the memory limit and says how to shrin
   CHECK_NOTHROW(ValidationHarness(s, o));
 }
 
-TEST_CASE("validation refuses cache_only scenarios and a cuda backend without a device", "[validate]") {
+TEST_CASE("validation refuses cache_only scenarios and a cuda backend without a device",
+          "[validate]") {
   const Scenario co = load_scenario(kSmall, {"engine.mode=cache_only"});
   CHECK_THROWS_AS(ValidationHarness(co, cpu_options()), ConfigError);
   if (!kernels::cuda_device_available()) {

@@ -1,7 +1,6 @@
 // Main of test_validate_gpu: exits 77 (ctest SKIP_RETURN_CODE) when no CUDA device is usable.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 
 #include "kernels/backend.h"

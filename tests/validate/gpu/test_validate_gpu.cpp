@@ -2,10 +2,10 @@
 // the backend bitwise, the errors stay within the FA3-style bound of the CPU backend's, and a
 // planted fault still fails.
 
-#include <catch2/catch.hpp>
-
-#include <filesystem>
 #include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
 
 #include "kernels/metrics.h"
 #include "sim/scenario.h"
@@ -37,14 +37,17 @@ ValidationOptions options(kernels::BackendKind backend, kernels::DType dtype) {
 
 }  // namespace
 
-TEST_CASE("validate-small passes on the cuda backend within the cpu baseline's error bound", "[validate][gpu]") {
+TEST_CASE("validate-small passes on the cuda backend within the cpu baseline's error bound",
+          "[validate][gpu]") {
   const Scenario s = load_scenario(kSmall, {});
   for (kernels::DType d : {kernels::DType::kBF16, kernels::DType::kF16}) {
     const std::string tag = kernels::dtype_name(d);
-    const ValidationRunResult gpu = run_validation(s, out_dir("gpu-" + tag), options(kernels::BackendKind::kCuda, d));
-    const ValidationRunResult cpu = run_validation(s, out_dir("cpu-" + tag), options(kernels::BackendKind::kCpu, d));
+    const ValidationRunResult gpu =
+        run_validation(s, out_dir("gpu-" + tag), options(kernels::BackendKind::kCuda, d));
+    const ValidationRunResult cpu =
+        run_validation(s, out_dir("cpu-" + tag), options(kernels::BackendKind::kCpu, d));
     INFO(tag << " on " << gpu.setup.device << ": max abs " << gpu.summary.max_abs_err << " (cpu "
-              << cpu.summary.max_abs_err << "), median " << gpu.summary.median_latency_us << " us");
+             << cpu.summary.max_abs_err << "), median " << gpu.summary.median_latency_us << " us");
     CHECK(gpu.summary.pass);
     CHECK(gpu.summary.steps_sampled == gpu.summary.steps_total);
     CHECK(gpu.summary.timer_output_mismatch_steps == 0);
@@ -61,7 +64,8 @@ TEST_CASE("validate-small passes on the cuda backend within the cpu baseline's e
   }
 }
 
-TEST_CASE("a block shared while in use fails validation on the cuda backend too", "[validate][gpu]") {
+TEST_CASE("a block shared while in use fails validation on the cuda backend too",
+          "[validate][gpu]") {
   const Scenario s = load_scenario(kSmall, {});
   ValidationOptions o = options(kernels::BackendKind::kCuda, kernels::DType::kBF16);
   o.sample_every_steps = 1 << 30;

@@ -1,0 +1,137 @@
+// The planted faults of FaultInjection (tests only): each edits the harness's own copy of a
+// step's block tables, never core/.
+
+#include <algorithm>
+
+#include "core/block_pool.h"
+#include "validate/step_batch.h"
+
+namespace kvsim::validate::detail {
+
+bool plant_shared_in_use(StepBatch& batch) {
+  const std::int64_t block_size = batch.block_size;
+  std::vector<SeqWork>& seqs = batch.seqs;
+  const std::size_t num_seqs = batch.num_seqs;
+  // Writer B's first block of its write range becomes block X, a fully computed block of another
+  // request A of the batch: B's writes overwrite A's K/V, which A reads in this very step. Planted
+  // only where B overwrites at least half a block of A's K/V with different content (a prefill
+  // chunk), preferring the A whose context it corrupts most.
+  double best_score = 0;
+  std::size_t best_b = 0, best_a = 0;
+  std::int64_t best_i = 0, best_j = 0;
+  for (std::size_t b = 0; b < num_seqs; ++b) {
+    const SeqWork& B = seqs[b];
+    const std::int64_t i = B.computed / block_size;
+    const std::int64_t p_end = std::min(B.context, (i + 1) * block_size);
+    for (std::size_t a = 0; a < num_seqs; ++a) {
+      const SeqWork& A = seqs[a];
+      if (a == b || A.computed < block_size) continue;
+      const std::int64_t j = A.computed / block_size - 1;
+      const std::int32_t x = A.table[static_cast<std::size_t>(j)];
+      if (std::find(B.table.begin(), B.table.end(), x) != B.table.end()) continue;
+      std::int64_t differ = 0;
+      for (std::int64_t p = B.computed; p < p_end; ++p)
+        differ += B.keys[static_cast<std::size_t>(p)] !=
+                  A.keys[static_cast<std::size_t>(j * block_size + p % block_size)];
+      if (2 * differ < block_size) continue;
+      const double score = static_cast<double>(differ) / static_cast<double>(A.context);
+      if (score > best_score) {
+        best_score = score;
+        best_b = b, best_a = a, best_i = i, best_j = j;
+      }
+    }
+  }
+  if (best_score == 0) return false;
+  seqs[best_b].table[static_cast<std::size_t>(best_i)] =
+      seqs[best_a].table[static_cast<std::size_t>(best_j)];
+  return true;
+}
+
+bool plant_wrong_prefix_hit(StepBatch& batch, const BlockPool& pool) {
+  const std::int64_t block_size = batch.block_size;
+  std::vector<SeqWork>& seqs = batch.seqs;
+  const std::size_t num_seqs = batch.num_seqs;
+  const std::vector<std::uint64_t>& shadow = batch.shadow;
+  // Candidates: requests admitted this step with a prefix hit of at least one block (their
+  // num_computed_tokens are the hits), shortest context first (one wrong block weighs most there).
+  // The last hit block is served from a cached block of another prefix.
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < num_seqs; ++i)
+    if (seqs[i].kind != ScheduledRequest::Kind::kRunning && seqs[i].computed >= block_size)
+      order.push_back(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t x, std::size_t y) { return seqs[x].context < seqs[y].context; });
+  // Cached blocks: free-but-cached ones (eviction candidates) first, then cached blocks in use.
+  std::vector<std::int32_t> cached;
+  for (const KVCacheBlock& blk : pool.free_queue())
+    if (blk.block_hash != kNoHash) cached.push_back(to_int(blk.block_id));
+  for (std::int32_t b = 0; b < pool.num_blocks(); ++b)
+    if (pool.block(BlockId{b}).ref_cnt > 0 && pool.block(BlockId{b}).block_hash != kNoHash)
+      cached.push_back(b);
+  for (std::size_t ri : order) {
+    SeqWork& R = seqs[ri];
+    const std::int64_t j = R.computed / block_size - 1;
+    for (std::int32_t x : cached) {
+      if (x == R.table[static_cast<std::size_t>(j)]) continue;
+      bool written = true, differs = false;
+      for (std::int64_t o = 0; o < block_size; ++o) {
+        const std::uint64_t have = shadow[static_cast<std::size_t>(x * block_size + o)];
+        written = written && have != 0;
+        differs = differs || have != R.keys[static_cast<std::size_t>(j * block_size + o)];
+      }
+      if (!written || !differs) continue;
+      R.table[static_cast<std::size_t>(j)] = x;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool plant_corrupt_table(StepBatch& batch) {
+  const std::int64_t block_size = batch.block_size;
+  std::vector<SeqWork>& seqs = batch.seqs;
+  const std::size_t num_seqs = batch.num_seqs;
+  const std::vector<std::uint64_t>& shadow = batch.shadow;
+  // The first entry of the shortest request with a full block gets a bit flipped (id ^ 1, ^ 2,
+  // ^ 4, ...): the first such id that is a fully written block of the pool with other K/V and
+  // not in the request's table. NOTE: swapping two entries would not do: attention over a
+  // decode row is a sum over its keys, so a permuted block table gives the same output (only the
+  // content audit sees it).
+  std::size_t best = num_seqs;
+  for (std::size_t i = 0; i < num_seqs; ++i)
+    if (seqs[i].context >= block_size && (best == num_seqs || seqs[i].context < seqs[best].context))
+      best = i;
+  if (best == num_seqs) return false;
+  SeqWork& R = seqs[best];
+  const auto num_blocks = static_cast<std::int32_t>(batch.num_slots() / block_size);
+  for (std::int32_t bit = 1; bit < num_blocks; bit <<= 1) {
+    const std::int32_t x = R.table[0] ^ bit;
+    if (x >= num_blocks || std::find(R.table.begin(), R.table.end(), x) != R.table.end()) continue;
+    bool written = true, differs = false;
+    for (std::int64_t o = 0; o < block_size; ++o) {
+      const std::uint64_t have = shadow[static_cast<std::size_t>(x * block_size + o)];
+      written = written && have != 0;
+      differs = differs || have != R.keys[static_cast<std::size_t>(o)];
+    }
+    if (!written || !differs) continue;
+    R.table[0] = x;
+    return true;
+  }
+  return false;
+}
+
+bool plant_permuted_table(StepBatch& batch) {
+  const std::int64_t block_size = batch.block_size;
+  std::vector<SeqWork>& seqs = batch.seqs;
+  const std::size_t num_seqs = batch.num_seqs;
+  std::size_t best = num_seqs;
+  for (std::size_t i = 0; i < num_seqs; ++i)
+    if (seqs[i].context >= 2 * block_size &&
+        (best == num_seqs || seqs[i].context < seqs[best].context))
+      best = i;
+  if (best == num_seqs) return false;
+  std::swap(seqs[best].table[0], seqs[best].table[1]);
+  return true;
+}
+
+}  // namespace kvsim::validate::detail
