@@ -1,5 +1,6 @@
 #include "core/request.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace kvsim {
@@ -10,7 +11,11 @@ Request::Request(std::int64_t index, std::vector<Token> prompt, SamplingLimits l
       mm_positions(std::move(mm)),
       index_(index),
       num_prompt_tokens_(static_cast<std::int64_t>(prompt.size())),
-      all_token_ids_(std::move(prompt)) {}
+      all_token_ids_(std::move(prompt)) {
+  // Room for every output token up front: decoding then never reallocates the token list.
+  all_token_ids_.reserve(all_token_ids_.size() + static_cast<std::size_t>(std::min<std::int64_t>(
+                                                     limits.max_tokens, 1 << 16)));
+}
 
 const char* status_name(RequestStatus s) {
   switch (s) {

@@ -10,6 +10,10 @@ Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_conf
                      BlockHashTable::BucketHashFn hash_fn)
     : config_(config), kv_(kv_config, hash_fn) {
   KVSIM_ASSERT(config.max_num_seqs > 0 && config.max_num_batched_tokens > 0);
+  // At most max_num_seqs requests finish in one step (aborts aside): no growth on the hot path.
+  const auto seqs = static_cast<std::size_t>(std::min<std::int64_t>(config.max_num_seqs, 1 << 16));
+  finished_ids_.reserve(seqs);
+  next_running_.reserve(seqs);
 }
 
 void Scheduler::add_request(Request& request) {
@@ -32,7 +36,7 @@ void Scheduler::preempt_last(SchedulerOutput& out) {
 void Scheduler::schedule(SchedulerOutput& out) {
   out.scheduled.clear();
   out.preempted.clear();
-  out.finished.swap(finished_ids_);
+  out.finished.assign(finished_ids_.begin(), finished_ids_.end());
   finished_ids_.clear();
   out.prefix_queries_tokens = out.prefix_hits_tokens = 0;
   for (Request* r : running_) r->num_scheduled_tokens = 0;  // a schedule() without update()
@@ -161,9 +165,10 @@ bool Scheduler::abort_request(Request& req) {
     if (it == running_.end()) return false;
     running_.erase(it);
   } else {
-    auto it = std::find(waiting_.begin(), waiting_.end(), &req);
-    if (it == waiting_.end()) return false;
-    waiting_.erase(it);
+    std::size_t i = 0;
+    while (i < waiting_.size() && waiting_[i] != &req) ++i;
+    if (i == waiting_.size()) return false;
+    waiting_.erase_at(i);
   }
   req.num_scheduled_tokens = 0;
   finish(req, RequestStatus::kFinishedAborted);

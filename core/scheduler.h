@@ -5,13 +5,13 @@
 // update_from_output with vLLM's stop checks.
 
 #include <cstdint>
-#include <deque>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/kv_cache_manager.h"
 #include "core/request.h"
+#include "core/ring_deque.h"
 
 namespace kvsim {
 
@@ -79,7 +79,7 @@ class Scheduler {
   bool abort_request(Request& request);
 
   const std::vector<Request*>& running() const { return running_; }
-  const std::deque<Request*>& waiting() const { return waiting_; }
+  const RingDeque<Request*>& waiting() const { return waiting_; }
   std::int64_t num_unfinished_requests() const {
     return static_cast<std::int64_t>(running_.size() + waiting_.size());
   }
@@ -102,7 +102,7 @@ class Scheduler {
   SchedulerConfig config_;
   KVCacheManager kv_;
   std::vector<Request*> running_;
-  std::deque<Request*> waiting_;
+  RingDeque<Request*> waiting_;
   std::vector<Request*> next_running_;      // scratch for update_from_output
   std::vector<std::int64_t> finished_ids_;  // since the last schedule()
   std::vector<BlockId> hits_;               // scratch for get_computed_blocks
