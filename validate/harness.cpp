@@ -75,6 +75,13 @@ struct ValidationHarness::Impl : detail::StepBatch {
   std::int32_t num_q_heads = 0;
   std::int32_t warmup = 0, repeats = 1;  // resolved (ValidationSetup)
   std::uint64_t sample_seed = 0;
+  /// Content keys of live requests by Request::index(), extended as their contexts grow; an
+  /// entry belongs to the request whose requests.csv id it records (indices are reused).
+  struct KeyCache {
+    std::uint64_t request_id = ~std::uint64_t{0};
+    std::vector<std::uint64_t> keys;
+  };
+  std::vector<KeyCache> key_cache;
   // Scratch, reused across steps.
   std::vector<std::byte> kbuf, vbuf;  // [tokens, Hkv, D] pool dtype
   std::vector<std::int64_t> slots;    // [tokens]
@@ -224,7 +231,20 @@ void ValidationHarness::Impl::load_batch(const StepView& view) {
     s.table.resize(static_cast<std::size_t>(nblocks));
     for (std::int64_t b = 0; b < nblocks; ++b)
       s.table[static_cast<std::size_t>(b)] = to_int(r.blocks[static_cast<std::size_t>(b)]);
-    content.prefix_keys(r.all_token_ids(), s.context, s.keys);
+    const auto idx = static_cast<std::size_t>(r.index());
+    if (key_cache.size() <= idx) key_cache.resize(idx + 1);
+    KeyCache& kc = key_cache[idx];
+    if (kc.request_id != s.request_id) {
+      kc.request_id = s.request_id;
+      kc.keys.clear();
+    }
+    content.extend_prefix_keys(r.all_token_ids(), s.context, kc.keys);
+  }
+  // Spans only once the cache has stopped growing (an outer resize moves the entries).
+  for (std::size_t i = 0; i < num_seqs; ++i) {
+    const auto& keys = key_cache[static_cast<std::size_t>(seqs[i].request->index())].keys;
+    seqs[i].keys =
+        std::span<const std::uint64_t>(keys.data(), static_cast<std::size_t>(seqs[i].context));
   }
 }
 

@@ -36,11 +36,19 @@ KvContentModel::KvContentModel(std::uint64_t seed, int num_q_heads, int num_kv_h
 
 void KvContentModel::prefix_keys(std::span<const Token> tokens, std::int64_t count,
                                  std::vector<std::uint64_t>& keys) const {
+  keys.clear();
+  extend_prefix_keys(tokens, count, keys);
+}
+
+void KvContentModel::extend_prefix_keys(std::span<const Token> tokens, std::int64_t count,
+                                        std::vector<std::uint64_t>& keys) const {
   KVSIM_ASSERT(count >= 0 && count <= static_cast<std::int64_t>(tokens.size()),
                "prefix_keys: count out of range");
+  auto p = static_cast<std::int64_t>(keys.size());
+  if (p >= count) return;
   keys.resize(static_cast<std::size_t>(count));
-  std::uint64_t k = root_;
-  for (std::int64_t p = 0; p < count; ++p) {
+  std::uint64_t k = p == 0 ? root_ : keys[static_cast<std::size_t>(p - 1)];
+  for (; p < count; ++p) {
     const std::uint64_t tok = static_cast<std::uint32_t>(tokens[static_cast<std::size_t>(p)]);
     k = splitmix64(k ^ ((tok << 32) | static_cast<std::uint32_t>(p)));
     if (k == 0) k = 1;

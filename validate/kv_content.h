@@ -32,6 +32,10 @@ class KvContentModel {
   /// keys[p] = key(p) for p in [0, count). Precondition: count <= tokens.size(). O(count).
   void prefix_keys(std::span<const Token> tokens, std::int64_t count,
                    std::vector<std::uint64_t>& keys) const;
+  /// Extends `keys`, which holds key(0 .. k-1) of the same `tokens`, to key(0 .. count-1); no
+  /// change when k >= count. O(count - k).
+  void extend_prefix_keys(std::span<const Token> tokens, std::int64_t count,
+                          std::vector<std::uint64_t>& keys) const;
 
   /// The `part` vector of the token with key `key`, rounded to the dtype, into `out`:
   /// [num_kv_heads, head_size] floats for K and V, [num_q_heads, head_size] for Q.

@@ -4,6 +4,7 @@
 // shared by the harness and the planted faults (faults.cpp).
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/block_pool.h"
@@ -17,11 +18,11 @@ struct SeqWork {
   const Request* request = nullptr;
   std::uint64_t request_id = 0;
   ScheduledRequest::Kind kind = ScheduledRequest::Kind::kRunning;
-  std::int64_t computed = 0;        // num_computed_tokens before the step
-  std::int64_t num_tokens = 0;      // scheduled this step (query rows)
-  std::int64_t context = 0;         // computed + num_tokens
-  std::vector<std::int32_t> table;  // block ids covering [0, context) (faults applied)
-  std::vector<std::uint64_t> keys;  // content key of positions [0, context)
+  std::int64_t computed = 0;            // num_computed_tokens before the step
+  std::int64_t num_tokens = 0;          // scheduled this step (query rows)
+  std::int64_t context = 0;             // computed + num_tokens
+  std::vector<std::int32_t> table;      // block ids covering [0, context) (faults applied)
+  std::span<const std::uint64_t> keys;  // content keys of positions [0, context) (a cache entry)
 };
 
 struct StepBatch {

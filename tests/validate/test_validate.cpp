@@ -109,6 +109,12 @@ TEST_CASE("equal prefixes get equal K/V and any other token or position changes 
   for (int p = 0; p < 3; ++p) CHECK(ka[p] == kb[p]);
   CHECK(ka[3] != kb[3]);
   for (int p = 0; p < 4; ++p) CHECK(ka[p] != kc[p]);  // a different first token changes every key
+  std::vector<std::uint64_t> pieces;  // extending in steps gives the same keys
+  m.extend_prefix_keys(a, 1, pieces);
+  m.extend_prefix_keys(a, 3, pieces);
+  m.extend_prefix_keys(a, 2, pieces);  // no change
+  m.extend_prefix_keys(a, 4, pieces);
+  CHECK(pieces == ka);
   const std::vector<Token> same = {7, 7, 7};
   std::vector<std::uint64_t> ks;
   m.prefix_keys(same, 3, ks);
