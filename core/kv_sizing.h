@@ -1,5 +1,6 @@
 #pragma once
-// KV cache sizing as vLLM V1 does it (vllm/v1/core/kv_cache_utils.py, vllm/v1/kv_cache_interface.py):
+// KV cache sizing as vLLM V1 does it (vllm/v1/core/kv_cache_utils.py,
+// vllm/v1/kv_cache_interface.py):
 //   page bytes per layer = coef * block_size * num_kv_heads * head_size * dtype_bytes
 //     coef = 2 (a K and a V page), or 1 for MLA, whose one latent "head" has
 //     head_size = kv_lora_rank + qk_rope_head_dim;
@@ -14,12 +15,12 @@ namespace kvsim {
 
 /// The shape of one rank's KV cache. All counts are per tensor-parallel rank.
 struct KVCacheSpec {
-  std::int64_t block_size = 16;    // tokens per block
-  std::int64_t num_layers = 0;     // attention layers holding KV
-  std::int64_t num_kv_heads = 0;   // KV heads on this rank (1 for MLA)
-  std::int64_t head_size = 0;      // elements per head (kv_lora_rank + qk_rope_head_dim for MLA)
-  std::int64_t dtype_bytes = 2;    // bytes per element of the KV cache
-  bool mla = false;                // MLA: one latent vector per token, no separate V (coef 1)
+  std::int64_t block_size = 16;   // tokens per block
+  std::int64_t num_layers = 0;    // attention layers holding KV
+  std::int64_t num_kv_heads = 0;  // KV heads on this rank (1 for MLA)
+  std::int64_t head_size = 0;     // elements per head (kv_lora_rank + qk_rope_head_dim for MLA)
+  std::int64_t dtype_bytes = 2;   // bytes per element of the KV cache
+  bool mla = false;               // MLA: one latent vector per token, no separate V (coef 1)
 
   /// 2 for K+V, 1 for MLA.
   [[nodiscard]] std::int64_t coef() const { return mla ? 1 : 2; }
@@ -51,9 +52,9 @@ struct KVCacheSizing {
   std::int64_t page_bytes_per_layer = 0;  // one block in one layer
   std::int64_t bytes_per_token = 0;       // all layers, this rank
   std::int64_t num_gpu_blocks = 0;
-  std::int64_t num_token_slots = 0;       // num_gpu_blocks * block_size
-  std::int64_t layer_tensor_bytes = 0;    // num_gpu_blocks * page_bytes_per_layer (one per layer)
-  std::int64_t total_kv_bytes = 0;        // layer_tensor_bytes * num_layers
+  std::int64_t num_token_slots = 0;     // num_gpu_blocks * block_size
+  std::int64_t layer_tensor_bytes = 0;  // num_gpu_blocks * page_bytes_per_layer (one per layer)
+  std::int64_t total_kv_bytes = 0;      // layer_tensor_bytes * num_layers
 };
 
 /// Sizes the pool from `available_bytes` of KV memory on one rank.

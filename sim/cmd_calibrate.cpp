@@ -1,9 +1,9 @@
 // kvsim calibrate: fits the linear step-latency model to measured steps.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "sim/commands.h"
 #include "sim/errors.h"
@@ -18,8 +18,10 @@ constexpr const char* kUsage =
     "\n"
     "Fits step_time_us = c0 + c1*prefill_tokens + c2*decode_tokens + c3*sum_context_tokens\n"
     "                    + c4*sum_context_sq + c5*num_seqs\n"
-    "by least squares. MEASUREMENTS.csv has a header with num_seqs, prefill_tokens, decode_tokens,\n"
-    "sum_context_tokens, sum_context_sq and step_time_us (one row per measured step). The output is\n"
+    "by least squares. MEASUREMENTS.csv has a header with num_seqs, prefill_tokens, "
+    "decode_tokens,\n"
+    "sum_context_tokens, sum_context_sq and step_time_us (one row per measured step). The output "
+    "is\n"
     "read by a scenario's  latency: {model: fitted, file: model.yaml}.\n";
 }  // namespace
 
@@ -38,14 +40,17 @@ int calibrate(const Args& args) {
       output = a.substr(9);
     } else if (a.starts_with("-") && a != "-") {
       static constexpr std::string_view kFlags[] = {"-o", "--output", "--help"};
-      throw ConfigError(fmt::format("calibrate: unknown option '{}'{}", a, suggestion_suffix(a, kFlags)));
+      throw ConfigError(
+          fmt::format("calibrate: unknown option '{}'{}", a, suggestion_suffix(a, kFlags)));
     } else if (input.empty()) {
       input = a;
     } else {
-      throw ConfigError(fmt::format("calibrate: unexpected argument '{}' (one MEASUREMENTS.csv only)", a));
+      throw ConfigError(
+          fmt::format("calibrate: unexpected argument '{}' (one MEASUREMENTS.csv only)", a));
     }
   }
-  if (input.empty()) throw ConfigError(std::string("calibrate: MEASUREMENTS.csv is required\n") + kUsage);
+  if (input.empty())
+    throw ConfigError(std::string("calibrate: MEASUREMENTS.csv is required\n") + kUsage);
   if (output.empty()) throw ConfigError("calibrate: -o model.yaml is required");
   std::vector<BatchFeatures> batches;
   std::vector<double> times;
@@ -57,13 +62,14 @@ int calibrate(const Args& args) {
     if (!out) throw ConfigError(output + ": cannot write file");
     out << fit_to_yaml(fit, input);
     out.close();
-    if (!out || std::rename(tmp.c_str(), output.c_str()) != 0) throw ConfigError(output + ": cannot write file");
+    if (!out || std::rename(tmp.c_str(), output.c_str()) != 0)
+      throw ConfigError(output + ": cannot write file");
   }
   std::string report = fmt::format("fitted {} steps from {}\n", fit.rows, input);
   for (std::size_t i = 0; i < kFitTermNames.size(); ++i)
     report += fmt::format("  {:<20} {:.6g} us\n", kFitTermNames[i], fit.coefficients_us[i]);
-  report += fmt::format("RMSE {:.4g} us, R^2 {:.6f}, max relative error {:.4g}\nwrote {}\n", fit.rmse_us,
-                        fit.r2, fit.max_rel_error, output);
+  report += fmt::format("RMSE {:.4g} us, R^2 {:.6f}, max relative error {:.4g}\nwrote {}\n",
+                        fit.rmse_us, fit.r2, fit.max_rel_error, output);
   std::fputs(report.c_str(), stdout);
   return 0;
 }

@@ -7,8 +7,10 @@ namespace kvsim {
 
 namespace {
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 }  // namespace
@@ -44,7 +46,8 @@ bool split_csv_line(std::string_view line, std::vector<std::string>& fields) {
   return !in_quotes;
 }
 
-std::optional<std::size_t> csv_column(const std::vector<std::string>& header, std::string_view name) {
+std::optional<std::size_t> csv_column(const std::vector<std::string>& header,
+                                      std::string_view name) {
   for (std::size_t i = 0; i < header.size(); ++i) {
     std::string_view h = trim(header[i]);
     // A UTF-8 byte order mark may precede the first name.
@@ -60,7 +63,8 @@ std::optional<double> parse_csv_double(std::string_view field) {
   if (field.empty()) return std::nullopt;
   double v = 0;
   auto [p, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
-  if (ec != std::errc() || p != field.data() + field.size() || !std::isfinite(v)) return std::nullopt;
+  if (ec != std::errc() || p != field.data() + field.size() || !std::isfinite(v))
+    return std::nullopt;
   return v;
 }
 

@@ -1,9 +1,9 @@
 #include "sim/distribution.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 namespace kvsim {
 
@@ -27,13 +27,14 @@ Distribution Distribution::parse(const YAML::Node& node, const YamlContext& ctx,
     d.a_ = as_double(node, ctx, lower, upper);
     return d;
   }
-  static constexpr std::string_view kFamilies[] = {"fixed", "uniform", "normal", "lognormal",
-                                                   "gamma", "exponential", "zipf", "empirical"};
+  static constexpr std::string_view kFamilies[] = {"fixed", "uniform",     "normal", "lognormal",
+                                                   "gamma", "exponential", "zipf",   "empirical"};
   if (!node.IsMap())
-    throw yaml_error(node, ctx,
-                     fmt::format("{}: expected a number or a mapping like {{lognormal: {{mean: 300, "
-                                 "sigma: 0.8}}}}, got {}",
-                                 ctx.path, describe_node(node)));
+    throw yaml_error(
+        node, ctx,
+        fmt::format("{}: expected a number or a mapping like {{lognormal: {{mean: 300, "
+                    "sigma: 0.8}}}}, got {}",
+                    ctx.path, describe_node(node)));
   std::vector<std::string_view> allowed(std::begin(kFamilies), std::end(kFamilies));
   allowed.push_back("min");
   allowed.push_back("max");
@@ -45,14 +46,16 @@ Distribution Distribution::parse(const YAML::Node& node, const YamlContext& ctx,
   for (std::string_view f : kFamilies) {
     if (!has_key(node, f)) continue;
     if (!family.empty())
-      throw yaml_error(node, ctx, fmt::format("{}: give one distribution, not both '{}' and '{}'",
-                                              ctx.path, family, f));
+      throw yaml_error(
+          node, ctx,
+          fmt::format("{}: give one distribution, not both '{}' and '{}'", ctx.path, family, f));
     family = f;
   }
   if (family.empty())
-    throw yaml_error(node, ctx, fmt::format("{}: no distribution given (one of: fixed, uniform, normal, "
-                                            "lognormal, gamma, exponential, zipf, empirical)",
-                                            ctx.path));
+    throw yaml_error(node, ctx,
+                     fmt::format("{}: no distribution given (one of: fixed, uniform, normal, "
+                                 "lognormal, gamma, exponential, zipf, empirical)",
+                                 ctx.path));
   const YAML::Node p = node[family];
   const YamlContext pc = ctx.child(family);
   if (family == "fixed") {
@@ -65,12 +68,14 @@ Distribution Distribution::parse(const YAML::Node& node, const YamlContext& ctx,
     const std::string file = resolve_input_path(pc, get_string(p, "file", pc, std::nullopt));
     const std::string column = get_string(p, "column", pc, std::nullopt);
     d.kind_ = Kind::kEmpirical;
-    d.empirical_ = std::make_shared<const EmpiricalSampler>(EmpiricalSampler::from_csv_column(file, column));
+    d.empirical_ =
+        std::make_shared<const EmpiricalSampler>(EmpiricalSampler::from_csv_column(file, column));
     return d;
   }
   if (!p.IsMap())
-    throw yaml_error(p, pc, fmt::format("{}: expected a mapping of parameters, got {}", pc.path,
-                                        describe_node(p)));
+    throw yaml_error(
+        p, pc,
+        fmt::format("{}: expected a mapping of parameters, got {}", pc.path, describe_node(p)));
   if (family == "uniform") {
     check_keys(p, {"min", "max"}, pc);
     d.kind_ = Kind::kUniform;
@@ -108,35 +113,52 @@ Distribution Distribution::parse(const YAML::Node& node, const YamlContext& ctx,
 double Distribution::sample(RngStream& rng) const {
   double x = 0;
   switch (kind_) {
-    case Kind::kFixed: x = a_; break;
+    case Kind::kFixed:
+      x = a_;
+      break;
     case Kind::kUniform:
       x = integer_ ? static_cast<double>(uniform_int(rng, std::llround(a_), std::llround(b_)))
                    : a_ + (b_ - a_) * uniform01(rng);
       break;
-    case Kind::kNormal: x = normal(rng, a_, b_); break;
-    case Kind::kLognormal: x = lognormal_mean(rng, a_, b_); break;
-    case Kind::kGamma: x = gamma_mean_cv(rng, a_, b_); break;
-    case Kind::kExponential: x = exponential(rng, 1.0 / a_); break;
-    case Kind::kZipf: x = static_cast<double>((*zipf_)(rng)); break;
-    case Kind::kEmpirical: x = (*empirical_)(rng); break;
+    case Kind::kNormal:
+      x = normal(rng, a_, b_);
+      break;
+    case Kind::kLognormal:
+      x = lognormal_mean(rng, a_, b_);
+      break;
+    case Kind::kGamma:
+      x = gamma_mean_cv(rng, a_, b_);
+      break;
+    case Kind::kExponential:
+      x = exponential(rng, 1.0 / a_);
+      break;
+    case Kind::kZipf:
+      x = static_cast<double>((*zipf_)(rng));
+      break;
+    case Kind::kEmpirical:
+      x = (*empirical_)(rng);
+      break;
   }
   return std::clamp(x, min_, max_);
 }
 
 std::int64_t Distribution::sample_int(RngStream& rng) const {
   const double x = std::round(sample(rng));
-  return static_cast<std::int64_t>(std::clamp(std::clamp(x, std::ceil(min_), std::floor(max_)),
-                                              -9.0e18, 9.0e18));
+  return static_cast<std::int64_t>(
+      std::clamp(std::clamp(x, std::ceil(min_), std::floor(max_)), -9.0e18, 9.0e18));
 }
 
 double Distribution::mean() const {
   switch (kind_) {
-    case Kind::kFixed: return a_;
-    case Kind::kUniform: return 0.5 * (a_ + b_);
+    case Kind::kFixed:
+      return a_;
+    case Kind::kUniform:
+      return 0.5 * (a_ + b_);
     case Kind::kNormal:
     case Kind::kLognormal:
     case Kind::kGamma:
-    case Kind::kExponential: return a_;
+    case Kind::kExponential:
+      return a_;
     case Kind::kZipf: {
       double num = 0, den = 0;
       const std::int64_t n = std::min<std::int64_t>(zipf_->n(), 10'000'000);
@@ -147,7 +169,8 @@ double Distribution::mean() const {
       }
       return num / den;
     }
-    case Kind::kEmpirical: return empirical_->mean();
+    case Kind::kEmpirical:
+      return empirical_->mean();
   }
   return 0;
 }

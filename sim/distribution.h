@@ -13,12 +13,12 @@
 //   {empirical: {file: lengths.csv, column: ContextTokens}}   resampled column of a CSV file
 // Integer draws round to nearest, then clamp to [min, max].
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <yaml-cpp/yaml.h>
 
 #include "sim/rng.h"
 #include "sim/samplers.h"
@@ -28,7 +28,16 @@ namespace kvsim {
 
 class Distribution {
  public:
-  enum class Kind { kFixed, kUniform, kNormal, kLognormal, kGamma, kExponential, kZipf, kEmpirical };
+  enum class Kind {
+    kFixed,
+    kUniform,
+    kNormal,
+    kLognormal,
+    kGamma,
+    kExponential,
+    kZipf,
+    kEmpirical
+  };
 
   /// A distribution that always gives `value`.
   static Distribution fixed(double value);

@@ -1,10 +1,10 @@
 #include "sim/hardware.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <cctype>
 #include <cmath>
-
-#include <fmt/format.h>
 
 namespace kvsim {
 
@@ -29,7 +29,8 @@ const std::array<GpuPreset, 8>& presets() {
 }
 
 std::string gib(std::int64_t bytes) {
-  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(std::int64_t{1} << 30));
+  return fmt::format("{:.2f} GiB",
+                     static_cast<double>(bytes) / static_cast<double>(std::int64_t{1} << 30));
 }
 
 }  // namespace
@@ -62,9 +63,10 @@ GpuPreset gpu_preset(std::string_view name) {
 }
 
 HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx) {
-  check_keys(hardware, {"gpu", "tensor_parallel_size", "gpu_memory_bytes", "peak_flops_per_s",
-                        "hbm_bytes_per_s"},
-             ctx);
+  check_keys(
+      hardware,
+      {"gpu", "tensor_parallel_size", "gpu_memory_bytes", "peak_flops_per_s", "hbm_bytes_per_s"},
+      ctx);
   HardwareConfig hw;
   const std::string name = get_string(hardware, "gpu", ctx, std::string(kDefaultGpu));
   if (const GpuPreset* p = find_gpu_preset(name)) {
@@ -73,13 +75,17 @@ HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx)
     try {
       hw.gpu = gpu_preset(name);
     } catch (const ConfigError& e) {
-      throw yaml_error(hardware["gpu"], ctx, fmt::format("{}: {}", ctx.child("gpu").path, e.what()));
+      throw yaml_error(hardware["gpu"], ctx,
+                       fmt::format("{}: {}", ctx.child("gpu").path, e.what()));
     }
   }
   hw.tensor_parallel_size = get_int(hardware, "tensor_parallel_size", ctx, 1, 1, 1024);
-  hw.gpu.memory_bytes = get_int(hardware, "gpu_memory_bytes", ctx, hw.gpu.memory_bytes, 1, std::int64_t{1} << 50);
-  hw.gpu.peak_flops_per_s = get_double(hardware, "peak_flops_per_s", ctx, hw.gpu.peak_flops_per_s, 1.0);
-  hw.gpu.hbm_bytes_per_s = get_double(hardware, "hbm_bytes_per_s", ctx, hw.gpu.hbm_bytes_per_s, 1.0);
+  hw.gpu.memory_bytes =
+      get_int(hardware, "gpu_memory_bytes", ctx, hw.gpu.memory_bytes, 1, std::int64_t{1} << 50);
+  hw.gpu.peak_flops_per_s =
+      get_double(hardware, "peak_flops_per_s", ctx, hw.gpu.peak_flops_per_s, 1.0);
+  hw.gpu.hbm_bytes_per_s =
+      get_double(hardware, "hbm_bytes_per_s", ctx, hw.gpu.hbm_bytes_per_s, 1.0);
   return hw;
 }
 
@@ -88,13 +94,14 @@ CacheSizingConfig load_cache_sizing(const YAML::Node& cache, const YamlContext& 
   CacheSizingConfig c;
   c.block_size = get_int(cache, "block_size", ctx, 16, 1, 1 << 16);
   c.gpu_memory_utilization = get_double(cache, "gpu_memory_utilization", ctx, 0.9, 1e-6, 1.0);
-  c.kv_cache_memory_bytes = get_optional_int(cache, "kv_cache_memory_bytes", ctx, 1, std::int64_t{1} << 60);
+  c.kv_cache_memory_bytes =
+      get_optional_int(cache, "kv_cache_memory_bytes", ctx, 1, std::int64_t{1} << 60);
   c.num_gpu_blocks_override = get_optional_int(cache, "num_gpu_blocks_override", ctx, 1);
-  c.activation_reserve_bytes =
-      get_int(cache, "activation_reserve_bytes", ctx, kDefaultActivationReserveBytes, 0,
-              std::int64_t{1} << 50);
-  c.cache_dtype = get_choice(cache, "cache_dtype", ctx, "auto",
-                             {"auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2"});
+  c.activation_reserve_bytes = get_int(cache, "activation_reserve_bytes", ctx,
+                                       kDefaultActivationReserveBytes, 0, std::int64_t{1} << 50);
+  c.cache_dtype =
+      get_choice(cache, "cache_dtype", ctx, "auto",
+                 {"auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2"});
   return c;
 }
 
@@ -107,8 +114,8 @@ KVCachePlan plan_kv_cache(const ModelConfig& model, const HardwareConfig& hardwa
   plan.spec = model.kv_cache_spec(cache.block_size, hardware.tensor_parallel_size, kv_dtype_bytes);
   MemoryBudget& b = plan.budget;
   b.total_bytes = hardware.gpu.memory_bytes;
-  b.usable_bytes = static_cast<std::int64_t>(std::floor(static_cast<double>(b.total_bytes) *
-                                                        cache.gpu_memory_utilization));
+  b.usable_bytes = static_cast<std::int64_t>(
+      std::floor(static_cast<double>(b.total_bytes) * cache.gpu_memory_utilization));
   b.weight_bytes = model.weight_bytes() / hardware.tensor_parallel_size;
   b.activation_reserve_bytes = cache.activation_reserve_bytes;
   if (cache.kv_cache_memory_bytes) {
@@ -125,19 +132,21 @@ KVCachePlan plan_kv_cache(const ModelConfig& model, const HardwareConfig& hardwa
           gib(b.weight_bytes), gib(b.activation_reserve_bytes)));
   }
   if (cache.num_gpu_blocks_override) {
-    if (*cache.num_gpu_blocks_override > (std::int64_t{1} << 62) / plan.spec.page_bytes_all_layers())
-      throw ConfigError(fmt::format("{}num_gpu_blocks_override {} blocks of {} B is more memory than "
-                                    "kvsim can count", prefix, *cache.num_gpu_blocks_override,
-                                    plan.spec.page_bytes_all_layers()));
+    if (*cache.num_gpu_blocks_override >
+        (std::int64_t{1} << 62) / plan.spec.page_bytes_all_layers())
+      throw ConfigError(
+          fmt::format("{}num_gpu_blocks_override {} blocks of {} B is more memory than "
+                      "kvsim can count",
+                      prefix, *cache.num_gpu_blocks_override, plan.spec.page_bytes_all_layers()));
     plan.sizing = size_kv_cache_blocks(plan.spec, *cache.num_gpu_blocks_override);
   } else {
     plan.sizing = size_kv_cache(plan.spec, b.available_kv_bytes);
     if (plan.sizing.num_gpu_blocks == 0)
-      throw ConfigError(fmt::format("{}no KV cache block fits: {} available, one block needs {} "
-                                    "(page {} B x {} layers)",
-                                    prefix, gib(b.available_kv_bytes),
-                                    gib(plan.spec.page_bytes_all_layers()),
-                                    plan.spec.page_bytes_per_layer(), plan.spec.num_layers));
+      throw ConfigError(
+          fmt::format("{}no KV cache block fits: {} available, one block needs {} "
+                      "(page {} B x {} layers)",
+                      prefix, gib(b.available_kv_bytes), gib(plan.spec.page_bytes_all_layers()),
+                      plan.spec.page_bytes_per_layer(), plan.spec.num_layers));
   }
   return plan;
 }

@@ -7,15 +7,16 @@
 // non-torch allocations); kvsim takes it as `cache.activation_reserve_bytes`, default
 // kDefaultActivationReserveBytes (2 GiB), which is the size vLLM's profile reports for 1-10B
 // models at max_num_batched_tokens 8192. `cache.kv_cache_memory_bytes` replaces the whole formula
-// and `cache.num_gpu_blocks_override` replaces the block count (neither checks that the model fits).
+// and `cache.num_gpu_blocks_override` replaces the block count (neither checks that the model
+// fits).
+
+#include <yaml-cpp/yaml.h>
 
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-
-#include <yaml-cpp/yaml.h>
 
 #include "core/kv_sizing.h"
 #include "sim/model_config.h"
@@ -59,22 +60,25 @@ struct CacheSizingConfig {
   std::optional<std::int64_t> kv_cache_memory_bytes;    // per GPU; replaces the budget formula
   std::optional<std::int64_t> num_gpu_blocks_override;  // replaces the block count
   std::int64_t activation_reserve_bytes = kDefaultActivationReserveBytes;
-  std::string cache_dtype = "auto";                     // auto = the model's dtype
+  std::string cache_dtype = "auto";  // auto = the model's dtype
 };
 /// The keys load_cache_sizing reads, for the cache section's check_keys.
-inline constexpr std::string_view kCacheSizingKeys[] = {
-    "block_size", "gpu_memory_utilization", "kv_cache_memory_bytes", "num_gpu_blocks_override",
-    "activation_reserve_bytes", "cache_dtype"};
+inline constexpr std::string_view kCacheSizingKeys[] = {"block_size",
+                                                        "gpu_memory_utilization",
+                                                        "kv_cache_memory_bytes",
+                                                        "num_gpu_blocks_override",
+                                                        "activation_reserve_bytes",
+                                                        "cache_dtype"};
 /// Reads the sizing keys of `cache:` (does not reject other keys).
 [[nodiscard]] CacheSizingConfig load_cache_sizing(const YAML::Node& cache, const YamlContext& ctx);
 
 /// Where the KV bytes of one GPU come from.
 struct MemoryBudget {
-  std::int64_t total_bytes = 0;               // the GPU's memory
-  std::int64_t usable_bytes = 0;              // total * gpu_memory_utilization
-  std::int64_t weight_bytes = 0;              // this GPU's share of the weights
+  std::int64_t total_bytes = 0;   // the GPU's memory
+  std::int64_t usable_bytes = 0;  // total * gpu_memory_utilization
+  std::int64_t weight_bytes = 0;  // this GPU's share of the weights
   std::int64_t activation_reserve_bytes = 0;
-  std::int64_t available_kv_bytes = 0;        // usable - weights - reserve (or the override)
+  std::int64_t available_kv_bytes = 0;  // usable - weights - reserve (or the override)
 };
 
 /// The KV cache of one GPU: shape, budget and resulting pool.
@@ -87,6 +91,7 @@ struct KVCachePlan {
 /// Sizes the KV cache. Throws ConfigError "model does not fit: needs X GiB more ..." when the
 /// weights and reserve exceed the usable memory, and when no block fits. `file` prefixes messages.
 [[nodiscard]] KVCachePlan plan_kv_cache(const ModelConfig& model, const HardwareConfig& hardware,
-                                        const CacheSizingConfig& cache, const std::string& file = "");
+                                        const CacheSizingConfig& cache,
+                                        const std::string& file = "");
 
 }  // namespace kvsim

@@ -1,11 +1,11 @@
 #include "sim/latency_model.h"
 
+#include <fmt/format.h>
+
+#include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-
-#include <Eigen/Dense>
-#include <fmt/format.h>
 
 #include "sim/csv_util.h"
 
@@ -40,7 +40,9 @@ class ConstantLatency final : public LatencyModel {
 class FittedLatency final : public LatencyModel {
  public:
   explicit FittedLatency(LatencyFit fit) : fit_(fit) {}
-  SimTimeNs step_time_ns(const BatchFeatures& b) const override { return us_to_ns(fit_.predict_us(b)); }
+  SimTimeNs step_time_ns(const BatchFeatures& b) const override {
+    return us_to_ns(fit_.predict_us(b));
+  }
 
  private:
   LatencyFit fit_;
@@ -61,7 +63,8 @@ class RooflineLatency final : public LatencyModel {
     hidden_bytes_ = static_cast<double>(m.hidden_size * m.dtype_bytes);
     const double wb = static_cast<double>(m.weight_bytes_per_param);
     if (m.num_experts > 0) {
-      const double moe_layers = static_cast<double>(std::max<std::int64_t>(0, m.num_hidden_layers - m.first_k_dense_replace));
+      const double moe_layers = static_cast<double>(
+          std::max<std::int64_t>(0, m.num_hidden_layers - m.first_k_dense_replace));
       routed_bytes_ = moe_layers * static_cast<double>(m.num_experts) * 3.0 *
                       static_cast<double>(m.hidden_size * m.moe_intermediate_size) * wb;
       routed_bytes_ = std::min(routed_bytes_, static_cast<double>(m.weight_bytes()));
@@ -77,20 +80,25 @@ class RooflineLatency final : public LatencyModel {
     double pairs = b.attention_pairs;
     if (pairs < 0) {
       const double decode_est = static_cast<double>(b.sum_context_tokens);
-      const double prefill_est = 0.5 * (b.sum_context_sq + static_cast<double>(b.sum_context_tokens));
-      const double f = b.num_seqs > 0 ? static_cast<double>(b.num_prefill_seqs) / static_cast<double>(b.num_seqs) : 0.0;
+      const double prefill_est =
+          0.5 * (b.sum_context_sq + static_cast<double>(b.sum_context_tokens));
+      const double f =
+          b.num_seqs > 0 ? static_cast<double>(b.num_prefill_seqs) / static_cast<double>(b.num_seqs)
+                         : 0.0;
       pairs = (1.0 - f) * decode_est + f * prefill_est;
     }
     const double flops = (2.0 * active_params_ * tokens + 4.0 * layers_ * attn_width_ * pairs) / tp;
     double weights = other_weight_bytes_;
     if (routed_bytes_ > 0) weights += routed_bytes_ * std::min(1.0, tokens * top_k_ / experts_);
-    const double bytes = weights / tp + kv_bytes_per_token_ * (static_cast<double>(b.sum_context_tokens) + tokens);
+    const double bytes =
+        weights / tp + kv_bytes_per_token_ * (static_cast<double>(b.sum_context_tokens) + tokens);
     const double compute_s = flops / (gpu_.peak_flops_per_s * p_.mfu);
     const double memory_s = bytes / (gpu_.hbm_bytes_per_s * p_.mbu);
     double comm_s = 0;
     if (tp_ > 1)
-      comm_s = 2.0 * layers_ * (p_.allreduce_latency_us * 1e-6 +
-                                tokens * hidden_bytes_ * 2.0 * (tp - 1.0) / tp / p_.interconnect_bytes_per_s);
+      comm_s = 2.0 * layers_ *
+               (p_.allreduce_latency_us * 1e-6 +
+                tokens * hidden_bytes_ * 2.0 * (tp - 1.0) / tp / p_.interconnect_bytes_per_s);
     return us_to_ns((std::max(compute_s, memory_s) + comm_s) * 1e6 + p_.step_overhead_us);
   }
 
@@ -117,7 +125,8 @@ LatencyFit load_fit_node(const YAML::Node& root, const YamlContext& ctx) {
   const std::string unit = get_choice(root, "unit", ctx, "us", {"us"});
   (void)unit;
   if (!has_key(root, "coefficients"))
-    throw yaml_error(root, ctx, fmt::format("missing required key 'coefficients' in {}", ctx.where()));
+    throw yaml_error(root, ctx,
+                     fmt::format("missing required key 'coefficients' in {}", ctx.where()));
   return parse_coefficients(root["coefficients"], ctx.child("coefficients"));
 }
 
@@ -176,15 +185,20 @@ void read_measurements_csv(const std::string& path, std::vector<BatchFeatures>& 
   if (!in) throw ConfigError(path + ": cannot open file");
   std::string line;
   std::vector<std::string> f;
-  if (!std::getline(in, line) || !split_csv_line(line, f)) throw ConfigError(path, 1, 1, "expected a CSV header row");
-  constexpr std::array<const char*, 6> kRequired = {"num_seqs", "prefill_tokens", "decode_tokens",
-                                                    "sum_context_tokens", "sum_context_sq", "step_time_us"};
+  if (!std::getline(in, line) || !split_csv_line(line, f))
+    throw ConfigError(path, 1, 1, "expected a CSV header row");
+  constexpr std::array<const char*, 6> kRequired = {"num_seqs",       "prefill_tokens",
+                                                    "decode_tokens",  "sum_context_tokens",
+                                                    "sum_context_sq", "step_time_us"};
   std::array<std::size_t, 6> col{};
   for (std::size_t i = 0; i < kRequired.size(); ++i) {
     auto c = csv_column(f, kRequired[i]);
-    if (!c) throw ConfigError(path, 1, 1, fmt::format("header has no column '{}' (need: num_seqs, "
-                                                      "prefill_tokens, decode_tokens, sum_context_tokens, "
-                                                      "sum_context_sq, step_time_us)", kRequired[i]));
+    if (!c)
+      throw ConfigError(path, 1, 1,
+                        fmt::format("header has no column '{}' (need: num_seqs, "
+                                    "prefill_tokens, decode_tokens, sum_context_tokens, "
+                                    "sum_context_sq, step_time_us)",
+                                    kRequired[i]));
     col[i] = *c;
   }
   const auto col_prefill_seqs = csv_column(f, "num_prefill_seqs");
@@ -194,10 +208,12 @@ void read_measurements_csv(const std::string& path, std::vector<BatchFeatures>& 
     if (line.empty() || line == "\r") continue;
     if (!split_csv_line(line, f)) throw ConfigError(path, line_no, 1, "unterminated quote");
     auto cell = [&](std::size_t c, const char* name) {
-      if (c >= f.size()) throw ConfigError(path, line_no, 1, fmt::format("row has no column '{}'", name));
+      if (c >= f.size())
+        throw ConfigError(path, line_no, 1, fmt::format("row has no column '{}'", name));
       auto v = parse_csv_double(f[c]);
       if (!v || *v < 0)
-        throw ConfigError(path, line_no, 1, fmt::format("{}: expected a number >= 0, got '{}'", name, f[c]));
+        throw ConfigError(path, line_no, 1,
+                          fmt::format("{}: expected a number >= 0, got '{}'", name, f[c]));
       return *v;
     };
     BatchFeatures b;
@@ -206,7 +222,8 @@ void read_measurements_csv(const std::string& path, std::vector<BatchFeatures>& 
     b.decode_tokens = static_cast<std::int64_t>(cell(col[2], kRequired[2]));
     b.sum_context_tokens = static_cast<std::int64_t>(cell(col[3], kRequired[3]));
     b.sum_context_sq = cell(col[4], kRequired[4]);
-    if (col_prefill_seqs) b.num_prefill_seqs = static_cast<std::int64_t>(cell(*col_prefill_seqs, "num_prefill_seqs"));
+    if (col_prefill_seqs)
+      b.num_prefill_seqs = static_cast<std::int64_t>(cell(*col_prefill_seqs, "num_prefill_seqs"));
     batches.push_back(b);
     step_time_us.push_back(cell(col[5], kRequired[5]));
   }
@@ -214,14 +231,15 @@ void read_measurements_csv(const std::string& path, std::vector<BatchFeatures>& 
 }
 
 std::string fit_to_yaml(const LatencyFit& fit, const std::string& source) {
-  std::string out = "# Step latency model fitted by `kvsim calibrate`; use it as\n"
-                    "#   latency: {model: fitted, file: THIS_FILE}\n"
-                    "# step_time_us = intercept + sum(coefficient * feature)\n";
+  std::string out =
+      "# Step latency model fitted by `kvsim calibrate`; use it as\n"
+      "#   latency: {model: fitted, file: THIS_FILE}\n"
+      "# step_time_us = intercept + sum(coefficient * feature)\n";
   out += "model: fitted\nunit: us\ncoefficients:\n";
   for (std::size_t i = 0; i < kFitTermNames.size(); ++i)
     out += fmt::format("  {}: {:.17g}\n", kFitTermNames[i], fit.coefficients_us[i]);
-  out += fmt::format("fit: {{rows: {}, rmse_us: {:.6g}, r2: {:.6f}, max_rel_error: {:.6f}}}\n", fit.rows,
-                     fit.rmse_us, fit.r2, fit.max_rel_error);
+  out += fmt::format("fit: {{rows: {}, rmse_us: {:.6g}, r2: {:.6f}, max_rel_error: {:.6f}}}\n",
+                     fit.rows, fit.rmse_us, fit.r2, fit.max_rel_error);
   YAML::Emitter e;
   e << YAML::DoubleQuoted << source;
   out += fmt::format("source: {}\n", e.c_str());
@@ -233,30 +251,43 @@ LatencyFit load_fit_file(const std::string& path) {
 }
 
 std::unique_ptr<LatencyModel> make_latency_model(const YAML::Node& latency, const YamlContext& ctx,
-                                                 const ModelConfig& model, const GpuPreset& gpu, int tp) {
+                                                 const ModelConfig& model, const GpuPreset& gpu,
+                                                 int tp) {
   require_map(latency, ctx);
-  const std::string kind = get_choice(latency, "model", ctx, "roofline", {"roofline", "fitted", "constant"});
+  const std::string kind =
+      get_choice(latency, "model", ctx, "roofline", {"roofline", "fitted", "constant"});
   if (kind == "constant") {
     check_keys(latency, {"model", "step_time_us"}, ctx);
-    return std::make_unique<ConstantLatency>(get_double(latency, "step_time_us", ctx, std::nullopt, 0.001, 1e12));
+    return std::make_unique<ConstantLatency>(
+        get_double(latency, "step_time_us", ctx, std::nullopt, 0.001, 1e12));
   }
   if (kind == "fitted") {
     check_keys(latency, {"model", "file", "coefficients"}, ctx);
     if (has_key(latency, "coefficients") == has_key(latency, "file"))
-      throw yaml_error(latency, ctx, fmt::format("{}: model fitted needs exactly one of 'file' or 'coefficients'", ctx.where()));
+      throw yaml_error(latency, ctx,
+                       fmt::format("{}: model fitted needs exactly one of 'file' or 'coefficients'",
+                                   ctx.where()));
     if (has_key(latency, "coefficients"))
-      return std::make_unique<FittedLatency>(parse_coefficients(latency["coefficients"], ctx.child("coefficients")));
-    const std::string file = resolve_input_path(ctx.child("file"), get_string(latency, "file", ctx, std::nullopt));
+      return std::make_unique<FittedLatency>(
+          parse_coefficients(latency["coefficients"], ctx.child("coefficients")));
+    const std::string file =
+        resolve_input_path(ctx.child("file"), get_string(latency, "file", ctx, std::nullopt));
     return std::make_unique<FittedLatency>(load_fit_file(file));
   }
-  check_keys(latency, {"model", "mfu", "mbu", "step_overhead_us", "interconnect_bytes_per_s", "allreduce_latency_us"}, ctx);
+  check_keys(latency,
+             {"model", "mfu", "mbu", "step_overhead_us", "interconnect_bytes_per_s",
+              "allreduce_latency_us"},
+             ctx);
   RooflineParams p;
   p.mfu = get_double(latency, "mfu", ctx, p.mfu, 1e-6, 1.0);
   p.mbu = get_double(latency, "mbu", ctx, p.mbu, 1e-6, 1.0);
   p.step_overhead_us = get_double(latency, "step_overhead_us", ctx, p.step_overhead_us, 0.0, 1e9);
-  p.interconnect_bytes_per_s = get_double(latency, "interconnect_bytes_per_s", ctx, p.interconnect_bytes_per_s, 1.0);
-  p.allreduce_latency_us = get_double(latency, "allreduce_latency_us", ctx, p.allreduce_latency_us, 0.0, 1e9);
-  if (tp < 1) throw ConfigError(fmt::format("{}: tensor_parallel_size must be >= 1, got {}", ctx.file, tp));
+  p.interconnect_bytes_per_s =
+      get_double(latency, "interconnect_bytes_per_s", ctx, p.interconnect_bytes_per_s, 1.0);
+  p.allreduce_latency_us =
+      get_double(latency, "allreduce_latency_us", ctx, p.allreduce_latency_us, 0.0, 1e9);
+  if (tp < 1)
+    throw ConfigError(fmt::format("{}: tensor_parallel_size must be >= 1, got {}", ctx.file, tp));
   return std::make_unique<RooflineLatency>(model, gpu, tp, p);
 }
 

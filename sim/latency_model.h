@@ -30,13 +30,13 @@
 // Fitted: step_time_us = c0 + c1 prefill_tokens + c2 decode_tokens + c3 sum_context_tokens
 //                        + c4 sum_context_sq + c5 num_seqs       (clamped to >= 1 us)
 
+#include <yaml-cpp/yaml.h>
+
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "sim/hardware.h"
 #include "sim/model_config.h"
@@ -70,8 +70,9 @@ class LatencyModel {
                                                                const GpuPreset& gpu, int tp);
 
 /// Names of the fitted model's terms, in coefficient order (also the CSV column names).
-inline constexpr std::array<const char*, 6> kFitTermNames = {
-    "intercept", "prefill_tokens", "decode_tokens", "sum_context_tokens", "sum_context_sq", "num_seqs"};
+inline constexpr std::array<const char*, 6> kFitTermNames = {"intercept",      "prefill_tokens",
+                                                             "decode_tokens",  "sum_context_tokens",
+                                                             "sum_context_sq", "num_seqs"};
 
 /// A fitted linear latency model and how well it fits.
 struct LatencyFit {
@@ -86,7 +87,8 @@ struct LatencyFit {
 };
 
 /// Least-squares fit (Eigen column-pivoting Householder QR on unit-scaled columns). A term whose
-/// column is all zeros gets coefficient 0. Precondition: batches.size() == step_time_us.size() >= 1.
+/// column is all zeros gets coefficient 0. Precondition: batches.size() == step_time_us.size()
+/// >= 1.
 [[nodiscard]] LatencyFit fit_latency(const std::vector<BatchFeatures>& batches,
                                      const std::vector<double>& step_time_us);
 

@@ -1,14 +1,14 @@
 #include "sim/model_config.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <sstream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace kvsim {
 
@@ -17,14 +17,39 @@ namespace {
 using nlohmann::json;
 using ErrorAt = std::function<ConfigError(std::string_view key, const std::string& message)>;
 
-constexpr std::string_view kModelKeys[] = {
-    "config", "name", "gated_mlp", "quantization", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "hidden_size", "intermediate_size", "ffn_dim", "vocab_size",
-    "max_position_embeddings", "torch_dtype", "dtype", "tie_word_embeddings", "sliding_window",
-    "use_sliding_window", "model_type", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-    "v_head_dim", "q_lora_rank", "n_routed_experts", "num_local_experts", "num_experts",
-    "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace",
-    "num_parameters", "text_config"};
+constexpr std::string_view kModelKeys[] = {"config",
+                                           "name",
+                                           "gated_mlp",
+                                           "quantization",
+                                           "num_hidden_layers",
+                                           "num_attention_heads",
+                                           "num_key_value_heads",
+                                           "head_dim",
+                                           "hidden_size",
+                                           "intermediate_size",
+                                           "ffn_dim",
+                                           "vocab_size",
+                                           "max_position_embeddings",
+                                           "torch_dtype",
+                                           "dtype",
+                                           "tie_word_embeddings",
+                                           "sliding_window",
+                                           "use_sliding_window",
+                                           "model_type",
+                                           "kv_lora_rank",
+                                           "qk_rope_head_dim",
+                                           "qk_nope_head_dim",
+                                           "v_head_dim",
+                                           "q_lora_rank",
+                                           "n_routed_experts",
+                                           "num_local_experts",
+                                           "num_experts",
+                                           "num_experts_per_tok",
+                                           "moe_intermediate_size",
+                                           "n_shared_experts",
+                                           "first_k_dense_replace",
+                                           "num_parameters",
+                                           "text_config"};
 
 // 1-based line and column of byte `index` (0-based) of `text`.
 std::pair<std::int64_t, std::int64_t> line_col_of(const std::string& text, std::size_t index) {
@@ -65,7 +90,8 @@ std::optional<std::int64_t> opt_int(const json& obj, std::string_view key, const
   }
   if (v->is_number_float()) {
     const double d = v->get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e18) return static_cast<std::int64_t>(d);
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e18)
+      return static_cast<std::int64_t>(d);
   }
   throw err(key, fmt::format("field '{}' must be an integer, got {}", key, v->dump()));
 }
@@ -73,12 +99,17 @@ std::optional<std::int64_t> opt_int(const json& obj, std::string_view key, const
 // Upper bounds that keep every size product inside int64 (far above any real model).
 std::int64_t limit_of(std::string_view key) {
   static constexpr std::pair<std::string_view, std::int64_t> kLimits[] = {
-      {"num_hidden_layers", 4096}, {"num_attention_heads", 16384}, {"num_key_value_heads", 16384},
-      {"head_dim", 8192}, {"hidden_size", 1 << 20}, {"intermediate_size", 1 << 24}, {"ffn_dim", 1 << 24},
-      {"moe_intermediate_size", 1 << 24}, {"vocab_size", 1 << 30}, {"max_position_embeddings", std::int64_t{1} << 34},
-      {"kv_lora_rank", 8192}, {"qk_rope_head_dim", 8192}, {"qk_nope_head_dim", 8192}, {"v_head_dim", 8192},
-      {"q_lora_rank", 1 << 16}, {"n_routed_experts", 65536}, {"num_local_experts", 65536}, {"num_experts", 65536},
-      {"num_experts_per_tok", 65536}, {"n_shared_experts", 65536}, {"first_k_dense_replace", 4096}};
+      {"num_hidden_layers", 4096},    {"num_attention_heads", 16384},
+      {"num_key_value_heads", 16384}, {"head_dim", 8192},
+      {"hidden_size", 1 << 20},       {"intermediate_size", 1 << 24},
+      {"ffn_dim", 1 << 24},           {"moe_intermediate_size", 1 << 24},
+      {"vocab_size", 1 << 30},        {"max_position_embeddings", std::int64_t{1} << 34},
+      {"kv_lora_rank", 8192},         {"qk_rope_head_dim", 8192},
+      {"qk_nope_head_dim", 8192},     {"v_head_dim", 8192},
+      {"q_lora_rank", 1 << 16},       {"n_routed_experts", 65536},
+      {"num_local_experts", 65536},   {"num_experts", 65536},
+      {"num_experts_per_tok", 65536}, {"n_shared_experts", 65536},
+      {"first_k_dense_replace", 4096}};
   for (const auto& [k, v] : kLimits)
     if (k == key) return v;
   return std::int64_t{1} << 50;
@@ -92,7 +123,8 @@ std::int64_t req_positive(const json& obj, std::string_view key, const ErrorAt& 
   return *v;
 }
 
-std::int64_t opt_nonneg(const json& obj, std::string_view key, std::int64_t def, const ErrorAt& err) {
+std::int64_t opt_nonneg(const json& obj, std::string_view key, std::int64_t def,
+                        const ErrorAt& err) {
   auto v = opt_int(obj, key, err);
   if (!v) return def;
   if (*v < 0 || *v > limit_of(key))
@@ -103,14 +135,16 @@ std::int64_t opt_nonneg(const json& obj, std::string_view key, std::int64_t def,
 std::optional<std::string> opt_string(const json& obj, std::string_view key, const ErrorAt& err) {
   const json* v = field(obj, key);
   if (!v) return std::nullopt;
-  if (!v->is_string()) throw err(key, fmt::format("field '{}' must be a string, got {}", key, v->dump()));
+  if (!v->is_string())
+    throw err(key, fmt::format("field '{}' must be a string, got {}", key, v->dump()));
   return v->get<std::string>();
 }
 
 std::optional<bool> opt_bool(const json& obj, std::string_view key, const ErrorAt& err) {
   const json* v = field(obj, key);
   if (!v) return std::nullopt;
-  if (!v->is_boolean()) throw err(key, fmt::format("field '{}' must be true or false, got {}", key, v->dump()));
+  if (!v->is_boolean())
+    throw err(key, fmt::format("field '{}' must be true or false, got {}", key, v->dump()));
   return v->get<bool>();
 }
 
@@ -133,19 +167,25 @@ ModelConfig build(const json& e, const ErrorAt& err, std::string name) {
   m.num_attention_heads = req_positive(e, "num_attention_heads", err);
   m.hidden_size = req_positive(e, "hidden_size", err);
   m.vocab_size = req_positive(e, "vocab_size", err);
-  m.num_key_value_heads = field(e, "num_key_value_heads") ? req_positive(e, "num_key_value_heads", err)
-                                                          : m.num_attention_heads;
+  m.num_key_value_heads = field(e, "num_key_value_heads")
+                              ? req_positive(e, "num_key_value_heads", err)
+                              : m.num_attention_heads;
   if (field(e, "head_dim")) {
     m.head_dim = req_positive(e, "head_dim", err);
   } else {
     if (m.hidden_size % m.num_attention_heads != 0)
-      throw err("hidden_size", fmt::format("hidden_size {} is not a multiple of num_attention_heads {}; "
-                                           "give head_dim", m.hidden_size, m.num_attention_heads));
+      throw err("hidden_size",
+                fmt::format("hidden_size {} is not a multiple of num_attention_heads {}; "
+                            "give head_dim",
+                            m.hidden_size, m.num_attention_heads));
     m.head_dim = m.hidden_size / m.num_attention_heads;
   }
-  if (field(e, "intermediate_size")) m.intermediate_size = req_positive(e, "intermediate_size", err);
-  else if (field(e, "ffn_dim")) m.intermediate_size = req_positive(e, "ffn_dim", err);
-  else m.intermediate_size = 4 * m.hidden_size;
+  if (field(e, "intermediate_size"))
+    m.intermediate_size = req_positive(e, "intermediate_size", err);
+  else if (field(e, "ffn_dim"))
+    m.intermediate_size = req_positive(e, "ffn_dim", err);
+  else
+    m.intermediate_size = 4 * m.hidden_size;
   m.max_position_embeddings = opt_nonneg(e, "max_position_embeddings", 0, err);
 
   std::string dtype_key = field(e, "dtype") ? "dtype" : "torch_dtype";
@@ -153,7 +193,8 @@ ModelConfig build(const json& e, const ErrorAt& err, std::string name) {
   const auto bytes = dtype_bytes_of(m.dtype);
   if (!bytes)
     throw err(dtype_key, fmt::format("field '{}': unknown dtype '{}' (allowed: bfloat16, float16, "
-                                     "float32, fp8)", dtype_key, m.dtype));
+                                     "float32, fp8)",
+                                     dtype_key, m.dtype));
   m.dtype_bytes = *bytes;
   m.weight_bytes_per_param = m.dtype_bytes;
   if (const json* q = field(e, "quantization_config"); q && q->is_object()) {
@@ -162,15 +203,21 @@ ModelConfig build(const json& e, const ErrorAt& err, std::string name) {
       m.weight_bytes_per_param = 1;
   }
   if (auto q = opt_string(e, "quantization", err)) {
-    if (*q == "fp8") m.weight_bytes_per_param = 1;
-    else if (*q == "none") m.weight_bytes_per_param = m.dtype_bytes;
-    else throw err("quantization", fmt::format("field 'quantization': unknown value '{}' (allowed: fp8, none)", *q));
+    if (*q == "fp8")
+      m.weight_bytes_per_param = 1;
+    else if (*q == "none")
+      m.weight_bytes_per_param = m.dtype_bytes;
+    else
+      throw err("quantization",
+                fmt::format("field 'quantization': unknown value '{}' (allowed: fp8, none)", *q));
   }
   // NOTE: transformers defaults tie_word_embeddings to true when a config leaves it out (OPT does).
   m.tie_word_embeddings = opt_bool(e, "tie_word_embeddings", err).value_or(true);
 
-  static constexpr std::string_view kUngated[] = {"opt", "gpt2", "gpt_neox", "gptj", "bloom", "falcon", "phi"};
-  m.gated_mlp = std::find(std::begin(kUngated), std::end(kUngated), m.model_type) == std::end(kUngated);
+  static constexpr std::string_view kUngated[] = {"opt",   "gpt2",   "gpt_neox", "gptj",
+                                                  "bloom", "falcon", "phi"};
+  m.gated_mlp =
+      std::find(std::begin(kUngated), std::end(kUngated), m.model_type) == std::end(kUngated);
   if (auto g = opt_bool(e, "gated_mlp", err)) m.gated_mlp = *g;
 
   if (field(e, "sliding_window") && opt_bool(e, "use_sliding_window", err).value_or(true)) {
@@ -204,15 +251,18 @@ ModelConfig build(const json& e, const ErrorAt& err, std::string name) {
   constexpr std::int64_t kMaxParams = 1'000'000'000'000'000;  // 1e15
   if (auto n = opt_int(e, "num_parameters", err)) {
     if (*n < 1 || *n > kMaxParams)
-      throw err("num_parameters", fmt::format("field 'num_parameters' must be in [1, 1e15], got {}", *n));
+      throw err("num_parameters",
+                fmt::format("field 'num_parameters' must be in [1, 1e15], got {}", *n));
     m.num_parameters = *n;
     m.num_active_parameters = static_cast<std::int64_t>(
         static_cast<double>(*n) * (static_cast<double>(active) / static_cast<double>(total)));
     m.num_parameters_estimated = false;
   } else {
     if (total > kMaxParams)
-      throw err("hidden_size", fmt::format("the config describes {:.3g} parameters, more than the 1e15 "
-                                           "supported", static_cast<double>(total)));
+      throw err("hidden_size",
+                fmt::format("the config describes {:.3g} parameters, more than the 1e15 "
+                            "supported",
+                            static_cast<double>(total)));
     m.num_parameters = total;
     m.num_active_parameters = active;
   }
@@ -297,22 +347,26 @@ std::optional<std::int64_t> dtype_bytes_of(std::string_view d) {
   if (d.starts_with("torch.")) d.remove_prefix(6);
   if (d == "bfloat16" || d == "bf16" || d == "float16" || d == "fp16" || d == "half") return 2;
   if (d == "float32" || d == "fp32" || d == "float") return 4;
-  if (d == "fp8" || d == "fp8_e4m3" || d == "fp8_e5m2" || d == "float8_e4m3fn" || d == "float8_e5m2" ||
-      d == "fp8_inc")
+  if (d == "fp8" || d == "fp8_e4m3" || d == "fp8_e5m2" || d == "float8_e4m3fn" ||
+      d == "float8_e5m2" || d == "fp8_inc")
     return 1;
   return std::nullopt;
 }
 
 std::pair<std::int64_t, std::int64_t> estimate_num_parameters(const ModelConfig& m) {
   // In double: exact for every real model (< 2^53), and no int64 overflow for absurd configs.
-  const auto h = static_cast<double>(m.hidden_size), heads = static_cast<double>(m.num_attention_heads);
+  const auto h = static_cast<double>(m.hidden_size),
+             heads = static_cast<double>(m.num_attention_heads);
   const auto d = static_cast<double>(m.head_dim), kv = static_cast<double>(m.num_key_value_heads);
   double embed = static_cast<double>(m.vocab_size) * h * (m.tie_word_embeddings ? 1 : 2);
-  if (m.model_type == "opt" || m.model_type == "gpt2") embed += static_cast<double>(m.max_position_embeddings) * h;
+  if (m.model_type == "opt" || m.model_type == "gpt2")
+    embed += static_cast<double>(m.max_position_embeddings) * h;
   double attn = 0;
   if (m.mla) {
-    const auto nope = static_cast<double>(m.qk_nope_head_dim), rope = static_cast<double>(m.qk_rope_head_dim);
-    const auto q_lora = static_cast<double>(m.q_lora_rank), kv_lora = static_cast<double>(m.kv_lora_rank);
+    const auto nope = static_cast<double>(m.qk_nope_head_dim),
+               rope = static_cast<double>(m.qk_rope_head_dim);
+    const auto q_lora = static_cast<double>(m.q_lora_rank),
+               kv_lora = static_cast<double>(m.kv_lora_rank);
     const auto v = static_cast<double>(m.v_head_dim);
     attn = q_lora > 0 ? h * q_lora + q_lora * heads * (nope + rope) : h * heads * (nope + rope);
     attn += h * (kv_lora + rope) + kv_lora * heads * (nope + v) + heads * v * h;
@@ -322,12 +376,16 @@ std::pair<std::int64_t, std::int64_t> estimate_num_parameters(const ModelConfig&
   const double dense_mlp = (m.gated_mlp ? 3 : 2) * h * static_cast<double>(m.intermediate_size);
   const double layers = static_cast<double>(m.num_hidden_layers);
   const double moe_layers =
-      m.num_experts > 0 ? std::max(0.0, layers - static_cast<double>(m.first_k_dense_replace)) : 0.0;
+      m.num_experts > 0 ? std::max(0.0, layers - static_cast<double>(m.first_k_dense_replace))
+                        : 0.0;
   const double expert = 3 * h * static_cast<double>(m.moe_intermediate_size);
-  const auto experts = static_cast<double>(m.num_experts), shared = static_cast<double>(m.num_shared_experts);
+  const auto experts = static_cast<double>(m.num_experts),
+             shared = static_cast<double>(m.num_shared_experts);
   const double base = embed + layers * attn + (layers - moe_layers) * dense_mlp;
   const double total = base + moe_layers * ((experts + shared) * expert + h * experts);
-  const double active = base + moe_layers * ((static_cast<double>(m.num_experts_per_tok) + shared) * expert + h * experts);
+  const double active =
+      base +
+      moe_layers * ((static_cast<double>(m.num_experts_per_tok) + shared) * expert + h * experts);
   auto to_int = [](double x) { return static_cast<std::int64_t>(std::min(x, 9.0e18)); };
   return {to_int(total), to_int(active)};
 }
@@ -344,8 +402,9 @@ ModelConfig load_model_config_file(const std::string& path) {
 
 ModelConfig load_model_config(const YAML::Node& model, const YamlContext& ctx) {
   if (!model.IsDefined() || model.IsNull())
-    throw ConfigError(ctx.file + ": missing section 'model' (give model: {config: PATH} or inline "
-                                 "config.json fields)");
+    throw ConfigError(ctx.file +
+                      ": missing section 'model' (give model: {config: PATH} or inline "
+                      "config.json fields)");
   check_keys(model, std::span<const std::string_view>(kModelKeys), ctx);
   std::string text, file;
   json e = json::object();
@@ -361,7 +420,8 @@ ModelConfig load_model_config(const YAML::Node& model, const YamlContext& ctx) {
   // Inline fields (and text_config's) override the file's; their errors point into the YAML.
   const YAML::Node text_config = model["text_config"];
   if (text_config.IsDefined() && !text_config.IsNull()) {
-    check_keys(text_config, std::span<const std::string_view>(kModelKeys), ctx.child("text_config"));
+    check_keys(text_config, std::span<const std::string_view>(kModelKeys),
+               ctx.child("text_config"));
   }
   for (const YAML::Node* src : {&model, &text_config}) {
     if (!src->IsDefined() || !src->IsMap()) continue;
@@ -374,7 +434,8 @@ ModelConfig load_model_config(const YAML::Node& model, const YamlContext& ctx) {
   const ErrorAt err = [&](std::string_view key, const std::string& message) {
     const std::string k(key);
     for (const YAML::Node* src : {&text_config, &model}) {
-      if (src->IsDefined() && src->IsMap() && has_key(*src, k)) return yaml_error((*src)[k], ctx, message);
+      if (src->IsDefined() && src->IsMap() && has_key(*src, k))
+        return yaml_error((*src)[k], ctx, message);
     }
     if (file_err) return file_err(key, message);
     return yaml_error(model, ctx, fmt::format("{}: {}", ctx.where(), message));

@@ -1,5 +1,6 @@
 #pragma once
-// The model facts the simulator needs, read from a Hugging Face config.json or an inline YAML block.
+// The model facts the simulator needs, read from a Hugging Face config.json or an inline YAML
+// block.
 //
 // Fields read (HF names; a multimodal config's `text_config` object is read in preference to the
 // top level): num_hidden_layers, num_attention_heads, num_key_value_heads (default: attention
@@ -13,23 +14,26 @@
 //
 // Parameter count, when no num_parameters field is given (biases and norms are left out; they are
 // well under 0.1% of every model above 100M parameters):
-//   embeddings  = vocab * hidden * (tied ? 1 : 2)  (+ max_position_embeddings * hidden for OPT/GPT-2)
-//   attention   = hidden * (H + 2 * Hkv) * d + H * d * hidden            per layer (MHA/GQA)
+//   embeddings  = vocab * hidden * (tied ? 1 : 2)  (+ max_position_embeddings * hidden for
+//   OPT/GPT-2) attention   = hidden * (H + 2 * Hkv) * d + H * d * hidden            per layer
+//   (MHA/GQA)
 //               = hidden * q_lora + q_lora * H * (nope + rope)             per layer (MLA; without
-//                 + hidden * (kv_lora + rope) + kv_lora * H * (nope + v)   q_lora: hidden * H * (nope+rope))
+//                 + hidden * (kv_lora + rope) + kv_lora * H * (nope + v)   q_lora: hidden * H *
+//                 (nope+rope))
 //                 + H * v * hidden
 //   mlp         = (gated ? 3 : 2) * hidden * intermediate                   per dense layer
-//   moe         = (experts + shared) * 3 * hidden * moe_intermediate + hidden * experts   per MoE layer
+//   moe         = (experts + shared) * 3 * hidden * moe_intermediate + hidden * experts   per MoE
+//   layer
 // gated MLP (gate, up, down) for every model_type except opt, gpt2, gpt_neox, gptj, bloom, falcon,
 // phi; override with `gated_mlp`. MoE layers are all layers after the first first_k_dense_replace.
 // Active parameters count only num_experts_per_tok routed experts (plus shared ones) per MoE layer.
+
+#include <yaml-cpp/yaml.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <yaml-cpp/yaml.h>
 
 #include "core/kv_sizing.h"
 #include "sim/yaml_util.h"
@@ -44,10 +48,10 @@ struct ModelConfig {
   std::int64_t num_key_value_heads = 0;  // total, before tensor parallelism
   std::int64_t head_dim = 0;             // per attention head (MLA: qk_nope + qk_rope)
   std::int64_t hidden_size = 0;
-  std::int64_t intermediate_size = 0;    // dense MLP width
+  std::int64_t intermediate_size = 0;  // dense MLP width
   std::int64_t vocab_size = 0;
   std::int64_t max_position_embeddings = 0;
-  std::string dtype = "bfloat16";        // activations and (by default) the KV cache
+  std::string dtype = "bfloat16";  // activations and (by default) the KV cache
   std::int64_t dtype_bytes = 2;
   std::int64_t weight_bytes_per_param = 2;  // 1 for an fp8-quantized checkpoint
   bool tie_word_embeddings = false;
@@ -71,7 +75,9 @@ struct ModelConfig {
   [[nodiscard]] KVCacheSpec kv_cache_spec(std::int64_t block_size, std::int64_t tp,
                                           std::int64_t kv_dtype_bytes = 0) const;
   /// Bytes of weights in total (all ranks).
-  [[nodiscard]] std::int64_t weight_bytes() const { return num_parameters * weight_bytes_per_param; }
+  [[nodiscard]] std::int64_t weight_bytes() const {
+    return num_parameters * weight_bytes_per_param;
+  }
 };
 
 /// Bytes of one element of a dtype name (bfloat16, float16, half, float32, float, fp8, fp8_e4m3,

@@ -1,10 +1,10 @@
 #include "sim/samplers.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <fstream>
 #include <numeric>
-
-#include <fmt/format.h>
 
 #include "core/assert.h"
 #include "sim/csv_util.h"
@@ -16,9 +16,7 @@ namespace {
 __extension__ typedef unsigned __int128 U128;
 }  // namespace
 
-double uniform01(RngStream& rng) {
-  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-}
+double uniform01(RngStream& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
 double uniform01_open_low(RngStream& rng) { return 1.0 - uniform01(rng); }
 
@@ -144,7 +142,8 @@ EmpiricalSampler::EmpiricalSampler(std::vector<double> values) : values_(std::mo
   KVSIM_ASSERT(!values_.empty());
 }
 
-EmpiricalSampler EmpiricalSampler::from_csv_column(const std::string& path, const std::string& column) {
+EmpiricalSampler EmpiricalSampler::from_csv_column(const std::string& path,
+                                                   const std::string& column) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path + ": cannot open file");
   std::string line;
@@ -166,8 +165,9 @@ EmpiricalSampler EmpiricalSampler::from_csv_column(const std::string& path, cons
       throw ConfigError(path, line_no, 1, fmt::format("row has no column '{}'", column));
     const auto v = parse_csv_double(fields[*col]);
     if (!v)
-      throw ConfigError(path, line_no, 1,
-                        fmt::format("column '{}': expected a number, got '{}'", column, fields[*col]));
+      throw ConfigError(
+          path, line_no, 1,
+          fmt::format("column '{}': expected a number, got '{}'", column, fields[*col]));
     values.push_back(*v);
   }
   if (values.empty()) throw ConfigError(path + ": no data rows");

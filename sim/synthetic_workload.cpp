@@ -1,10 +1,10 @@
 #include "sim/synthetic_workload.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#include <fmt/format.h>
 
 namespace kvsim {
 
@@ -18,8 +18,9 @@ double parse_popularity(const YAML::Node& pool, const YamlContext& ctx) {
   const YamlContext pc = ctx.child("popularity");
   if (p.IsScalar()) {
     if (p.Scalar() == "uniform") return 0.0;
-    throw yaml_error(p, pc, fmt::format("{}: expected 'uniform' or {{zipf: S}}, got {}", pc.path,
-                                        describe_node(p)));
+    throw yaml_error(
+        p, pc,
+        fmt::format("{}: expected 'uniform' or {{zipf: S}}, got {}", pc.path, describe_node(p)));
   }
   check_keys(p, {"zipf"}, pc);
   return get_double(p, "zipf", pc, std::nullopt, 0.0, 100.0);
@@ -34,12 +35,15 @@ PrefixPoolConfig parse_pool(const YAML::Node& n, const YamlContext& ctx, bool fe
   p.count = get_int(n, "count", ctx, std::nullopt, 1, 1'000'000);
   const char* tokens_key = few_shot ? "example_tokens" : "tokens";
   if (!has_key(n, tokens_key))
-    throw yaml_error(n, ctx, fmt::format("missing required key '{}' in {}", tokens_key, ctx.where()));
+    throw yaml_error(n, ctx,
+                     fmt::format("missing required key '{}' in {}", tokens_key, ctx.where()));
   p.tokens = Distribution::parse(n[tokens_key], ctx.child(tokens_key), 0, kMaxTokens, true);
   p.examples = few_shot ? get_int(n, "examples", ctx, 1, 1, 10'000) : 1;
   if (p.count * p.examples > 1'000'000)
-    throw yaml_error(n, ctx, fmt::format("{}: count x examples = {} prefix segments is more than the "
-                                         "1,000,000 supported", ctx.path, p.count * p.examples));
+    throw yaml_error(n, ctx,
+                     fmt::format("{}: count x examples = {} prefix segments is more than the "
+                                 "1,000,000 supported",
+                                 ctx.path, p.count * p.examples));
   p.zipf_s = parse_popularity(n, ctx);
   p.share = get_double(n, "share", ctx, 1.0, 0.0, 1.0);
   return p;
@@ -49,12 +53,13 @@ ArrivalConfig parse_arrival(const YAML::Node& n, const YamlContext& ctx) {
   ArrivalConfig a;
   if (!n.IsDefined() || n.IsNull()) return a;
   require_map(n, ctx);
-  const std::string process = get_choice(n, "process", ctx, "poisson",
-                                         {"poisson", "gamma", "constant", "bursts", "timestamps",
-                                          "all_at_once"});
+  const std::string process =
+      get_choice(n, "process", ctx, "poisson",
+                 {"poisson", "gamma", "constant", "bursts", "timestamps", "all_at_once"});
   if (process == "poisson" || process == "constant") {
     check_keys(n, {"process", "rate_per_s"}, ctx);
-    a.process = process == "poisson" ? ArrivalConfig::Process::kPoisson : ArrivalConfig::Process::kConstant;
+    a.process =
+        process == "poisson" ? ArrivalConfig::Process::kPoisson : ArrivalConfig::Process::kConstant;
     a.rate_per_s = get_double(n, "rate_per_s", ctx, std::nullopt, 1e-9, 1e9);
   } else if (process == "gamma") {
     check_keys(n, {"process", "rate_per_s", "cv"}, ctx);
@@ -73,9 +78,10 @@ ArrivalConfig parse_arrival(const YAML::Node& n, const YamlContext& ctx) {
     a.times_s = get_double_list(n, "times_s", ctx, 0.0, 1e9);
     for (std::size_t i = 1; i < a.times_s.size(); ++i)
       if (a.times_s[i] < a.times_s[i - 1])
-        throw yaml_error(n["times_s"][i], ctx.child("times_s").element(i),
-                         fmt::format("{}: times must be nondecreasing, got {} after {}",
-                                     ctx.child("times_s").element(i).path, a.times_s[i], a.times_s[i - 1]));
+        throw yaml_error(
+            n["times_s"][i], ctx.child("times_s").element(i),
+            fmt::format("{}: times must be nondecreasing, got {} after {}",
+                        ctx.child("times_s").element(i).path, a.times_s[i], a.times_s[i - 1]));
   } else {
     check_keys(n, {"process"}, ctx);
     a.process = ArrivalConfig::Process::kAllAtOnce;
@@ -92,11 +98,13 @@ RngStream turn_stream(std::uint64_t seed, std::int64_t session, std::int32_t tur
 
 std::uint64_t turn_key(std::uint64_t seed, std::string_view kind, std::int64_t session,
                        std::int32_t turn) {
-  return content_key(seed, kind, (static_cast<std::uint64_t>(session) << 20) ^ static_cast<std::uint64_t>(turn));
+  return content_key(
+      seed, kind, (static_cast<std::uint64_t>(session) << 20) ^ static_cast<std::uint64_t>(turn));
 }
 
 std::int32_t to_i32(std::int64_t v) {
-  return static_cast<std::int32_t>(std::clamp<std::int64_t>(v, 1, std::numeric_limits<std::int32_t>::max()));
+  return static_cast<std::int32_t>(
+      std::clamp<std::int64_t>(v, 1, std::numeric_limits<std::int32_t>::max()));
 }
 
 }  // namespace
@@ -109,13 +117,16 @@ SyntheticWorkloadConfig parse_synthetic_workload(const YAML::Node& w, const Yaml
                                      : 1000;
   c.num_requests = get_int(w, "num_requests", ctx, default_n, 0, std::int64_t{1} << 40);
   if (c.arrival.process == ArrivalConfig::Process::kTimestamps)
-    c.num_requests = std::min<std::int64_t>(c.num_requests, static_cast<std::int64_t>(c.arrival.times_s.size()));
+    c.num_requests =
+        std::min<std::int64_t>(c.num_requests, static_cast<std::int64_t>(c.arrival.times_s.size()));
   c.duration_s = get_optional_double(w, "duration_s", ctx, 0.0, 1e9);
   for (const char* key : {"prompt_tokens", "output_tokens"})
     if (!has_key(w, key))
       throw yaml_error(w, ctx, fmt::format("missing required key '{}' in {}", key, ctx.where()));
-  c.prompt_tokens = Distribution::parse(w["prompt_tokens"], ctx.child("prompt_tokens"), 1, kMaxTokens, true);
-  c.output_tokens = Distribution::parse(w["output_tokens"], ctx.child("output_tokens"), 1, kMaxTokens, true);
+  c.prompt_tokens =
+      Distribution::parse(w["prompt_tokens"], ctx.child("prompt_tokens"), 1, kMaxTokens, true);
+  c.output_tokens =
+      Distribution::parse(w["output_tokens"], ctx.child("output_tokens"), 1, kMaxTokens, true);
   if (has_key(w, "system_prompts"))
     c.system_prompts = parse_pool(w["system_prompts"], ctx.child("system_prompts"), false);
   if (has_key(w, "few_shot")) c.few_shot = parse_pool(w["few_shot"], ctx.child("few_shot"), true);
@@ -127,13 +138,17 @@ SyntheticWorkloadConfig parse_synthetic_workload(const YAML::Node& w, const Yaml
     if (!has_key(s, "turns")) throw yaml_error(s, sc, "missing required key 'turns' in " + sc.path);
     sess.turns = Distribution::parse(s["turns"], sc.child("turns"), 1, 1'000'000, true);
     if (has_key(s, "think_time_s"))
-      sess.think_time_s = Distribution::parse(s["think_time_s"], sc.child("think_time_s"), 0, 1e9, false);
-    if (!has_key(s, "user_tokens")) throw yaml_error(s, sc, "missing required key 'user_tokens' in " + sc.path);
-    sess.user_tokens = Distribution::parse(s["user_tokens"], sc.child("user_tokens"), 1, kMaxTokens, true);
+      sess.think_time_s =
+          Distribution::parse(s["think_time_s"], sc.child("think_time_s"), 0, 1e9, false);
+    if (!has_key(s, "user_tokens"))
+      throw yaml_error(s, sc, "missing required key 'user_tokens' in " + sc.path);
+    sess.user_tokens =
+        Distribution::parse(s["user_tokens"], sc.child("user_tokens"), 1, kMaxTokens, true);
     c.sessions = std::move(sess);
   }
   c.ignore_eos = get_bool(w, "ignore_eos", ctx, true);
-  if (auto eos = get_optional_int(w, "eos_token_id", ctx, 0, std::numeric_limits<std::int32_t>::max()))
+  if (auto eos =
+          get_optional_int(w, "eos_token_id", ctx, 0, std::numeric_limits<std::int32_t>::max()))
     c.eos_token_id = static_cast<std::int32_t>(*eos);
   return c;
 }
@@ -180,7 +195,8 @@ std::optional<SimTimeNs> SyntheticSource::next_arrival() {
       break;
     case ArrivalConfig::Process::kBursts: {
       const std::int64_t burst = emitted_ / a.burst_size, within = emitted_ % a.burst_size;
-      t = seconds_to_ns(static_cast<double>(burst) * a.interval_s + static_cast<double>(within) * a.spacing_s);
+      t = seconds_to_ns(static_cast<double>(burst) * a.interval_s +
+                        static_cast<double>(within) * a.spacing_s);
       t = std::max(t, clock_ns_);
       break;
     }
@@ -196,17 +212,19 @@ std::optional<SimTimeNs> SyntheticSource::next_arrival() {
   return t;
 }
 
-std::int64_t SyntheticSource::choose(const PrefixPoolConfig& pool, const std::optional<ZipfSampler>& zipf) {
+std::int64_t SyntheticSource::choose(const PrefixPoolConfig& pool,
+                                     const std::optional<ZipfSampler>& zipf) {
   // Two draws always, so the stream position does not depend on the outcome.
   const double u = uniform01(prefix_choice_);
-  const std::int64_t k = (*zipf)(prefix_choice_) - 1;
+  const std::int64_t k = (*zipf)(prefix_choice_)-1;
   return u < pool.share ? k : -1;
 }
 
 void SyntheticSource::append_prefix(std::vector<std::int32_t>& out, std::string_view kind,
                                     std::int64_t index, const Prefix& prefix) const {
   for (std::size_t e = 0; e < prefix.segment_tokens.size(); ++e) {
-    const std::uint64_t key = content_key(seed_, kind, (static_cast<std::uint64_t>(index) << 20) ^ e);
+    const std::uint64_t key =
+        content_key(seed_, kind, (static_cast<std::uint64_t>(index) << 20) ^ e);
     append_pseudo_tokens(out, key, prefix.segment_tokens[e], vocab_size_);
   }
 }
@@ -225,7 +243,8 @@ std::optional<RequestSpec> SyntheticSource::next() {
   if (config_.system_prompts) sp = choose(*config_.system_prompts, system_zipf_);
   if (config_.few_shot) fs = choose(*config_.few_shot, few_shot_zipf_);
   const std::int64_t f = config_.few_shot ? config_.few_shot->count : 0;
-  if (sp >= 0 || fs >= 0) r.prefix_group = static_cast<std::int32_t>((sp + 1) * (f + 1) + (fs + 1) - 1);
+  if (sp >= 0 || fs >= 0)
+    r.prefix_group = static_cast<std::int32_t>((sp + 1) * (f + 1) + (fs + 1) - 1);
   if (sp >= 0) append_prefix(r.prompt, "system", sp, system_prompts_[static_cast<std::size_t>(sp)]);
   if (fs >= 0) append_prefix(r.prompt, "few_shot", fs, templates_[static_cast<std::size_t>(fs)]);
   if (config_.sessions) {
@@ -233,7 +252,8 @@ std::optional<RequestSpec> SyntheticSource::next() {
     r.turn = 0;
     const std::int64_t turns = config_.sessions->turns.sample_int(sessions_rng_);
     if (turns > 1) session_turns_[r.session] = static_cast<std::int32_t>(turns);
-    append_pseudo_tokens(r.prompt, turn_key(seed_, "session_user", r.session, 0), user_tokens, vocab_size_);
+    append_pseudo_tokens(r.prompt, turn_key(seed_, "session_user", r.session, 0), user_tokens,
+                         vocab_size_);
     r.output_seed = turn_key(seed_, "session_output", r.session, 0);
   } else {
     append_pseudo_tokens(r.prompt, content_key(seed_, "user", r.id), user_tokens, vocab_size_);
@@ -243,7 +263,8 @@ std::optional<RequestSpec> SyntheticSource::next() {
   return r;
 }
 
-std::optional<RequestSpec> SyntheticSource::on_finished(const RequestSpec& done, SimTimeNs finish_ns,
+std::optional<RequestSpec> SyntheticSource::on_finished(const RequestSpec& done,
+                                                        SimTimeNs finish_ns,
                                                         std::span<const std::int32_t> outputs) {
   if (done.session < 0 || !config_.sessions) return std::nullopt;
   auto it = session_turns_.find(done.session);
@@ -268,7 +289,8 @@ std::optional<RequestSpec> SyntheticSource::on_finished(const RequestSpec& done,
   r.prompt.reserve(done.prompt.size() + outputs.size() + static_cast<std::size_t>(user_tokens));
   r.prompt = done.prompt;
   r.prompt.insert(r.prompt.end(), outputs.begin(), outputs.end());
-  append_pseudo_tokens(r.prompt, turn_key(seed_, "session_user", r.session, turn), user_tokens, vocab_size_);
+  append_pseudo_tokens(r.prompt, turn_key(seed_, "session_user", r.session, turn), user_tokens,
+                       vocab_size_);
   r.output_seed = turn_key(seed_, "session_output", r.session, turn);
   return r;
 }

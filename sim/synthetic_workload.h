@@ -54,9 +54,9 @@ struct ArrivalConfig {
 /// A pool of shared prefixes (system prompts or few-shot templates).
 struct PrefixPoolConfig {
   std::int64_t count = 0;
-  std::int64_t examples = 1;        // few-shot: examples per template (system prompts: 1)
+  std::int64_t examples = 1;  // few-shot: examples per template (system prompts: 1)
   Distribution tokens = Distribution::fixed(0);  // per prompt, or per example
-  double zipf_s = 0.0;              // popularity: 0 = uniform
+  double zipf_s = 0.0;                           // popularity: 0 = uniform
   double share = 1.0;
 };
 
@@ -105,9 +105,9 @@ class SyntheticSource final : public RequestSource {
   RngStream arrivals_, lengths_, prefix_choice_, sessions_rng_;
   std::optional<ZipfSampler> system_zipf_, few_shot_zipf_;
   std::vector<Prefix> system_prompts_, templates_;
-  std::int64_t emitted_ = 0;      // open-loop requests so far
+  std::int64_t emitted_ = 0;  // open-loop requests so far
   std::uint64_t next_id_ = 0;
-  SimTimeNs clock_ns_ = 0;        // last open-loop arrival
+  SimTimeNs clock_ns_ = 0;                                        // last open-loop arrival
   std::unordered_map<std::int64_t, std::int32_t> session_turns_;  // live sessions -> total turns
 };
 

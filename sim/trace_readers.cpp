@@ -1,11 +1,11 @@
 #include "sim/trace_readers.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "sim/csv_util.h"
@@ -39,13 +39,14 @@ std::optional<std::int64_t> parse_timestamp(std::string_view s) {
     }
     return v;
   };
-  if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != ' ' && s[10] != 'T') || s[13] != ':' ||
-      s[16] != ':')
+  if (s.size() < 19 || s[4] != '-' || s[7] != '-' || (s[10] != ' ' && s[10] != 'T') ||
+      s[13] != ':' || s[16] != ':')
     return std::nullopt;
-  auto y = num(0, 4), mo = num(5, 2), d = num(8, 2), h = num(11, 2), mi = num(14, 2), se = num(17, 2);
+  auto y = num(0, 4), mo = num(5, 2), d = num(8, 2), h = num(11, 2), mi = num(14, 2),
+       se = num(17, 2);
   // Years 1970..2200 keep nanoseconds since the epoch (and their differences) inside int64.
-  if (!y || !mo || !d || !h || !mi || !se || *y < 1970 || *y > 2200 || *mo < 1 || *mo > 12 || *d < 1 ||
-      *d > 31 || *h > 23 || *mi > 59 || *se > 60)
+  if (!y || !mo || !d || !h || !mi || !se || *y < 1970 || *y > 2200 || *mo < 1 || *mo > 12 ||
+      *d < 1 || *d > 31 || *h > 23 || *mi > 59 || *se > 60)
     return std::nullopt;
   std::int64_t frac_ns = 0;
   if (s.size() > 19) {
@@ -64,22 +65,26 @@ std::optional<std::int64_t> parse_timestamp(std::string_view s) {
 }  // namespace
 
 TraceConfig parse_trace_config(const YAML::Node& w, const YamlContext& ctx) {
-  for (std::string_view k : {"arrival", "prompt_tokens", "output_tokens", "system_prompts", "few_shot",
-                             "sessions", "duration_s"}) {
+  for (std::string_view k : {"arrival", "prompt_tokens", "output_tokens", "system_prompts",
+                             "few_shot", "sessions", "duration_s"}) {
     if (has_key(w, k))
       throw yaml_error(w[std::string(k)], ctx.child(k),
                        fmt::format("{}: cannot be combined with workload.trace (a trace gives its "
-                                   "own arrivals and lengths)", ctx.child(k).path));
+                                   "own arrivals and lengths)",
+                                   ctx.child(k).path));
   }
   const YAML::Node t = w["trace"];
   const YamlContext tc = ctx.child("trace");
-  check_keys(t, {"format", "path", "time_scale", "max_requests", "hash_block_tokens", "prefix_tokens"}, tc);
+  check_keys(t,
+             {"format", "path", "time_scale", "max_requests", "hash_block_tokens", "prefix_tokens"},
+             tc);
   TraceConfig c;
-  const std::string format = get_choice(t, "format", tc, std::nullopt, {"azure", "mooncake", "csv", "jsonl"});
-  c.format = format == "azure" ? TraceConfig::Format::kAzure
+  const std::string format =
+      get_choice(t, "format", tc, std::nullopt, {"azure", "mooncake", "csv", "jsonl"});
+  c.format = format == "azure"      ? TraceConfig::Format::kAzure
              : format == "mooncake" ? TraceConfig::Format::kMooncake
-             : format == "csv" ? TraceConfig::Format::kCsv
-                               : TraceConfig::Format::kJsonl;
+             : format == "csv"      ? TraceConfig::Format::kCsv
+                                    : TraceConfig::Format::kJsonl;
   c.path = resolve_input_path(tc, get_string(t, "path", tc, std::nullopt));
   std::error_code ec;
   if (!std::filesystem::is_regular_file(c.path, ec))
@@ -92,17 +97,23 @@ TraceConfig parse_trace_config(const YAML::Node& w, const YamlContext& ctx) {
   c.hash_block_tokens = get_int(t, "hash_block_tokens", tc, 512, 1, 1 << 20);
   c.prefix_tokens = get_int(t, "prefix_tokens", tc, 0, 0, kMaxPromptTokens);
   c.ignore_eos = get_bool(w, "ignore_eos", ctx, true);
-  if (auto eos = get_optional_int(w, "eos_token_id", ctx, 0, std::numeric_limits<std::int32_t>::max()))
+  if (auto eos =
+          get_optional_int(w, "eos_token_id", ctx, 0, std::numeric_limits<std::int32_t>::max()))
     c.eos_token_id = static_cast<std::int32_t>(*eos);
   return c;
 }
 
 TraceSource::TraceSource(TraceConfig config, std::uint64_t seed, std::int32_t vocab_size)
-    : config_(std::move(config)), seed_(seed), vocab_size_(vocab_size), in_(config_.path, std::ios::binary) {
+    : config_(std::move(config)),
+      seed_(seed),
+      vocab_size_(vocab_size),
+      in_(config_.path, std::ios::binary) {
   if (!in_) throw ConfigError(config_.path + ": cannot open trace file");
-  if (config_.format != TraceConfig::Format::kAzure && config_.format != TraceConfig::Format::kCsv) return;
+  if (config_.format != TraceConfig::Format::kAzure && config_.format != TraceConfig::Format::kCsv)
+    return;
   std::string header;
-  if (!std::getline(in_, header)) throw ConfigError(config_.path, 1, 1, "empty trace: expected a CSV header row");
+  if (!std::getline(in_, header))
+    throw ConfigError(config_.path, 1, 1, "empty trace: expected a CSV header row");
   line_no_ = 1;
   if (!split_csv_line(header, fields_)) fail(1, "unterminated quote in the header row");
   auto need = [&](std::string_view name) {
@@ -130,15 +141,20 @@ void TraceSource::fail(std::int64_t col, const std::string& message) const {
 TraceRow TraceSource::parse_azure(const std::string& line) {
   if (!split_csv_line(line, fields_)) fail(1, "unterminated quote");
   const std::size_t need = std::max({col_time_, col_prompt_, col_output_}) + 1;
-  if (fields_.size() < need) fail(1, fmt::format("expected {} fields, got {}", need, fields_.size()));
+  if (fields_.size() < need)
+    fail(1, fmt::format("expected {} fields, got {}", need, fields_.size()));
   TraceRow r;
   auto ts = parse_timestamp(fields_[col_time_]);
-  if (!ts) fail(1, fmt::format("TIMESTAMP: expected 'YYYY-MM-DD HH:MM:SS.fffffff', got '{}'", fields_[col_time_]));
+  if (!ts)
+    fail(1, fmt::format("TIMESTAMP: expected 'YYYY-MM-DD HH:MM:SS.fffffff', got '{}'",
+                        fields_[col_time_]));
   r.timestamp_ns = *ts;
   auto p = parse_csv_int(fields_[col_prompt_]);
   auto o = parse_csv_int(fields_[col_output_]);
-  if (!p) fail(1, fmt::format("ContextTokens: expected an integer, got '{}'", fields_[col_prompt_]));
-  if (!o) fail(1, fmt::format("GeneratedTokens: expected an integer, got '{}'", fields_[col_output_]));
+  if (!p)
+    fail(1, fmt::format("ContextTokens: expected an integer, got '{}'", fields_[col_prompt_]));
+  if (!o)
+    fail(1, fmt::format("GeneratedTokens: expected an integer, got '{}'", fields_[col_output_]));
   r.prompt_tokens = *p;
   r.output_tokens = *o;
   return r;
@@ -149,7 +165,8 @@ TraceRow TraceSource::parse_generic_csv(const std::string& line) {
   std::size_t need = std::max({col_time_, col_prompt_, col_output_}) + 1;
   if (col_group_) need = std::max(need, *col_group_ + 1);
   if (col_prefix_tokens_) need = std::max(need, *col_prefix_tokens_ + 1);
-  if (fields_.size() < need) fail(1, fmt::format("expected {} fields, got {}", need, fields_.size()));
+  if (fields_.size() < need)
+    fail(1, fmt::format("expected {} fields, got {}", need, fields_.size()));
   TraceRow r;
   auto t = parse_csv_double(fields_[col_time_]);
   if (!t || *t < 0 || *t > 1e9)
@@ -157,19 +174,24 @@ TraceRow TraceSource::parse_generic_csv(const std::string& line) {
   r.timestamp_ns = seconds_to_ns(*t);
   auto p = parse_csv_int(fields_[col_prompt_]);
   auto o = parse_csv_int(fields_[col_output_]);
-  if (!p) fail(1, fmt::format("prompt_tokens: expected an integer, got '{}'", fields_[col_prompt_]));
-  if (!o) fail(1, fmt::format("output_tokens: expected an integer, got '{}'", fields_[col_output_]));
+  if (!p)
+    fail(1, fmt::format("prompt_tokens: expected an integer, got '{}'", fields_[col_prompt_]));
+  if (!o)
+    fail(1, fmt::format("output_tokens: expected an integer, got '{}'", fields_[col_output_]));
   r.prompt_tokens = *p;
   r.output_tokens = *o;
   if (col_group_ && !fields_[*col_group_].empty()) {
     auto g = parse_csv_int(fields_[*col_group_]);
     if (!g || *g < -1 || *g > std::numeric_limits<std::int32_t>::max())
-      fail(1, fmt::format("prefix_group: expected an integer >= -1, got '{}'", fields_[*col_group_]));
+      fail(1,
+           fmt::format("prefix_group: expected an integer >= -1, got '{}'", fields_[*col_group_]));
     r.prefix_group = static_cast<std::int32_t>(*g);
   }
   if (col_prefix_tokens_ && !fields_[*col_prefix_tokens_].empty()) {
     auto n = parse_csv_int(fields_[*col_prefix_tokens_]);
-    if (!n || *n < 0) fail(1, fmt::format("prefix_tokens: expected an integer >= 0, got '{}'", fields_[*col_prefix_tokens_]));
+    if (!n || *n < 0)
+      fail(1, fmt::format("prefix_tokens: expected an integer >= 0, got '{}'",
+                          fields_[*col_prefix_tokens_]));
     r.prefix_tokens = *n;
   }
   return r;
@@ -197,27 +219,32 @@ TraceRow TraceSource::parse_json_row(const std::string& line) {
       if (required) fail(1, fmt::format("missing field '{}'", key));
       return std::nullopt;
     }
-    if (!it->is_number()) fail(col_of(key), fmt::format("field '{}' must be a number, got {}", key, it->dump()));
+    if (!it->is_number())
+      fail(col_of(key), fmt::format("field '{}' must be a number, got {}", key, it->dump()));
     const double v = it->get<double>();
-    if (!std::isfinite(v) || std::fabs(v) > 1e15) fail(col_of(key), fmt::format("field '{}' is out of range: {}", key, it->dump()));
+    if (!std::isfinite(v) || std::fabs(v) > 1e15)
+      fail(col_of(key), fmt::format("field '{}' is out of range: {}", key, it->dump()));
     return v;
   };
   auto integer = [&](std::string_view key, bool required) -> std::optional<std::int64_t> {
     auto v = number(key, required);
     if (!v) return std::nullopt;
-    if (*v != std::floor(*v)) fail(col_of(key), fmt::format("field '{}' must be an integer, got {}", key, *v));
+    if (*v != std::floor(*v))
+      fail(col_of(key), fmt::format("field '{}' must be an integer, got {}", key, *v));
     return static_cast<std::int64_t>(*v);
   };
   TraceRow r;
   if (config_.format == TraceConfig::Format::kMooncake) {
     const double ts_ms = *number("timestamp", true);
     if (ts_ms < 0 || ts_ms > 9e12)
-      fail(col_of("timestamp"), fmt::format("field 'timestamp' must be in [0, 9e12] ms, got {}", ts_ms));
+      fail(col_of("timestamp"),
+           fmt::format("field 'timestamp' must be in [0, 9e12] ms, got {}", ts_ms));
     r.timestamp_ns = static_cast<std::int64_t>(std::llround(ts_ms * 1e6));
     r.prompt_tokens = *integer("input_length", true);
     r.output_tokens = *integer("output_length", true);
     auto it = j.find("hash_ids");
-    if (it == j.end() || !it->is_array()) fail(col_of("hash_ids"), "missing array field 'hash_ids'");
+    if (it == j.end() || !it->is_array())
+      fail(col_of("hash_ids"), "missing array field 'hash_ids'");
     r.hash_ids.reserve(it->size());
     for (const auto& h : *it) {
       if (!h.is_number_integer() || h.get<std::int64_t>() < 0)
@@ -225,10 +252,12 @@ TraceRow TraceSource::parse_json_row(const std::string& line) {
       r.hash_ids.push_back(h.get<std::int64_t>());
     }
     const std::int64_t b = config_.hash_block_tokens;
-    if (r.prompt_tokens >= 1 && static_cast<std::int64_t>(r.hash_ids.size()) != (r.prompt_tokens + b - 1) / b)
-      fail(col_of("hash_ids"), fmt::format("{} hash_ids for input_length {}: expected ceil({} / {}) = {}",
-                                           r.hash_ids.size(), r.prompt_tokens, r.prompt_tokens, b,
-                                           (r.prompt_tokens + b - 1) / b));
+    if (r.prompt_tokens >= 1 &&
+        static_cast<std::int64_t>(r.hash_ids.size()) != (r.prompt_tokens + b - 1) / b)
+      fail(col_of("hash_ids"),
+           fmt::format("{} hash_ids for input_length {}: expected ceil({} / {}) = {}",
+                       r.hash_ids.size(), r.prompt_tokens, r.prompt_tokens, b,
+                       (r.prompt_tokens + b - 1) / b));
   } else {
     const double t = *number("arrival_s", true);
     if (t < 0 || t > 1e9)
@@ -242,7 +271,9 @@ TraceRow TraceSource::parse_json_row(const std::string& line) {
       r.prefix_group = static_cast<std::int32_t>(*g);
     }
     if (auto n = integer("prefix_tokens", false)) {
-      if (*n < 0) fail(col_of("prefix_tokens"), fmt::format("field 'prefix_tokens' must be >= 0, got {}", *n));
+      if (*n < 0)
+        fail(col_of("prefix_tokens"),
+             fmt::format("field 'prefix_tokens' must be >= 0, got {}", *n));
       r.prefix_tokens = *n;
     }
   }
@@ -256,14 +287,22 @@ std::optional<TraceRow> TraceSource::read_row() {
     if (line.empty() || line == "\r") continue;
     TraceRow r;
     switch (config_.format) {
-      case TraceConfig::Format::kAzure: r = parse_azure(line); break;
-      case TraceConfig::Format::kCsv: r = parse_generic_csv(line); break;
+      case TraceConfig::Format::kAzure:
+        r = parse_azure(line);
+        break;
+      case TraceConfig::Format::kCsv:
+        r = parse_generic_csv(line);
+        break;
       case TraceConfig::Format::kMooncake:
-      case TraceConfig::Format::kJsonl: r = parse_json_row(line); break;
+      case TraceConfig::Format::kJsonl:
+        r = parse_json_row(line);
+        break;
     }
     if (r.prompt_tokens < 1 || r.prompt_tokens > kMaxPromptTokens)
-      fail(1, fmt::format("prompt length must be in [1, {}], got {}", kMaxPromptTokens, r.prompt_tokens));
-    if (r.output_tokens < 0) fail(1, fmt::format("output length must be >= 0, got {}", r.output_tokens));
+      fail(1, fmt::format("prompt length must be in [1, {}], got {}", kMaxPromptTokens,
+                          r.prompt_tokens));
+    if (r.output_tokens < 0)
+      fail(1, fmt::format("output length must be >= 0, got {}", r.output_tokens));
     return r;
   }
   return std::nullopt;
@@ -282,8 +321,9 @@ std::optional<RequestSpec> TraceSource::next() {
                                 ? kMaxSimTimeNs
                                 : static_cast<SimTimeNs>(std::llround(scaled_ns));
   if (arrival < last_arrival_ns_)
-    fail(1, fmt::format("arrival goes backwards: {:.9f} s after {:.9f} s (rows must be in time order)",
-                        static_cast<double>(arrival) / 1e9, static_cast<double>(last_arrival_ns_) / 1e9));
+    fail(1, fmt::format(
+                "arrival goes backwards: {:.9f} s after {:.9f} s (rows must be in time order)",
+                static_cast<double>(arrival) / 1e9, static_cast<double>(last_arrival_ns_) / 1e9));
   last_arrival_ns_ = arrival;
 
   RequestSpec r;
@@ -300,17 +340,22 @@ std::optional<RequestSpec> TraceSource::next() {
     const std::int64_t b = config_.hash_block_tokens;
     for (std::size_t i = 0; i < row->hash_ids.size(); ++i) {
       const std::int64_t n = std::min(b, row->prompt_tokens - static_cast<std::int64_t>(i) * b);
-      append_pseudo_tokens(r.prompt, content_key(0, "mooncake", static_cast<std::uint64_t>(row->hash_ids[i])),
+      append_pseudo_tokens(r.prompt,
+                           content_key(0, "mooncake", static_cast<std::uint64_t>(row->hash_ids[i])),
                            n, vocab_size_);
     }
   } else {
     std::int64_t shared = 0;
     if (row->prefix_group >= 0) {
-      shared = std::min(row->prompt_tokens, row->prefix_tokens >= 0 ? row->prefix_tokens : config_.prefix_tokens);
-      append_pseudo_tokens(r.prompt, content_key(seed_, "trace_prefix", static_cast<std::uint64_t>(row->prefix_group)),
-                           shared, vocab_size_);
+      shared = std::min(row->prompt_tokens,
+                        row->prefix_tokens >= 0 ? row->prefix_tokens : config_.prefix_tokens);
+      append_pseudo_tokens(
+          r.prompt,
+          content_key(seed_, "trace_prefix", static_cast<std::uint64_t>(row->prefix_group)), shared,
+          vocab_size_);
     }
-    append_pseudo_tokens(r.prompt, content_key(seed_, "user", r.id), row->prompt_tokens - shared, vocab_size_);
+    append_pseudo_tokens(r.prompt, content_key(seed_, "user", r.id), row->prompt_tokens - shared,
+                         vocab_size_);
   }
   return r;
 }

@@ -15,14 +15,16 @@
 // Formats:
 //   azure     CSV TIMESTAMP,ContextTokens,GeneratedTokens; TIMESTAMP like 2023-11-16
 //             18:15:46.6805900; arrivals relative to the first row.
-//   mooncake  JSONL {"timestamp": ms, "input_length", "output_length", "hash_ids": [...]}; hash id h
+//   mooncake  JSONL {"timestamp": ms, "input_length", "output_length", "hash_ids": [...]}; hash id
+//   h
 //             gives hash_block_tokens pseudo-tokens keyed by h alone (independent of the seed), the
 //             last block cut to input_length - 512 * (n - 1); arrivals relative to the first row.
 //   csv       header with arrival_s, prompt_tokens, output_tokens[, prefix_group][, prefix_tokens]
 //   jsonl     {"arrival_s", "prompt_tokens", "output_tokens"[, "prefix_group"][, "prefix_tokens"]}
 //             arrival_s is used as given (not shifted to the first row).
 // An output length of 0 becomes 1 (vLLM requires max_tokens >= 1). A row that does not parse, a
-// prompt of 0 tokens, or an arrival earlier than the previous row's is a ConfigError "file:line:col".
+// prompt of 0 tokens, or an arrival earlier than the previous row's is a ConfigError
+// "file:line:col".
 
 #include <cstdint>
 #include <fstream>

@@ -1,7 +1,7 @@
 #pragma once
 // Request sources: the synthetic generator and the trace readers behind one interface. Sources are
-// lazy: they hold only what the next request needs (and, for multi-turn sessions, the turn counts of
-// live sessions), so memory is bounded by live requests, never by trace length.
+// lazy: they hold only what the next request needs (and, for multi-turn sessions, the turn counts
+// of live sessions), so memory is bounded by live requests, never by trace length.
 //
 // Token ids are pseudo-random and deterministic: token j of a content stream keyed by k is
 // pseudo_token(k, j, vocab) = high bits of splitmix64(k + j * 0x9e3779b97f4a7c15) scaled to
@@ -12,13 +12,13 @@
 // Scenario keys of `workload:` (see make_request_source, and docs in synthetic_workload.h and
 // trace_readers.h).
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "sim/sim_types.h"
 #include "sim/yaml_util.h"
@@ -26,16 +26,16 @@
 namespace kvsim {
 
 struct RequestSpec {
-  std::uint64_t id = 0;             // dense 0,1,2,... in creation order
+  std::uint64_t id = 0;  // dense 0,1,2,... in creation order
   SimTimeNs arrival_ns = 0;
   std::vector<std::int32_t> prompt;  // token ids
   std::int32_t max_tokens = 1;       // output length (benchmarks: max_tokens with ignore_eos)
   bool ignore_eos = true;
   std::optional<std::int32_t> eos_token_id;
-  std::uint64_t output_seed = 0;     // generated tokens: output_token(output_seed, i)
-  std::int64_t session = -1;         // multi-turn session id, -1 none
-  std::int32_t turn = 0;             // 0-based turn within the session
-  std::int32_t prefix_group = -1;    // system prompt / few-shot template index, -1 none
+  std::uint64_t output_seed = 0;   // generated tokens: output_token(output_seed, i)
+  std::int64_t session = -1;       // multi-turn session id, -1 none
+  std::int32_t turn = 0;           // 0-based turn within the session
+  std::int32_t prefix_group = -1;  // system prompt / few-shot template index, -1 none
 };
 
 /// Token i (0-based) that a request with this output_seed generates; deterministic, in [0, 2^31).
@@ -50,7 +50,8 @@ void append_pseudo_tokens(std::vector<std::int32_t>& out, std::uint64_t key, std
 
 /// The key of a content stream: mixes the scenario seed, a kind tag ("user", "system", ...) and
 /// an index.
-[[nodiscard]] std::uint64_t content_key(std::uint64_t seed, std::string_view kind, std::uint64_t index);
+[[nodiscard]] std::uint64_t content_key(std::uint64_t seed, std::string_view kind,
+                                        std::uint64_t index);
 
 class RequestSource {
  public:
@@ -73,7 +74,7 @@ class RequestSource {
 /// The keys `workload:` accepts (synthetic and trace together).
 inline constexpr std::string_view kWorkloadKeys[] = {
     "num_requests", "duration_s", "arrival", "prompt_tokens", "output_tokens", "system_prompts",
-    "few_shot", "sessions", "trace", "ignore_eos", "eos_token_id"};
+    "few_shot",     "sessions",   "trace",   "ignore_eos",    "eos_token_id"};
 
 /// Builds the source from the scenario's `workload:` YAML section (validates every key), seed, and
 /// model vocab size. A `trace:` key selects a trace reader; otherwise the synthetic generator.

@@ -1,13 +1,13 @@
 #include "sim/yaml_util.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 namespace kvsim {
 
@@ -58,8 +58,9 @@ std::string join(std::span<const std::string_view> items) {
 YAML::Node child_of(const YAML::Node& map, std::string_view key, const YamlContext& ctx) {
   if (!map.IsDefined() || map.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
   if (!map.IsMap())
-    throw yaml_error(map, ctx, fmt::format("{} must be a mapping of keys, got {}", ctx.where(),
-                                           describe_node(map)));
+    throw yaml_error(
+        map, ctx,
+        fmt::format("{} must be a mapping of keys, got {}", ctx.where(), describe_node(map)));
   return map[std::string(key)];
 }
 
@@ -152,18 +153,24 @@ std::string suggestion_suffix(std::string_view word, std::span<const std::string
 std::string describe_node(const YAML::Node& node) {
   if (!node.IsDefined()) return "nothing";
   switch (node.Type()) {
-    case YAML::NodeType::Null: return "null";
-    case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
-    case YAML::NodeType::Sequence: return "a sequence";
-    case YAML::NodeType::Map: return "a mapping";
-    default: return "nothing";
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Scalar:
+      return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    default:
+      return "nothing";
   }
 }
 
 void require_map(const YAML::Node& node, const YamlContext& ctx) {
   if (!node.IsDefined() || node.IsNull() || node.IsMap()) return;
-  throw yaml_error(node, ctx,
-                   fmt::format("{} must be a mapping of keys, got {}", ctx.where(), describe_node(node)));
+  throw yaml_error(
+      node, ctx,
+      fmt::format("{} must be a mapping of keys, got {}", ctx.where(), describe_node(node)));
 }
 
 void check_keys(const YAML::Node& node, std::span<const std::string_view> allowed,
@@ -173,12 +180,15 @@ void check_keys(const YAML::Node& node, std::span<const std::string_view> allowe
   for (auto it = node.begin(); it != node.end(); ++it) {
     const YAML::Node key = it->first;
     if (!key.IsScalar())
-      throw yaml_error(key, ctx, fmt::format("a key in {} must be a plain name, got {}", ctx.where(),
-                                             describe_node(key)));
+      throw yaml_error(
+          key, ctx,
+          fmt::format("a key in {} must be a plain name, got {}", ctx.where(), describe_node(key)));
     const std::string& name = key.Scalar();
-    if (std::find(allowed.begin(), allowed.end(), std::string_view(name)) != allowed.end()) continue;
-    throw yaml_error(key, ctx, fmt::format("unknown key '{}' in {}{}", name, ctx.where(),
-                                           suggestion_suffix(name, allowed)));
+    if (std::find(allowed.begin(), allowed.end(), std::string_view(name)) != allowed.end())
+      continue;
+    throw yaml_error(key, ctx,
+                     fmt::format("unknown key '{}' in {}{}", name, ctx.where(),
+                                 suggestion_suffix(name, allowed)));
   }
 }
 
@@ -196,8 +206,8 @@ std::int64_t as_int(const YAML::Node& value, const YamlContext& ctx, std::int64_
   std::optional<std::int64_t> v;
   if (value.IsDefined() && value.IsScalar()) v = parse_int(value.Scalar());
   if (!v)
-    throw yaml_error(value, ctx,
-                     fmt::format("{}: expected an integer, got {}", ctx.path, describe_node(value)));
+    throw yaml_error(
+        value, ctx, fmt::format("{}: expected an integer, got {}", ctx.path, describe_node(value)));
   if (*v < min || *v > max) {
     std::string allowed = max == kIntMax   ? fmt::format("must be >= {}", min)
                           : min == kIntMin ? fmt::format("must be <= {}", max)
@@ -226,13 +236,16 @@ double as_double(const YAML::Node& value, const YamlContext& ctx, double min, do
 bool as_bool(const YAML::Node& value, const YamlContext& ctx) {
   if (value.IsDefined() && value.IsScalar()) {
     const std::string& s = value.Scalar();
-    static constexpr std::string_view kTrue[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
-    static constexpr std::string_view kFalse[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+    static constexpr std::string_view kTrue[] = {"true", "True", "TRUE", "yes", "Yes",
+                                                 "YES",  "on",   "On",   "ON"};
+    static constexpr std::string_view kFalse[] = {"false", "False", "FALSE", "no", "No",
+                                                  "NO",    "off",   "Off",   "OFF"};
     if (std::find(std::begin(kTrue), std::end(kTrue), s) != std::end(kTrue)) return true;
     if (std::find(std::begin(kFalse), std::end(kFalse), s) != std::end(kFalse)) return false;
   }
-  throw yaml_error(value, ctx, fmt::format("{}: expected true or false, got {}", ctx.path,
-                                           describe_node(value)));
+  throw yaml_error(
+      value, ctx,
+      fmt::format("{}: expected true or false, got {}", ctx.path, describe_node(value)));
 }
 
 std::string as_string(const YAML::Node& value, const YamlContext& ctx) {
@@ -242,7 +255,8 @@ std::string as_string(const YAML::Node& value, const YamlContext& ctx) {
 }
 
 std::int64_t get_int(const YAML::Node& map, std::string_view key, const YamlContext& ctx,
-                     std::optional<std::int64_t> default_value, std::int64_t min, std::int64_t max) {
+                     std::optional<std::int64_t> default_value, std::int64_t min,
+                     std::int64_t max) {
   YAML::Node v = child_of(map, key, ctx);
   if (!present(v)) {
     if (!default_value) throw missing_key(map, key, ctx);
@@ -315,8 +329,9 @@ std::vector<double> get_double_list(const YAML::Node& map, std::string_view key,
   const YamlContext c = ctx.child(key);
   if (!present(v)) throw missing_key(map, key, ctx);
   if (!v.IsSequence() || v.size() == 0)
-    throw yaml_error(v, c, fmt::format("{}: expected a non-empty sequence of numbers, got {}",
-                                       c.path, describe_node(v)));
+    throw yaml_error(v, c,
+                     fmt::format("{}: expected a non-empty sequence of numbers, got {}", c.path,
+                                 describe_node(v)));
   std::vector<double> out;
   out.reserve(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) out.push_back(as_double(v[i], c.element(i), min, max));

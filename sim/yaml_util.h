@@ -1,8 +1,10 @@
 #pragma once
 // Typed, validating access to scenario YAML. Every getter reports a bad value as a ConfigError
 // "file:line:col: <key path>: <what is wrong>, got '<value>' (<what is allowed>)", with line and
-// column 1-based from YAML::Mark. A key that is absent (or null, `key: ~`) takes the default; with no
-// default (std::nullopt) it is an error naming the key.
+// column 1-based from YAML::Mark. A key that is absent (or null, `key: ~`) takes the default; with
+// no default (std::nullopt) it is an error naming the key.
+
+#include <yaml-cpp/yaml.h>
 
 #include <cstdint>
 #include <initializer_list>
@@ -12,8 +14,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <yaml-cpp/yaml.h>
 
 #include "sim/errors.h"
 
@@ -85,7 +85,8 @@ inline constexpr double kDoubleMax = std::numeric_limits<double>::max();
 
 /// `map[key]` as an integer in [min, max]; `default_value` when absent (nullopt: required).
 [[nodiscard]] std::int64_t get_int(const YAML::Node& map, std::string_view key,
-                                   const YamlContext& ctx, std::optional<std::int64_t> default_value,
+                                   const YamlContext& ctx,
+                                   std::optional<std::int64_t> default_value,
                                    std::int64_t min = kIntMin, std::int64_t max = kIntMax);
 /// `map[key]` as a finite double in [min, max]; `default_value` when absent (nullopt: required).
 [[nodiscard]] double get_double(const YAML::Node& map, std::string_view key, const YamlContext& ctx,

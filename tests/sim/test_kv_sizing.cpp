@@ -1,9 +1,7 @@
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "core/kv_sizing.h"
@@ -30,7 +28,8 @@ TEST_CASE("Qwen2-1.5B with 41,318,436,454 available bytes gets 90,067 blocks", "
   CHECK(s.layer_tensor_bytes == 1'475'657'728);
 }
 
-TEST_CASE("opt-125m with 21,946,158,284 available bytes gets 37,207 blocks and 595,312 slots", "[sim]") {
+TEST_CASE("opt-125m with 21,946,158,284 available bytes gets 37,207 blocks and 595,312 slots",
+          "[sim]") {
   const ModelConfig m = load_model_config_file(model_path("opt-125m"));
   const KVCacheSpec spec = m.kv_cache_spec(16, 1);
   CHECK(spec.dtype_bytes == 2);
@@ -41,15 +40,20 @@ TEST_CASE("opt-125m with 21,946,158,284 available bytes gets 37,207 blocks and 5
 }
 
 TEST_CASE("a 4-layer model with 4 x 2,510,995,456 bytes gets 153,259 blocks", "[sim]") {
-  KVCacheSpec spec{.block_size = 16, .num_layers = 4, .num_kv_heads = 2, .head_size = 128,
-                   .dtype_bytes = 2, .mla = false};
+  KVCacheSpec spec{.block_size = 16,
+                   .num_layers = 4,
+                   .num_kv_heads = 2,
+                   .head_size = 128,
+                   .dtype_bytes = 2,
+                   .mla = false};
   CHECK(num_gpu_blocks(spec, 4 * std::int64_t{2'510'995'456}) == 153'259);
   CHECK(num_gpu_blocks(spec, 0) == 0);
   CHECK(num_gpu_blocks(spec, -5) == 0);
 }
 
 TEST_CASE("bytes per token match Llama-3.1-8B, DeepSeek-V3 (MLA) and OPT-13B", "[sim]") {
-  CHECK(load_model_config_file(model_path("llama-3.1-8b")).kv_cache_spec(16, 1).bytes_per_token() == 131'072);
+  CHECK(load_model_config_file(model_path("llama-3.1-8b")).kv_cache_spec(16, 1).bytes_per_token() ==
+        131'072);
   const ModelConfig ds = load_model_config_file(model_path("deepseek-v3"));
   CHECK(ds.mla);
   const KVCacheSpec ds_spec = ds.kv_cache_spec(16, 8);
@@ -72,7 +76,8 @@ TEST_CASE("tensor parallelism divides KV heads and replicates them past the head
   CHECK(m.kv_cache_spec(16, 8).bytes_per_token() == 80 * 2 * 1 * 128 * 2);
 }
 
-TEST_CASE("the memory budget subtracts weights and reserve and refuses a model that does not fit", "[sim]") {
+TEST_CASE("the memory budget subtracts weights and reserve and refuses a model that does not fit",
+          "[sim]") {
   const ModelConfig m = load_model_config_file(model_path("llama-3.1-8b"));
   HardwareConfig hw{gpu_preset("H100-80GB"), 1};
   CacheSizingConfig cache;
@@ -83,8 +88,8 @@ TEST_CASE("the memory budget subtracts weights and reserve and refuses a model t
   CHECK(plan.sizing.num_gpu_blocks == num_gpu_blocks(plan.spec, plan.budget.available_kv_bytes));
 
   const ModelConfig big = load_model_config_file(model_path("llama-3.1-70b"));
-  CHECK_THROWS_WITH(plan_kv_cache(big, hw, cache), Catch::Contains("model does not fit: needs") &&
-                                                       Catch::Contains("GiB more"));
+  CHECK_THROWS_WITH(plan_kv_cache(big, hw, cache),
+                    Catch::Contains("model does not fit: needs") && Catch::Contains("GiB more"));
   hw.tensor_parallel_size = 4;
   CHECK(plan_kv_cache(big, hw, cache).sizing.num_gpu_blocks > 0);
 
@@ -127,12 +132,16 @@ TEST_CASE("kvsim kv-size prints the sizing as JSON and rejects a bad flag with s
   CHECK(j["page_bytes_per_layer"] == 16'384);
   CHECK(j["layer_tensor_bytes"] == 1'475'657'728);
   CHECK(j["bytes_per_token"] == 28 * 2 * 2 * 128 * 2);
-  const int rc = std::system((exe + " kv-size --model " + model_path("qwen2-1.5b") + " --blok-size 8 2> " + err).c_str());
+  const int rc = std::system(
+      (exe + " kv-size --model " + model_path("qwen2-1.5b") + " --blok-size 8 2> " + err).c_str());
   CHECK(WEXITSTATUS(rc) == 2);
   std::ifstream e(err);
   std::string line;
   std::getline(e, line);
-  CHECK(line.find("unknown option '--blok-size' (did you mean '--block-size'?)") != std::string::npos);
-  const int rc2 = std::system((exe + " kv-size --model " + model_path("llama-3.1-70b") + " --gpu A100-40GB 2> " + err).c_str());
+  CHECK(line.find("unknown option '--blok-size' (did you mean '--block-size'?)") !=
+        std::string::npos);
+  const int rc2 = std::system(
+      (exe + " kv-size --model " + model_path("llama-3.1-70b") + " --gpu A100-40GB 2> " + err)
+          .c_str());
   CHECK(WEXITSTATUS(rc2) == 2);
 }

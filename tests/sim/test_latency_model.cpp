@@ -1,10 +1,9 @@
-#include <catch2/catch.hpp>
+#include <fmt/format.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-
-#include <fmt/format.h>
 
 #include "sim/latency_model.h"
 #include "sim/rng.h"
@@ -49,7 +48,8 @@ TEST_CASE("calibration recovers known coefficients from synthetic steps", "[sim]
   std::vector<double> y;
   const auto batches = random_batches(2000, y, 0.0);
   const LatencyFit fit = fit_latency(batches, y);
-  for (std::size_t i = 0; i < 6; ++i) CHECK(fit.coefficients_us[i] == Approx(kTruth[i]).epsilon(1e-6));
+  for (std::size_t i = 0; i < 6; ++i)
+    CHECK(fit.coefficients_us[i] == Approx(kTruth[i]).epsilon(1e-6));
   CHECK(fit.r2 == Approx(1.0).margin(1e-9));
   CHECK(fit.rmse_us < 1e-6);
 
@@ -75,22 +75,33 @@ TEST_CASE("a fit written as YAML is read back by the fitted latency model", "[si
                                   gpu_preset("H100-80GB"), 1);
   for (std::size_t i = 0; i < 10; ++i)
     CHECK(static_cast<double>(model->step_time_ns(batches[i])) == Approx(y[i] * 1e3).margin(1.0));
-  CHECK_THROWS_WITH(make_latency_model(YAML::Load("{model: fited}"), ctx, m, gpu_preset("H100-80GB"), 1),
-                    Catch::Contains("did you mean 'fitted'?"));
+  CHECK_THROWS_WITH(
+      make_latency_model(YAML::Load("{model: fited}"), ctx, m, gpu_preset("H100-80GB"), 1),
+      Catch::Contains("did you mean 'fitted'?"));
 }
 
-TEST_CASE("the roofline model is memory-bound in decode and compute-bound in long prefill", "[sim]") {
+TEST_CASE("the roofline model is memory-bound in decode and compute-bound in long prefill",
+          "[sim]") {
   const ModelConfig m = load_model_config_file(model_path("llama-3.1-8b"));
   const GpuPreset h100 = gpu_preset("H100-80GB");
   const YamlContext ctx{"s.yaml", "latency"};
   auto model = make_latency_model(YAML::Node(), ctx, m, h100, 1);
-  BatchFeatures decode{.num_seqs = 1, .prefill_tokens = 0, .decode_tokens = 1, .sum_context_tokens = 1,
-                       .sum_context_sq = 1, .num_prefill_seqs = 0};
-  // One decode step reads the weights once: 16.06 GB / (3.35 TB/s * 0.8) = 5.99 ms, + 1 ms overhead.
+  BatchFeatures decode{.num_seqs = 1,
+                       .prefill_tokens = 0,
+                       .decode_tokens = 1,
+                       .sum_context_tokens = 1,
+                       .sum_context_sq = 1,
+                       .num_prefill_seqs = 0};
+  // One decode step reads the weights once: 16.06 GB / (3.35 TB/s * 0.8) = 5.99 ms, + 1 ms
+  // overhead.
   const double expect_ms = static_cast<double>(m.weight_bytes()) / (3.35e12 * 0.8) * 1e3 + 1.0;
   CHECK(static_cast<double>(model->step_time_ns(decode)) / 1e6 == Approx(expect_ms).epsilon(1e-3));
-  BatchFeatures prefill{.num_seqs = 1, .prefill_tokens = 8192, .decode_tokens = 0,
-                        .sum_context_tokens = 8192, .sum_context_sq = 8192.0 * 8192.0, .num_prefill_seqs = 1};
+  BatchFeatures prefill{.num_seqs = 1,
+                        .prefill_tokens = 8192,
+                        .decode_tokens = 0,
+                        .sum_context_tokens = 8192,
+                        .sum_context_sq = 8192.0 * 8192.0,
+                        .num_prefill_seqs = 1};
   const double flops = 2.0 * static_cast<double>(m.num_active_parameters) * 8192 +
                        4.0 * 32 * 4096 * (0.5 * (8192.0 * 8192.0 + 8192));
   CHECK(static_cast<double>(model->step_time_ns(prefill)) / 1e6 ==
@@ -118,24 +129,29 @@ TEST_CASE("kvsim calibrate writes a model file and rejects bad input", "[sim]") 
   const auto batches = random_batches(100, y, 0.0);
   {
     std::ofstream csv(dir / "m.csv");
-    csv << "num_seqs,prefill_tokens,decode_tokens,sum_context_tokens,sum_context_sq,num_prefill_seqs,step_time_us\n";
+    csv << "num_seqs,prefill_tokens,decode_tokens,sum_context_tokens,sum_context_sq,num_prefill_"
+           "seqs,step_time_us\n";
     for (std::size_t i = 0; i < batches.size(); ++i) {
       const auto& b = batches[i];
-      csv << b.num_seqs << ',' << b.prefill_tokens << ',' << b.decode_tokens << ',' << b.sum_context_tokens
-          << ',' << fmt::format("{:.17g}", b.sum_context_sq) << ',' << b.num_prefill_seqs << ','
-          << fmt::format("{:.17g}", y[i]) << '\n';
+      csv << b.num_seqs << ',' << b.prefill_tokens << ',' << b.decode_tokens << ','
+          << b.sum_context_tokens << ',' << fmt::format("{:.17g}", b.sum_context_sq) << ','
+          << b.num_prefill_seqs << ',' << fmt::format("{:.17g}", y[i]) << '\n';
     }
     std::ofstream bad(dir / "bad.csv");
-    bad << "num_seqs,prefill_tokens,decode_tokens,sum_context_tokens,sum_context_sq,step_time_us\n1,2,3,4,5,x\n";
+    bad << "num_seqs,prefill_tokens,decode_tokens,sum_context_tokens,sum_context_sq,step_time_"
+           "us\n1,2,3,4,5,x\n";
   }
   const std::string d = dir.string();
-  CHECK(std::system((exe + " calibrate " + d + "/m.csv -o " + d + "/fit.yaml > /dev/null").c_str()) == 0);
+  CHECK(std::system(
+            (exe + " calibrate " + d + "/m.csv -o " + d + "/fit.yaml > /dev/null").c_str()) == 0);
   const LatencyFit fit = load_fit_file(d + "/fit.yaml");
   CHECK(fit.coefficients_us[2] == Approx(kTruth[2]).epsilon(1e-6));
-  const int rc = std::system((exe + " calibrate " + d + "/bad.csv -o " + d + "/x.yaml 2> " + d + "/err.txt").c_str());
+  const int rc = std::system(
+      (exe + " calibrate " + d + "/bad.csv -o " + d + "/x.yaml 2> " + d + "/err.txt").c_str());
   CHECK(WEXITSTATUS(rc) == 2);
   std::ifstream err(d + "/err.txt");
   std::string line;
   std::getline(err, line);
-  CHECK(line.find("bad.csv:2:1: step_time_us: expected a number >= 0, got 'x'") != std::string::npos);
+  CHECK(line.find("bad.csv:2:1: step_time_us: expected a number >= 0, got 'x'") !=
+        std::string::npos);
 }

@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <string>
 
 #include "sim/model_config.h"
@@ -25,9 +24,10 @@ TEST_CASE("every shipped model config loads with plausible parameter counts", "[
     const char* name;
     double params_b;
   };
-  for (const Expect e : {Expect{"qwen2-1.5b", 1.54}, Expect{"opt-125m", 0.125}, Expect{"llama-3.1-8b", 8.03},
-                         Expect{"llama-3.1-70b", 70.55}, Expect{"deepseek-v3", 671.0},
-                         Expect{"qwen2.5-7b", 7.6}, Expect{"opt-13b", 12.85}, Expect{"mistral-7b", 7.24}}) {
+  for (const Expect e :
+       {Expect{"qwen2-1.5b", 1.54}, Expect{"opt-125m", 0.125}, Expect{"llama-3.1-8b", 8.03},
+        Expect{"llama-3.1-70b", 70.55}, Expect{"deepseek-v3", 671.0}, Expect{"qwen2.5-7b", 7.6},
+        Expect{"opt-13b", 12.85}, Expect{"mistral-7b", 7.24}}) {
     INFO(e.name);
     const ModelConfig m = load_model_config_file(model_path(e.name));
     CHECK(static_cast<double>(m.num_parameters) / 1e9 == Approx(e.params_b).epsilon(0.02));
@@ -68,7 +68,8 @@ TEST_CASE("a multimodal config reads the text model from text_config", "[sim]") 
 }
 
 TEST_CASE("an MLA config has one latent head of kv_lora_rank + qk_rope_head_dim", "[sim]") {
-  const std::string text = R"({"model_type": "deepseek_v2", "hidden_size": 2048, "num_hidden_layers": 27,
+  const std::string text =
+      R"({"model_type": "deepseek_v2", "hidden_size": 2048, "num_hidden_layers": 27,
     "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 102400, "kv_lora_rank": 512,
     "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "torch_dtype": "bfloat16",
     "intermediate_size": 10944})";
@@ -89,19 +90,21 @@ TEST_CASE("a malformed JSON config reports file:line:col", "[sim]") {
 
 TEST_CASE("a missing or mistyped field is named with its position", "[sim]") {
   CHECK(error_of([] {
-          (void)parse_model_config_json(R"({"hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10})",
-                                        "m.json");
+          (void)parse_model_config_json(
+              R"({"hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10})", "m.json");
         }) == "m.json: missing field 'num_hidden_layers' (needed to size the model)");
   CHECK(error_of([] {
           (void)parse_model_config_json(
-              "{\"hidden_size\": 64,\n \"num_hidden_layers\": \"two\", \"num_attention_heads\": 4, \"vocab_size\": 10}",
+              "{\"hidden_size\": 64,\n \"num_hidden_layers\": \"two\", \"num_attention_heads\": 4, "
+              "\"vocab_size\": 10}",
               "m.json");
         }) == "m.json:2:2: field 'num_hidden_layers' must be an integer, got \"two\"");
-  CHECK(error_of([] {
-          (void)parse_model_config_json(
-              R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10, "torch_dtype": "int3"})",
-              "m.json");
-        }).find("unknown dtype 'int3'") != std::string::npos);
+  CHECK(
+      error_of([] {
+        (void)parse_model_config_json(
+            R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10, "torch_dtype": "int3"})",
+            "m.json");
+      }).find("unknown dtype 'int3'") != std::string::npos);
 }
 
 TEST_CASE("an inline YAML model block is read and overrides a config file", "[sim]") {
@@ -114,24 +117,28 @@ TEST_CASE("an inline YAML model block is read and overrides a config file", "[si
   CHECK_FALSE(m.num_parameters_estimated);
   CHECK(m.kv_cache_spec(16, 1).page_bytes_per_layer() == 2 * 16 * 2 * 128 * 2);
 
-  YAML::Node over = YAML::Load("{config: " + model_path("llama-3.1-8b") + ", num_hidden_layers: 2}");
+  YAML::Node over =
+      YAML::Load("{config: " + model_path("llama-3.1-8b") + ", num_hidden_layers: 2}");
   CHECK(load_model_config(over, ctx).num_hidden_layers == 2);
 
   YAML::Node bad = YAML::Load("num_hiden_layers: 4\n");
-  CHECK(error_of([&] { (void)load_model_config(bad, ctx); })
-            .find("unknown key 'num_hiden_layers' in model (did you mean 'num_hidden_layers'?)") !=
+  CHECK(error_of([&] {
+          (void)load_model_config(bad, ctx);
+        }).find("unknown key 'num_hiden_layers' in model (did you mean 'num_hidden_layers'?)") !=
         std::string::npos);
-  YAML::Node typo = YAML::Load("num_hidden_layers: x\nnum_attention_heads: 8\nhidden_size: 64\nvocab_size: 5\n");
+  YAML::Node typo =
+      YAML::Load("num_hidden_layers: x\nnum_attention_heads: 8\nhidden_size: 64\nvocab_size: 5\n");
   CHECK(error_of([&] { (void)load_model_config(typo, ctx); }) ==
         "s.yaml:1:20: field 'num_hidden_layers' must be an integer, got \"x\"");
 }
 
 TEST_CASE("an absurd model size is refused instead of overflowing", "[sim]") {
-  CHECK(error_of([] {
-          (void)parse_model_config_json(
-              R"({"hidden_size": 1000000000, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10})",
-              "m.json");
-        }) == "m.json:1:2: field 'hidden_size' must be in [1, 1048576], got 1000000000");
+  CHECK(
+      error_of([] {
+        (void)parse_model_config_json(
+            R"({"hidden_size": 1000000000, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10})",
+            "m.json");
+      }) == "m.json:1:2: field 'hidden_size' must be in [1, 1048576], got 1000000000");
   CHECK(error_of([] {
           (void)parse_model_config_json(
               R"({"hidden_size": 1048576, "num_hidden_layers": 4096, "num_attention_heads": 16384,

@@ -2,7 +2,6 @@
 // or throw ConfigError; any other exception (or a crash) is a bug. Fixed seeds; the failing input
 // is printed.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -29,13 +28,24 @@ std::string mutate(const std::string& text, RngStream& r) {
   for (std::int64_t e = 0; e < edits; ++e) {
     const std::int64_t n = static_cast<std::int64_t>(s.size());
     const auto pos = static_cast<std::size_t>(uniform_int(r, 0, std::max<std::int64_t>(0, n - 1)));
-    const char c = kAlphabet[static_cast<std::size_t>(uniform_int(r, 0, static_cast<std::int64_t>(kAlphabet.size()) - 1))];
+    const char c = kAlphabet[static_cast<std::size_t>(
+        uniform_int(r, 0, static_cast<std::int64_t>(kAlphabet.size()) - 1))];
     switch (uniform_int(r, 0, 4)) {
-      case 0: if (!s.empty()) s[pos] = c; break;                 // replace
-      case 1: s.insert(pos, 1, c); break;                         // insert
-      case 2: if (!s.empty()) s.erase(pos, 1); break;             // delete
-      case 3: s.resize(static_cast<std::size_t>(uniform_int(r, 0, n))); break;  // truncate
-      case 4: if (n > 2) s.insert(pos, s.substr(pos / 2, static_cast<std::size_t>(uniform_int(r, 1, 8)))); break;
+      case 0:
+        if (!s.empty()) s[pos] = c;
+        break;  // replace
+      case 1:
+        s.insert(pos, 1, c);
+        break;  // insert
+      case 2:
+        if (!s.empty()) s.erase(pos, 1);
+        break;  // delete
+      case 3:
+        s.resize(static_cast<std::size_t>(uniform_int(r, 0, n)));
+        break;  // truncate
+      case 4:
+        if (n > 2) s.insert(pos, s.substr(pos / 2, static_cast<std::size_t>(uniform_int(r, 1, 8))));
+        break;
     }
   }
   return s;
@@ -95,7 +105,8 @@ TEST_CASE("mutated workload YAML parses or throws ConfigError, never anything el
             ++n;
             REQUIRE(!req->prompt.empty());
             REQUIRE(req->max_tokens >= 1);
-            std::vector<std::int32_t> out(static_cast<std::size_t>(std::min(req->max_tokens, 4)), 7);
+            std::vector<std::int32_t> out(static_cast<std::size_t>(std::min(req->max_tokens, 4)),
+                                          7);
             (void)src->on_finished(*req, req->arrival_ns + 1000, out);
           }
           parsed = true;
@@ -106,13 +117,15 @@ TEST_CASE("mutated workload YAML parses or throws ConfigError, never anything el
   CHECK(ok > 0);
 }
 
-TEST_CASE("mutated model, hardware, cache and latency sections parse or throw ConfigError", "[sim]") {
+TEST_CASE("mutated model, hardware, cache and latency sections parse or throw ConfigError",
+          "[sim]") {
   RngStream r = make_stream(2025, "fuzz.sections");
   const std::string json = R"({"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4,
  "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000, "intermediate_size": 512,
  "torch_dtype": "bfloat16", "text_config": {"max_position_embeddings": 4096},
  "kv_lora_rank": 0, "n_routed_experts": 0})";
-  const std::string sections = R"(model: {num_hidden_layers: 4, num_attention_heads: 8, hidden_size: 256, vocab_size: 1000, torch_dtype: float16}
+  const std::string sections =
+      R"(model: {num_hidden_layers: 4, num_attention_heads: 8, hidden_size: 256, vocab_size: 1000, torch_dtype: float16}
 hardware: {gpu: A100-40GB, tensor_parallel_size: 2}
 cache: {block_size: 16, gpu_memory_utilization: 0.8, kv_cache_memory_bytes: 1e9}
 latency: {model: roofline, mfu: 0.4, mbu: 0.7}
@@ -132,8 +145,12 @@ latency: {model: roofline, mfu: 0.4, mbu: 0.7}
           REQUIRE(plan.sizing.num_gpu_blocks >= 1);
           auto lat = make_latency_model(root["latency"], top.child("latency"), m, hw.gpu,
                                         static_cast<int>(hw.tensor_parallel_size));
-          BatchFeatures b{.num_seqs = 2, .prefill_tokens = 100, .decode_tokens = 1, .sum_context_tokens = 300,
-                          .sum_context_sq = 50000, .num_prefill_seqs = 1};
+          BatchFeatures b{.num_seqs = 2,
+                          .prefill_tokens = 100,
+                          .decode_tokens = 1,
+                          .sum_context_tokens = 300,
+                          .sum_context_sq = 50000,
+                          .num_prefill_seqs = 1};
           REQUIRE(lat->step_time_ns(b) >= 1);
         }))
       break;
@@ -156,7 +173,9 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
       {"mooncake", "m.jsonl",
        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 6, \"hash_ids\": [0, 1]}\n"
        "{\"timestamp\": 10, \"input_length\": 512, \"output_length\": 4, \"hash_ids\": [0]}\n"},
-      {"csv", "g.csv", "arrival_s,prompt_tokens,output_tokens,prefix_group,prefix_tokens\n0,10,2,1,4\n0.5,20,3,1,\n1,5,1,-1,0\n"},
+      {"csv", "g.csv",
+       "arrival_s,prompt_tokens,output_tokens,prefix_group,prefix_tokens\n0,10,2,1,4\n0.5,20,3,1,"
+       "\n1,5,1,-1,0\n"},
       {"jsonl", "g.jsonl",
        "{\"arrival_s\": 0, \"prompt_tokens\": 10, \"output_tokens\": 2, \"prefix_group\": 0}\n"
        "{\"arrival_s\": 1.5, \"prompt_tokens\": 3, \"output_tokens\": 1}\n"},
@@ -166,11 +185,13 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
     const std::string text = mutate(c.text, r);
     const std::string path = (dir / c.name).string();
     std::ofstream(path, std::ios::binary) << text;
-    const std::string yaml = std::string("trace: {format: ") + c.format + ", path: '" + path + "', prefix_tokens: 3}";
+    const std::string yaml =
+        std::string("trace: {format: ") + c.format + ", path: '" + path + "', prefix_tokens: 3}";
     bool bad_message = false;
     if (!only_config_errors(text, [&] {
           try {
-            auto src = make_request_source(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}, 3, 500);
+            auto src =
+                make_request_source(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}, 3, 500);
             while (auto req = src->next()) REQUIRE(!req->prompt.empty());
           } catch (const ConfigError& e) {
             bad_message = std::string(e.what()).rfind(path, 0) != 0;
@@ -191,7 +212,8 @@ TEST_CASE("mutated measurement and empirical-length CSVs parse or throw ConfigEr
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "meas.csv").string();
   const std::string text =
-      "num_seqs,prefill_tokens,decode_tokens,sum_context_tokens,sum_context_sq,num_prefill_seqs,step_time_us\n"
+      "num_seqs,prefill_tokens,decode_tokens,sum_context_tokens,sum_context_sq,num_prefill_seqs,"
+      "step_time_us\n"
       "4,512,3,900,300000,1,2100.5\n8,0,8,4000,2100000,0,1500\n2,2048,1,3000,4200000,1,5200\n";
   for (int iter = 0; iter < 800; ++iter) {
     const std::string t = mutate(text, r);
@@ -206,7 +228,8 @@ TEST_CASE("mutated measurement and empirical-length CSVs parse or throw ConfigEr
       break;
     YAML::Node d = YAML::Load("{empirical: {file: '" + path + "', column: step_time_us}}");
     if (!only_config_errors(t, [&] {
-          const Distribution dist = Distribution::parse(d, YamlContext{"s.yaml", "x"}, 1, 1e9, true);
+          const Distribution dist =
+              Distribution::parse(d, YamlContext{"s.yaml", "x"}, 1, 1e9, true);
           RngStream s = make_stream(1, "e");
           REQUIRE(dist.sample_int(s) >= 1);
         }))

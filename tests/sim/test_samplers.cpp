@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <vector>
 
@@ -132,22 +131,23 @@ TEST_CASE("distributions parse from YAML and clamp to their bounds", "[sim]") {
   RngStream r = make_stream(1, "d");
   Distribution fixed = Distribution::parse(YAML::Load("512"), ctx, 1, 1e9, true);
   CHECK(fixed.sample_int(r) == 512);
-  Distribution ln = Distribution::parse(YAML::Load("{lognormal: {mean: 300, sigma: 0.8}, max: 1000}"),
-                                        ctx, 1, 1e9, true);
+  Distribution ln = Distribution::parse(
+      YAML::Load("{lognormal: {mean: 300, sigma: 0.8}, max: 1000}"), ctx, 1, 1e9, true);
   for (int i = 0; i < 1000; ++i) {
     const auto v = ln.sample_int(r);
     REQUIRE(v >= 1);
     REQUIRE(v <= 1000);
   }
-  Distribution u = Distribution::parse(YAML::Load("{uniform: {min: 3, max: 5}}"), ctx, 1, 1e9, true);
+  Distribution u =
+      Distribution::parse(YAML::Load("{uniform: {min: 3, max: 5}}"), ctx, 1, 1e9, true);
   for (int i = 0; i < 100; ++i) {
     const auto v = u.sample_int(r);
     REQUIRE(v >= 3);
     REQUIRE(v <= 5);
   }
-  CHECK_THROWS_AS(Distribution::parse(YAML::Load("{lognormal: {mean: 300, sigmaa: 0.8}}"), ctx, 1,
-                                      1e9, true),
-                  ConfigError);
+  CHECK_THROWS_AS(
+      Distribution::parse(YAML::Load("{lognormal: {mean: 300, sigmaa: 0.8}}"), ctx, 1, 1e9, true),
+      ConfigError);
   CHECK_THROWS_WITH(Distribution::parse(YAML::Load("{lognorm: {mean: 300}}"), ctx, 1, 1e9, true),
                     Catch::Contains("did you mean 'lognormal'?"));
   CHECK_THROWS_AS(Distribution::parse(YAML::Load("0"), ctx, 1, 1e9, true), ConfigError);

@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -38,7 +37,8 @@ std::string error_of(RequestSource& src) {
 }
 }  // namespace
 
-TEST_CASE("the Azure conversation trace has 19,366 rows, mean input 1,155 and output 211.1", "[sim]") {
+TEST_CASE("the Azure conversation trace has 19,366 rows, mean input 1,155 and output 211.1",
+          "[sim]") {
   const std::string path = kTraces + "azure_llm_conv_2023.csv";
   if (!std::filesystem::exists(path)) {
     WARN("trace not present, skipped: " << path);
@@ -81,7 +81,8 @@ TEST_CASE("the Azure reader honours time_scale and max_requests", "[sim]") {
   CHECK(b->arrival_ns == 2'157'289'500);
 }
 
-TEST_CASE("the Mooncake trace has 3,993 rows with mean input 15,326 and shared hash blocks", "[sim]") {
+TEST_CASE("the Mooncake trace has 3,993 rows with mean input 15,326 and shared hash blocks",
+          "[sim]") {
   const std::string path = kTraces + "mooncake_synthetic.jsonl";
   if (!std::filesystem::exists(path)) {
     WARN("trace not present, skipped: " << path);
@@ -100,13 +101,17 @@ TEST_CASE("the Mooncake trace has 3,993 rows with mean input 15,326 and shared h
   // Rows 1 and 121 (0-based) both start with hash id 79: equal ids give equal tokens.
   REQUIRE(head.size() == 200);
   CHECK(std::equal(head[1].prompt.begin(), head[1].prompt.begin() + 512, head[121].prompt.begin()));
-  CHECK_FALSE(std::equal(head[0].prompt.begin(), head[0].prompt.begin() + 512, head[1].prompt.begin()));
+  CHECK_FALSE(
+      std::equal(head[0].prompt.begin(), head[0].prompt.begin() + 512, head[1].prompt.begin()));
 }
 
-TEST_CASE("equal Mooncake hash ids give equal token blocks, the last block cut to the remainder", "[sim]") {
-  const std::string path = temp_file("mc.jsonl",
-                                     "{\"timestamp\": 1000, \"input_length\": 1030, \"output_length\": 5, \"hash_ids\": [7, 8, 9]}\n"
-                                     "{\"timestamp\": 1500, \"input_length\": 600, \"output_length\": 0, \"hash_ids\": [7, 3]}\n");
+TEST_CASE("equal Mooncake hash ids give equal token blocks, the last block cut to the remainder",
+          "[sim]") {
+  const std::string path = temp_file(
+      "mc.jsonl",
+      "{\"timestamp\": 1000, \"input_length\": 1030, \"output_length\": 5, \"hash_ids\": [7, 8, "
+      "9]}\n"
+      "{\"timestamp\": 1500, \"input_length\": 600, \"output_length\": 0, \"hash_ids\": [7, 3]}\n");
   auto src = trace_source("mooncake", path);
   auto a = src->next(), b = src->next();
   REQUIRE((a && b));
@@ -116,7 +121,8 @@ TEST_CASE("equal Mooncake hash ids give equal token blocks, the last block cut t
   CHECK(b->prompt.size() == 600);
   CHECK(b->max_tokens == 1);
   CHECK(std::equal(a->prompt.begin(), a->prompt.begin() + 512, b->prompt.begin()));
-  CHECK_FALSE(std::equal(a->prompt.begin() + 512, a->prompt.begin() + 600, b->prompt.begin() + 512));
+  CHECK_FALSE(
+      std::equal(a->prompt.begin() + 512, a->prompt.begin() + 600, b->prompt.begin() + 512));
 }
 
 TEST_CASE("generic CSV and JSONL traces share prefixes within a prefix group", "[sim]") {
@@ -131,9 +137,12 @@ TEST_CASE("generic CSV and JSONL traces share prefixes within a prefix group", "
   CHECK(a->prompt[64] != b->prompt[64]);
   CHECK(a->prefix_group == 3);
   CHECK(c->prefix_group == -1);
-  const std::string jsonl = temp_file("g.jsonl",
-                                      "{\"arrival_s\": 1.5, \"prompt_tokens\": 10, \"output_tokens\": 2, \"prefix_group\": 0, \"prefix_tokens\": 4}\n"
-                                      "\n{\"arrival_s\": 2, \"prompt_tokens\": 12, \"output_tokens\": 3, \"prefix_group\": 0, \"prefix_tokens\": 4}\n");
+  const std::string jsonl =
+      temp_file("g.jsonl",
+                "{\"arrival_s\": 1.5, \"prompt_tokens\": 10, \"output_tokens\": 2, "
+                "\"prefix_group\": 0, \"prefix_tokens\": 4}\n"
+                "\n{\"arrival_s\": 2, \"prompt_tokens\": 12, \"output_tokens\": 3, "
+                "\"prefix_group\": 0, \"prefix_tokens\": 4}\n");
   auto js = trace_source("jsonl", jsonl);
   auto x = js->next(), y = js->next();
   REQUIRE((x && y));
@@ -150,21 +159,25 @@ TEST_CASE("a malformed trace row is reported with file:line", "[sim]") {
   auto a = trace_source("azure", azure);
   CHECK(error_of(*a) == azure + ":3:1: ContextTokens: expected an integer, got 'abc'");
 
-  const std::string mc = temp_file("bad_mc.jsonl",
-                                   "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]}\n"
-                                   "{\"timestamp\": 1, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0}\n");
+  const std::string mc = temp_file(
+      "bad_mc.jsonl",
+      "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]}\n"
+      "{\"timestamp\": 1, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0}\n");
   auto m = trace_source("mooncake", mc);
   const std::string msg = error_of(*m);
   CHECK(msg.rfind(mc + ":2:", 0) == 0);
   CHECK(msg.find("JSON") != std::string::npos);
 
-  const std::string back = temp_file("back.csv", "arrival_s,prompt_tokens,output_tokens\n2,5,5\n1,5,5\n");
+  const std::string back =
+      temp_file("back.csv", "arrival_s,prompt_tokens,output_tokens\n2,5,5\n1,5,5\n");
   auto b = trace_source("csv", back);
   CHECK(error_of(*b).find(back + ":3:1: arrival goes backwards") == 0);
 
   const std::string hdr = temp_file("hdr.csv", "time,prompt_tokens,output_tokens\n");
-  CHECK_THROWS_WITH(trace_source("csv", hdr), Catch::Contains(hdr + ":1:1: header has no column 'arrival_s'"));
-  CHECK_THROWS_WITH(trace_source("azure", "/nonexistent/x.csv"), Catch::Contains("no such trace file"));
+  CHECK_THROWS_WITH(trace_source("csv", hdr),
+                    Catch::Contains(hdr + ":1:1: header has no column 'arrival_s'"));
+  CHECK_THROWS_WITH(trace_source("azure", "/nonexistent/x.csv"),
+                    Catch::Contains("no such trace file"));
   CHECK_THROWS_WITH(trace_source("azur", azure), Catch::Contains("did you mean 'azure'?"));
 }
 

@@ -1,6 +1,5 @@
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
 
@@ -44,7 +43,8 @@ TEST_CASE("a synthetic workload is the same for the same seed and differs for an
   CHECK(differs);
 }
 
-TEST_CASE("synthetic requests have dense ids, nondecreasing arrivals and the configured rate", "[sim]") {
+TEST_CASE("synthetic requests have dense ids, nondecreasing arrivals and the configured rate",
+          "[sim]") {
   auto reqs = drain(*source(kChat));
   for (std::size_t i = 0; i < reqs.size(); ++i) {
     CHECK(reqs[i].id == i);
@@ -52,7 +52,8 @@ TEST_CASE("synthetic requests have dense ids, nondecreasing arrivals and the con
     CHECK(reqs[i].max_tokens >= 1);
     for (auto t : reqs[i].prompt) REQUIRE((t >= 0 && t < 32000));
   }
-  const double rate = static_cast<double>(reqs.size()) / (static_cast<double>(reqs.back().arrival_ns) / 1e9);
+  const double rate =
+      static_cast<double>(reqs.size()) / (static_cast<double>(reqs.back().arrival_ns) / 1e9);
   CHECK(rate == Approx(20).epsilon(0.15));
 }
 
@@ -123,7 +124,7 @@ sessions: {turns: 3, think_time_s: {exponential: {mean: 2}}, user_tokens: 7}
   REQUIRE(t2.has_value());
   CHECK(t2->turn == 2);
   CHECK(!src->on_finished(*t2, 10'000'000'000, out1).has_value());  // 3 turns in all
-  CHECK(src->on_finished(first[1], 1, {}).has_value());  // session 1 still has turns
+  CHECK(src->on_finished(first[1], 1, {}).has_value());             // session 1 still has turns
 }
 
 TEST_CASE("a session's later turns do not depend on the order sessions finish", "[sim]") {
@@ -146,16 +147,23 @@ sessions: {turns: 2, think_time_s: {uniform: {min: 0, max: 1}}, user_tokens: {un
 }
 
 TEST_CASE("arrival processes produce their documented times", "[sim]") {
-  auto ts = drain(*source("arrival: {process: timestamps, times_s: [0, 0.5, 0.5, 2]}\nprompt_tokens: 1\noutput_tokens: 1\n"));
+  auto ts =
+      drain(*source("arrival: {process: timestamps, times_s: [0, 0.5, 0.5, 2]}\nprompt_tokens: "
+                    "1\noutput_tokens: 1\n"));
   REQUIRE(ts.size() == 4);
   CHECK(ts[3].arrival_ns == 2'000'000'000);
-  auto bursts = drain(*source("num_requests: 6\narrival: {process: bursts, burst_size: 3, interval_s: 10}\nprompt_tokens: 1\noutput_tokens: 1\n"));
+  auto bursts =
+      drain(*source("num_requests: 6\narrival: {process: bursts, burst_size: 3, interval_s: "
+                    "10}\nprompt_tokens: 1\noutput_tokens: 1\n"));
   REQUIRE(bursts.size() == 6);
   CHECK(bursts[2].arrival_ns == 0);
   CHECK(bursts[3].arrival_ns == 10'000'000'000);
-  auto g = drain(*source("num_requests: 20000\narrival: {process: gamma, rate_per_s: 5, cv: 3}\nprompt_tokens: 1\noutput_tokens: 1\n"));
+  auto g =
+      drain(*source("num_requests: 20000\narrival: {process: gamma, rate_per_s: 5, cv: "
+                    "3}\nprompt_tokens: 1\noutput_tokens: 1\n"));
   std::vector<double> gaps;
-  for (std::size_t i = 1; i < g.size(); ++i) gaps.push_back(static_cast<double>(g[i].arrival_ns - g[i - 1].arrival_ns) / 1e9);
+  for (std::size_t i = 1; i < g.size(); ++i)
+    gaps.push_back(static_cast<double>(g[i].arrival_ns - g[i - 1].arrival_ns) / 1e9);
   double m = 0, v = 0;
   for (double x : gaps) m += x;
   m /= static_cast<double>(gaps.size());
@@ -163,16 +171,22 @@ TEST_CASE("arrival processes produce their documented times", "[sim]") {
   v /= static_cast<double>(gaps.size());
   CHECK(m == Approx(0.2).epsilon(0.06));
   CHECK(std::sqrt(v) / m == Approx(3.0).epsilon(0.12));
-  auto dur = drain(*source("num_requests: 100000\nduration_s: 10\narrival: {process: constant, rate_per_s: 2}\nprompt_tokens: 1\noutput_tokens: 1\n"));
+  auto dur =
+      drain(*source("num_requests: 100000\nduration_s: 10\narrival: {process: constant, "
+                    "rate_per_s: 2}\nprompt_tokens: 1\noutput_tokens: 1\n"));
   CHECK(dur.size() == 21);
 }
 
 TEST_CASE("workload errors name the key and suggest the right one", "[sim]") {
-  CHECK_THROWS_WITH(source("num_request: 5\nprompt_tokens: 1\noutput_tokens: 1\n"),
-                    Catch::Contains("s.yaml:1:1: unknown key 'num_request' in workload (did you mean 'num_requests'?)"));
-  CHECK_THROWS_WITH(source("prompt_tokens: 1\n"), Catch::Contains("missing required key 'output_tokens'"));
-  CHECK_THROWS_WITH(source("arrival: {process: poison, rate_per_s: 1}\nprompt_tokens: 1\noutput_tokens: 1\n"),
-                    Catch::Contains("did you mean 'poisson'?"));
+  CHECK_THROWS_WITH(
+      source("num_request: 5\nprompt_tokens: 1\noutput_tokens: 1\n"),
+      Catch::Contains(
+          "s.yaml:1:1: unknown key 'num_request' in workload (did you mean 'num_requests'?)"));
+  CHECK_THROWS_WITH(source("prompt_tokens: 1\n"),
+                    Catch::Contains("missing required key 'output_tokens'"));
+  CHECK_THROWS_WITH(
+      source("arrival: {process: poison, rate_per_s: 1}\nprompt_tokens: 1\noutput_tokens: 1\n"),
+      Catch::Contains("did you mean 'poisson'?"));
   CHECK_THROWS_WITH(source("arrival: {process: poisson}\nprompt_tokens: 1\noutput_tokens: 1\n"),
                     Catch::Contains("missing required key 'rate_per_s' in workload.arrival"));
 }

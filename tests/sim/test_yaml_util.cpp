@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <string>
 
 #include "sim/yaml_util.h"
@@ -20,21 +19,25 @@ std::string error_of(auto&& fn) {
 TEST_CASE("an unknown key is reported with a did-you-mean suggestion and its position", "[sim]") {
   YAML::Node root = load_yaml_string("cache:\n  blok_size: 16\n", "s.yaml");
   const std::string msg = error_of([&] {
-    check_keys(root["cache"], {"block_size", "gpu_memory_utilization"}, YamlContext{"s.yaml", "cache"});
+    check_keys(root["cache"], {"block_size", "gpu_memory_utilization"},
+               YamlContext{"s.yaml", "cache"});
   });
   CHECK(msg == "s.yaml:2:3: unknown key 'blok_size' in cache (did you mean 'block_size'?)");
 }
 
 TEST_CASE("an unknown key far from every allowed key lists the allowed keys", "[sim]") {
   YAML::Node root = load_yaml_string("zzz: 1\n", "s.yaml");
-  const std::string msg = error_of([&] { check_keys(root, {"model", "cache"}, YamlContext{"s.yaml", ""}); });
+  const std::string msg = error_of([&] {
+    check_keys(root, {"model", "cache"}, YamlContext{"s.yaml", ""});
+  });
   CHECK(msg == "s.yaml:1:1: unknown key 'zzz' in top level (allowed: model, cache)");
 }
 
 TEST_CASE("a type error names file, line, column, key and value", "[sim]") {
   YAML::Node root = load_yaml_string("cache:\n  block_size: sixteen\n", "s.yaml");
   YamlContext ctx{"s.yaml", "cache"};
-  const std::string msg = error_of([&] { (void)get_int(root["cache"], "block_size", ctx, 16, 1, 1024); });
+  const std::string msg =
+      error_of([&] { (void)get_int(root["cache"], "block_size", ctx, 16, 1, 1024); });
   CHECK(msg == "s.yaml:2:15: cache.block_size: expected an integer, got 'sixteen'");
 }
 
@@ -43,8 +46,9 @@ TEST_CASE("an out-of-range value names the allowed range", "[sim]") {
   YamlContext ctx{"s.yaml", "cache"};
   CHECK(error_of([&] { (void)get_int(root["cache"], "block_size", ctx, 16, 1, 1024); }) ==
         "s.yaml:1:21: cache.block_size: 0 is out of range (must be in [1, 1024])");
-  CHECK(error_of([&] { (void)get_double(root["cache"], "u", ctx, 0.9, 0.0, 1.0); }).find(
-            "cache.u: 1.5 is out of range (must be in [0, 1])") != std::string::npos);
+  CHECK(error_of([&] {
+          (void)get_double(root["cache"], "u", ctx, 0.9, 0.0, 1.0);
+        }).find("cache.u: 1.5 is out of range (must be in [0, 1])") != std::string::npos);
 }
 
 TEST_CASE("getters return values, defaults, and complain about missing required keys", "[sim]") {
@@ -59,8 +63,9 @@ TEST_CASE("getters return values, defaults, and complain about missing required 
   CHECK_FALSE(get_optional_int(root, "missing", ctx).has_value());
   CHECK(error_of([&] { (void)get_int(root, "missing", ctx, std::nullopt); }) ==
         "s.yaml:1:1: missing required key 'missing' in x");
-  CHECK(error_of([&] { (void)get_choice(root, "d", ctx, std::nullopt, {"hallo", "bye"}); })
-            .find("x.d: unknown value 'hello' (did you mean 'hallo'?)") != std::string::npos);
+  CHECK(error_of([&] {
+          (void)get_choice(root, "d", ctx, std::nullopt, {"hallo", "bye"});
+        }).find("x.d: unknown value 'hello' (did you mean 'hallo'?)") != std::string::npos);
 }
 
 TEST_CASE("a YAML syntax error is a ConfigError with a position", "[sim]") {
