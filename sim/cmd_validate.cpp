@@ -6,12 +6,12 @@
 // sampled step is within the dtype's tolerance, 1 when one is not (or the run fails), 2 on bad
 // input (ConfigError, printed by main as one line).
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "kernels/backend.h"
 #include "sim/commands.h"
@@ -29,13 +29,17 @@ constexpr const char* kValidateUsage =
     "                      [--set key.path=value ...] [--seed N] [--repeats N] [--warmup N]\n"
     "                      [--export-calibration FILE] [--quiet]\n"
     "Runs the scenario (as `kvsim run`) and checks real paged-attention kernels on its block\n"
-    "tables against a dense reference; writes validation.csv and validation.json in the run folder.\n"
+    "tables against a dense reference; writes validation.csv and validation.json in the run "
+    "folder.\n"
     "  -o DIR                     parent folder of the run folder DIR/<name>/ (default: results)\n"
     "  --backend cpu|cuda         kernel backend (default: the scenario's validate.backend, cpu)\n"
-    "  --sample-every N           check steps 0, N, 2N, ... (default: validate.sample_every_steps,\n"
+    "  --sample-every N           check steps 0, N, 2N, ... (default: "
+    "validate.sample_every_steps,\n"
     "                             or every step when the scenario sets no sampling)\n"
-    "  --sample-prob P            check each step with probability P (seeded by the scenario seed)\n"
-    "  --dtype bf16|fp16          KV/Q/O dtype (default: validate.dtype, auto = the KV cache dtype;\n"
+    "  --sample-prob P            check each step with probability P (seeded by the scenario "
+    "seed)\n"
+    "  --dtype bf16|fp16          KV/Q/O dtype (default: validate.dtype, auto = the KV cache "
+    "dtype;\n"
     "                             fp32 is accepted for the cpu backend)\n"
     "  --set k.path=value         override a scenario key (value parsed as YAML), repeatable\n"
     "  --seed N                   override the scenario's seed\n"
@@ -43,7 +47,8 @@ constexpr const char* kValidateUsage =
     "                             (default: cuda 20 / 3, cpu 3 / 0)\n"
     "  --export-calibration FILE  measured kernel latencies as rows for `kvsim calibrate`\n"
     "  --quiet                    print nothing but errors\n"
-    "Exit status: 0 all sampled steps within tolerance, 1 a step out of tolerance or a failed run,\n"
+    "Exit status: 0 all sampled steps within tolerance, 1 a step out of tolerance or a failed "
+    "run,\n"
     "2 bad input.\n";
 
 std::int64_t parse_count(const std::string& flag, const std::string& text, std::int64_t min) {
@@ -86,7 +91,7 @@ int validate(const Args& args) {
     }
     auto value = [&]() -> std::string {
       if (inline_value) return *inline_value;
-      if (k + 1 >= args.size()) throw ConfigError(fmt::format("validate: {}: missing value", a));
+      if (k + 1 >= args.size()) throw ConfigError(fmt::format("{}: missing value", a));
       return args[++k];
     };
     if (a == "-h" || a == "--help") {
@@ -101,8 +106,8 @@ int validate(const Args& args) {
     } else if (a == "--backend") {
       backend = value();
       if (*backend != "cpu" && *backend != "cuda")
-        throw ConfigError(fmt::format("validate: --backend: unknown kernel backend '{}' (allowed: cpu, cuda)",
-                                      *backend));
+        throw ConfigError(
+            fmt::format("--backend: unknown kernel backend '{}' (allowed: cpu, cuda)", *backend));
     } else if (a == "--sample-every") {
       every = parse_count("--sample-every", value(), 1);
     } else if (a == "--sample-prob") {
@@ -110,30 +115,32 @@ int validate(const Args& args) {
     } else if (a == "--dtype") {
       dtype = value();
       if (!validate::parse_dtype_name(*dtype))
-        throw ConfigError(fmt::format("validate: --dtype: unknown dtype '{}' (allowed: bf16, fp16; fp32 "
-                                      "for the cpu backend)", *dtype));
+        throw ConfigError(
+            fmt::format("--dtype: unknown dtype '{}' (allowed: bf16, fp16; fp32 "
+                        "for the cpu backend)",
+                        *dtype));
     } else if (a == "--repeats") {
       repeats = parse_count("--repeats", value(), 1);
     } else if (a == "--warmup") {
       warmup = parse_count("--warmup", value(), 0);
     } else if (a == "--export-calibration") {
       calibration = value();
-      if (calibration.empty()) throw ConfigError("validate: --export-calibration: empty file name");
+      if (calibration.empty()) throw ConfigError("--export-calibration: empty file name");
     } else if (a == "--quiet" || a == "-q") {
       quiet = true;
     } else if (!a.empty() && a[0] == '-') {
       static constexpr std::string_view kFlags[] = {
-          "--output", "--backend", "--sample-every", "--sample-prob", "--dtype", "--set", "--seed",
-          "--repeats", "--warmup", "--export-calibration", "--quiet", "--help"};
-      throw ConfigError(fmt::format("validate: unknown option '{}'{}", a, suggestion_suffix(a, kFlags)));
+          "--output", "--backend", "--sample-every", "--sample-prob",        "--dtype", "--set",
+          "--seed",   "--repeats", "--warmup",       "--export-calibration", "--quiet", "--help"};
+      throw ConfigError(fmt::format("unknown option '{}'{}", a, suggestion_suffix(a, kFlags)));
     } else if (!scenario_path) {
       scenario_path = a;
     } else {
-      throw ConfigError(fmt::format("validate: unexpected argument '{}' (one scenario per run)", a));
+      throw ConfigError(fmt::format("unexpected argument '{}' (one scenario per run)", a));
     }
   }
-  if (!scenario_path) throw ConfigError("validate: missing SCENARIO.yaml (see kvsim validate --help)");
-  if (every && prob) throw ConfigError("validate: give --sample-every or --sample-prob, not both");
+  if (!scenario_path) throw ConfigError("missing SCENARIO.yaml (see kvsim validate --help)");
+  if (every && prob) throw ConfigError("give --sample-every or --sample-prob, not both");
 
   // Flags become --set overrides of the scenario's validate: section, so config.resolved.yaml
   // records the settings the run used.
@@ -148,18 +155,21 @@ int validate(const Args& args) {
   }
   if (dtype) {
     const kernels::DType d = *validate::parse_dtype_name(*dtype);
-    sets.push_back(std::string("validate.dtype=") +
-                   (d == kernels::DType::kBF16 ? "bfloat16" : d == kernels::DType::kF16 ? "float16" : "float32"));
+    sets.push_back(std::string("validate.dtype=") + (d == kernels::DType::kBF16  ? "bfloat16"
+                                                     : d == kernels::DType::kF16 ? "float16"
+                                                                                 : "float32"));
   }
   const Scenario scenario = load_scenario(*scenario_path, sets, seed);
   validate::ValidationOptions opts = validate::options_from_scenario(scenario);
   if (repeats) opts.repeats = static_cast<std::int32_t>(*repeats);
   if (warmup) opts.warmup = static_cast<std::int32_t>(*warmup);
 
-  const validate::ValidationRunResult r = validate::run_validation(scenario, out_dir, opts, {}, calibration);
+  const validate::ValidationRunResult r =
+      validate::run_validation(scenario, out_dir, opts, {}, calibration);
   const validate::ValidationSummary& s = r.summary;
   if (s.steps_sampled == 0)
-    std::fprintf(stderr, "kvsim validate: warning: no step was sampled (%lld steps); nothing was checked\n",
+    std::fprintf(stderr,
+                 "kvsim validate: warning: no step was sampled (%lld steps); nothing was checked\n",
                  static_cast<long long>(s.steps_total));
   if (!quiet) {
     const validate::ValidationSetup& u = r.setup;
@@ -170,10 +180,11 @@ int validate(const Args& args) {
     std::printf("  steps      %lld sampled of %lld, %lld failed; %lld K/V rows written\n",
                 static_cast<long long>(s.steps_sampled), static_cast<long long>(s.steps_total),
                 static_cast<long long>(s.steps_failed), static_cast<long long>(s.tokens_written));
-    std::printf("  errors     max abs %.3e, max rel %.3e, max NMSE %.3e, non-finite %lld, "
-                "mismatched slots %lld\n",
-                s.max_abs_err, s.max_rel_err, s.max_nmse, static_cast<long long>(s.nonfinite),
-                static_cast<long long>(s.mismatched_slots));
+    std::printf(
+        "  errors     max abs %.3e, max rel %.3e, max NMSE %.3e, non-finite %lld, "
+        "mismatched slots %lld\n",
+        s.max_abs_err, s.max_rel_err, s.max_nmse, static_cast<long long>(s.nonfinite),
+        static_cast<long long>(s.mismatched_slots));
     std::printf("  kernel     median %.1f us per sampled step\n", s.median_latency_us);
     if (!calibration.empty()) std::printf("  calibration rows -> %s\n", calibration.c_str());
     if (s.pass)
