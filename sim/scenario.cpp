@@ -217,7 +217,9 @@ Scenario parse_scenario(const YAML::Node& root_in, const std::string& file) {
                          fmt::format("sweep.{}: expected a non-empty list of values, got {}", key,
                                      describe_node(it->second)));
       SweepAxis axis{key, {}};
-      for (const auto& v : it->second) axis.values.push_back(v);
+      // NOTE: yaml-cpp's it->second lives in a temporary proxy: copy the node before iterating.
+      const YAML::Node values = it->second;
+      for (const auto& v : values) axis.values.push_back(v);
       s.sweep.push_back(std::move(axis));
     }
   }
