@@ -24,7 +24,7 @@ constexpr std::uint64_t kRootHash = 0x6a09e667f3bcc908ull;  // the parent "hash"
 BlockHashTable::BlockHashTable(std::int32_t block_size, BucketHashFn hash_fn)
     : block_size_(block_size), hash_fn_(hash_fn ? hash_fn : &default_bucket_hash) {
   KVSIM_ASSERT(block_size > 0);
-  buckets_.assign(1024, -1);
+  buckets_.assign(1024, Bucket{});
   bucket_mask_ = buckets_.size() - 1;
   extra_tuples_.resize(2);  // kExtraNone, kExtraEmpty
   extra_ids_.emplace(std::vector<std::string>{}, kExtraEmpty);
@@ -52,10 +52,12 @@ bool BlockHashTable::node_equals(std::int32_t n, HashId parent, std::span<const 
 HashId BlockHashTable::intern(HashId parent, std::span<const Token> tokens, ExtraKeysId extra) {
   KVSIM_ASSERT(static_cast<std::int64_t>(tokens.size()) == block_size_);
   const std::uint64_t h = hash_of(parent, tokens, extra);
+  const auto h_lo = static_cast<std::uint32_t>(h);
   for (std::uint64_t i = h & bucket_mask_;; i = (i + 1) & bucket_mask_) {
-    const std::int32_t n = buckets_[i];
+    const std::int32_t n = buckets_[i].node;
     if (n < 0) break;
-    if (nodes_[static_cast<std::size_t>(n)].hash == h && node_equals(n, parent, tokens, extra)) {
+    if (buckets_[i].hash_lo == h_lo && nodes_[static_cast<std::size_t>(n)].hash == h &&
+        node_equals(n, parent, tokens, extra)) {
       ++nodes_[static_cast<std::size_t>(n)].refs;
       return HashId{n};
     }
@@ -79,7 +81,7 @@ HashId BlockHashTable::intern(HashId parent, std::span<const Token> tokens, Extr
   if (parent != kNoHash) retain(parent);
   ++live_;
   if (static_cast<std::uint64_t>(live_) * 2 > buckets_.size()) grow_buckets();
-  bucket_insert(n);
+  bucket_insert(n, h);
   return HashId{n};
 }
 
@@ -103,22 +105,23 @@ void BlockHashTable::release(HashId h) {
   }
 }
 
-void BlockHashTable::bucket_insert(std::int32_t n) {
-  std::uint64_t i = nodes_[static_cast<std::size_t>(n)].hash & bucket_mask_;
-  while (buckets_[i] >= 0) i = (i + 1) & bucket_mask_;
-  buckets_[i] = n;
+void BlockHashTable::bucket_insert(std::int32_t n, std::uint64_t hash) {
+  std::uint64_t i = hash & bucket_mask_;
+  while (buckets_[i].node >= 0) i = (i + 1) & bucket_mask_;
+  buckets_[i] = Bucket{n, static_cast<std::uint32_t>(hash)};
 }
 
 // Linear-probing deletion by backward shift (no tombstones).
 void BlockHashTable::bucket_erase(std::int32_t n) {
   std::uint64_t i = nodes_[static_cast<std::size_t>(n)].hash & bucket_mask_;
-  while (buckets_[i] != n) {
-    KVSIM_ASSERT(buckets_[i] >= 0, "hash node missing from its bucket chain");
+  while (buckets_[i].node != n) {
+    KVSIM_ASSERT(buckets_[i].node >= 0, "hash node missing from its bucket chain");
     i = (i + 1) & bucket_mask_;
   }
   std::uint64_t hole = i;
-  for (std::uint64_t j = (i + 1) & bucket_mask_; buckets_[j] >= 0; j = (j + 1) & bucket_mask_) {
-    const std::uint64_t ideal = nodes_[static_cast<std::size_t>(buckets_[j])].hash & bucket_mask_;
+  for (std::uint64_t j = (i + 1) & bucket_mask_; buckets_[j].node >= 0;
+       j = (j + 1) & bucket_mask_) {
+    const std::uint64_t ideal = buckets_[j].hash_lo & bucket_mask_;
     // Move j into the hole unless its ideal slot lies cyclically in (hole, j].
     const bool in_range = hole <= j ? (ideal > hole && ideal <= j) : (ideal > hole || ideal <= j);
     if (!in_range) {
@@ -126,16 +129,16 @@ void BlockHashTable::bucket_erase(std::int32_t n) {
       hole = j;
     }
   }
-  buckets_[hole] = -1;
+  buckets_[hole] = Bucket{};
 }
 
 void BlockHashTable::grow_buckets() {
-  std::vector<std::int32_t> old;
+  std::vector<Bucket> old;
   old.swap(buckets_);
-  buckets_.assign(old.size() * 2, -1);
+  buckets_.assign(old.size() * 2, Bucket{});
   bucket_mask_ = buckets_.size() - 1;
-  for (std::int32_t n : old)
-    if (n >= 0) bucket_insert(n);
+  for (const Bucket& b : old)
+    if (b.node >= 0) bucket_insert(b.node, nodes_[static_cast<std::size_t>(b.node)].hash);
 }
 
 ExtraKeysId BlockHashTable::intern_extra(const std::vector<std::string>& mm_hashes) {
@@ -158,13 +161,18 @@ std::string BlockHashTable::find_violation() const {
     KVSIM_CHECK(node.parent == kNoHash || nodes_[slot(node.parent)].refs > 0,
                 "live node with a dead parent");
     bool found = false;
-    for (std::uint64_t i = node.hash & bucket_mask_; buckets_[i] >= 0; i = (i + 1) & bucket_mask_)
-      if (buckets_[i] == static_cast<std::int32_t>(n)) found = true;
+    for (std::uint64_t i = node.hash & bucket_mask_; buckets_[i].node >= 0;
+         i = (i + 1) & bucket_mask_)
+      if (buckets_[i].node == static_cast<std::int32_t>(n)) {
+        found = true;
+        KVSIM_CHECK(buckets_[i].hash_lo == static_cast<std::uint32_t>(node.hash),
+                    "bucket hash tag differs from its node's hash");
+      }
     KVSIM_CHECK(found, "live hash node not reachable from its bucket");
   }
   KVSIM_CHECK(live == live_, "live hash node count mismatch");
   std::int64_t in_buckets = 0;
-  for (std::int32_t b : buckets_) in_buckets += b >= 0;
+  for (const Bucket& b : buckets_) in_buckets += b.node >= 0;
   KVSIM_CHECK(in_buckets == live_, "bucket count mismatch");
   return {};
 }

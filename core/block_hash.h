@@ -74,7 +74,7 @@ class BlockHashTable {
   std::uint64_t hash_of(HashId parent, std::span<const Token> tokens, ExtraKeysId extra) const;
   bool node_equals(std::int32_t n, HashId parent, std::span<const Token> tokens,
                    ExtraKeysId extra) const;
-  void bucket_insert(std::int32_t n);
+  void bucket_insert(std::int32_t n, std::uint64_t hash);
   void bucket_erase(std::int32_t n);
   void grow_buckets();
 
@@ -83,7 +83,13 @@ class BlockHashTable {
   std::vector<Node> nodes_;
   std::vector<Token> tokens_;             // [nodes_.size(), block_size]
   std::vector<std::int32_t> free_slots_;  // node slots to reuse
-  std::vector<std::int32_t> buckets_;     // open addressing, linear probing; -1 empty
+  // Open addressing with linear probing. Each bucket keeps the low 32 bits of its node's hash, so
+  // probing and backward-shift deletion rarely touch the node array.
+  struct Bucket {
+    std::int32_t node = -1;  // -1: empty
+    std::uint32_t hash_lo = 0;
+  };
+  std::vector<Bucket> buckets_;
   std::uint64_t bucket_mask_ = 0;
   std::int64_t live_ = 0;
 
