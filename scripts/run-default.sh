@@ -3,7 +3,7 @@
 # Results: results/default/ (summary.json, requests.csv, steps.csv, ...) and results/default/plots/.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$KVSIM_ROOT"
-kvsim_build build
+kvsim_build build kvsim
 rm -rf results/default
 ./build/kvsim run scenarios/default.yaml -o results
 ./build/kvsim plot results/default

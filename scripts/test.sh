@@ -11,5 +11,5 @@ if [ "${KVSIM_SANITIZE:-0}" = "1" ]; then
   dir=build-asan
   args+=(-DKVSIM_SANITIZE=ON -DKVSIM_ENABLE_CUDA=OFF -DKVSIM_BUILD_BENCH=OFF)
 fi
-kvsim_build "$dir" "${args[@]}"
+kvsim_build "$dir" all "${args[@]}"
 ctest --test-dir "$dir" --output-on-failure -j "$(nproc 2>/dev/null || echo 2)"
