@@ -16,6 +16,9 @@ std::atomic<bool> g_counting{false};
 std::atomic<std::int64_t> g_allocations{0};
 }  // namespace
 
+// The replacement pairs malloc with free on purpose; GCC cannot see that both sides are ours.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
 void* operator new(std::size_t n) {
   if (g_counting.load(std::memory_order_relaxed))
     g_allocations.fetch_add(1, std::memory_order_relaxed);
