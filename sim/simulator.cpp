@@ -117,6 +117,12 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
     limits.ignore_eos = spec.ignore_eos;
     limits.eos_token_id = spec.eos_token_id;
     l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits));
+    // Size the block table and hash list once, at arrival: the step loop then never grows them.
+    const auto max_blocks = static_cast<std::size_t>(
+        cdiv(final_kv_tokens_[s] + 1, scenario_.cache.sizing.block_size) +
+        scheduler_->kv_cache_manager().num_preallocate_blocks());
+    l.request->blocks.reserve(max_blocks);
+    l.request->block_hashes.reserve(max_blocks);
     spec.prompt.clear();
     l.spec = std::move(spec);
     l.first_scheduled_ns = l.first_token_ns = l.last_token_ns = -1;
