@@ -38,7 +38,9 @@ class OpReplayer {
   std::int64_t num_errors() const { return num_errors_; }
 
  private:
-  struct Slot;
+  struct Slot {
+    Request req;
+  };
   struct OpError {
     std::string message;
   };
