@@ -32,7 +32,8 @@ enum class AllocStatus : std::uint8_t {
   kHitsWithoutCache,  // assertion: computed blocks given while caching is disabled; nothing changed
   kBeyondMaxBlocks,   // assertion num_new_blocks > 0 (request beyond max_model_len); hits touched
   kMissingTokens,     // assertion: a block to cache has fewer than block_size tokens
-  kBadPrevBlock,      // assertion: the block before the first one to cache has no hash
+  kBadPrevBlock,      // assertion in _cache_full_blocks: the previous block has no hash, or a
+                      // block after the first unhashed candidate already has one
 };
 
 struct AllocResult {
