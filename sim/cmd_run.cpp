@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/cli_args.h"
 #include "sim/commands.h"
 #include "sim/errors.h"
 #include "sim/scenario.h"
@@ -33,16 +34,6 @@ constexpr const char* kRunUsage =
     "  --seed N            override the scenario's seed\n"
     "  --quiet             no progress bar and no summary on the terminal\n"
     "  --check-invariants  check the KV cache manager's invariants after every step (slow)\n";
-
-std::uint64_t parse_seed(const std::string& text) {
-  try {
-    std::size_t used = 0;
-    const unsigned long long v = std::stoull(text, &used);
-    if (used == text.size() && text[0] != '-') return v;
-  } catch (const std::exception&) {
-  }
-  throw ConfigError(fmt::format("--seed: expected a non-negative integer, got '{}'", text));
-}
 
 void print_summary(const RunResult& r, std::FILE* out) {
   const nlohmann::json j = nlohmann::json::parse(r.summary_json);
@@ -83,43 +74,29 @@ void print_summary(const RunResult& r, std::FILE* out) {
 }  // namespace
 
 int run(const Args& args) {
-  std::optional<std::string> scenario_path;
-  std::string out_dir = "results";
-  std::vector<std::string> sets;
-  std::optional<std::uint64_t> seed;
-  bool quiet = false, check = false;
-  for (std::size_t k = 0; k < args.size(); ++k) {
-    const std::string& a = args[k];
-    auto value = [&](const char* flag) -> std::string {
-      if (k + 1 >= args.size()) throw ConfigError(fmt::format("{}: missing value", flag));
-      return args[++k];
-    };
-    if (a == "-h" || a == "--help") {
+  static constexpr std::string_view kFlags[] = {"--output",           "--set", "--seed", "--quiet",
+                                                "--check-invariants", "--help"};
+  ArgParser cli(args, "run", kFlags);
+  ScenarioArgs args_in;
+  bool check = false;
+  while (cli.next()) {
+    if (cli.is("-h", "--help")) {
       std::fputs(kRunUsage, stdout);
       return 0;
-    } else if (a == "-o" || a == "--output") {
-      out_dir = value("-o");
-    } else if (a == "--set") {
-      sets.push_back(value("--set"));
-    } else if (a.rfind("--set=", 0) == 0) {
-      sets.push_back(a.substr(6));
-    } else if (a == "--seed") {
-      seed = parse_seed(value("--seed"));
-    } else if (a == "--quiet" || a == "-q") {
-      quiet = true;
-    } else if (a == "--check-invariants") {
-      check = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw ConfigError(fmt::format("run: unknown option '{}'\n{}", a, kRunUsage));
-    } else if (!scenario_path) {
-      scenario_path = a;
-    } else {
-      throw ConfigError(fmt::format("run: unexpected argument '{}' (one scenario per run)", a));
     }
+    if (take_scenario_arg(cli, args_in)) continue;
+    if (cli.is("--check-invariants"))
+      check = true;
+    else
+      cli.unknown();
   }
-  if (!scenario_path) throw ConfigError(std::string("run: missing SCENARIO.yaml\n") + kRunUsage);
+  if (!args_in.path) throw ConfigError("missing SCENARIO.yaml (kvsim run --help)");
+  std::optional<std::uint64_t> seed;
+  if (args_in.seed) seed = parse_seed(*args_in.seed);
+  const std::string& out_dir = args_in.out_dir;
+  const bool quiet = args_in.quiet;
 
-  const Scenario scenario = load_scenario(*scenario_path, sets, seed);
+  const Scenario scenario = load_scenario(*args_in.path, args_in.sets, seed);
   RunOptions opts;
   opts.check_invariants = check;
   const bool tty = !quiet && ::isatty(2);

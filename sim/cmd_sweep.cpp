@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "sim/cli_args.h"
 #include "sim/commands.h"
 #include "sim/errors.h"
 #include "sim/scenario.h"
@@ -193,48 +194,37 @@ std::size_t merge_dir(const fs::path& dir, const fs::path& out_file) {
 }  // namespace
 
 int sweep(const Args& args) {
-  std::optional<std::string> path;
-  std::string out_dir = "results";
-  std::vector<std::string> sets;
-  std::optional<std::string> seed;
+  static constexpr std::string_view kFlags[] = {"--output", "--set",       "--seed", "--quiet",
+                                                "--jobs",   "--emit-jobs", "--help"};
+  ArgParser cli(args, "sweep", kFlags);
+  ScenarioArgs args_in;
   std::optional<std::string> emit;
   unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
-  bool quiet = false;
-  for (std::size_t k = 0; k < args.size(); ++k) {
-    const std::string& a = args[k];
-    auto value = [&](const char* flag) -> std::string {
-      if (k + 1 >= args.size()) throw ConfigError(fmt::format("{}: missing value", flag));
-      return args[++k];
-    };
-    if (a == "-h" || a == "--help") {
+  while (cli.next()) {
+    if (cli.is("-h", "--help")) {
       std::fputs(kSweepUsage, stdout);
       return 0;
-    } else if (a == "-o" || a == "--output") {
-      out_dir = value("-o");
-    } else if (a == "--set") {
-      sets.push_back(value("--set"));
-    } else if (a == "--seed") {
-      seed = value("--seed");
-    } else if (a == "--jobs" || a == "-j") {
-      const std::string v = value("--jobs");
+    }
+    if (take_scenario_arg(cli, args_in)) continue;
+    if (cli.is("--jobs", "-j")) {
+      const std::string v = cli.value();
       char* end = nullptr;
       const long n = std::strtol(v.c_str(), &end, 10);
       if (v.empty() || *end || n < 1 || n > 4096)
         throw ConfigError(fmt::format("--jobs: expected a positive integer, got '{}'", v));
       jobs = static_cast<unsigned>(n);
-    } else if (a == "--emit-jobs") {
-      emit = value("--emit-jobs");
-    } else if (a == "--quiet" || a == "-q") {
-      quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw ConfigError(fmt::format("sweep: unknown option '{}'\n{}", a, kSweepUsage));
-    } else if (!path) {
-      path = a;
+    } else if (cli.is("--emit-jobs")) {
+      emit = cli.value();
     } else {
-      throw ConfigError(fmt::format("sweep: unexpected argument '{}'", a));
+      cli.unknown();
     }
   }
-  if (!path) throw ConfigError(std::string("sweep: missing SCENARIO.yaml\n") + kSweepUsage);
+  if (!args_in.path) throw ConfigError("missing SCENARIO.yaml (kvsim sweep --help)");
+  const std::optional<std::string>& path = args_in.path;
+  const std::string& out_dir = args_in.out_dir;
+  const std::vector<std::string>& sets = args_in.sets;
+  const std::optional<std::string>& seed = args_in.seed;
+  const bool quiet = args_in.quiet;
   std::vector<std::string> base_sets = sets;
   if (seed) base_sets.push_back("seed=" + *seed);
   const Scenario scenario = load_scenario(*path, base_sets);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "sim/cli_args.h"
 #include "sim/commands.h"
 #include "sim/errors.h"
 #include "sim/scenario.h"
@@ -74,71 +75,54 @@ double parse_prob(const std::string& text) {
 }  // namespace
 
 int validate(const Args& args) {
-  std::optional<std::string> scenario_path;
-  std::string out_dir = "results", calibration;
-  std::vector<std::string> sets;
-  std::optional<std::uint64_t> seed;
+  static constexpr std::string_view kFlags[] = {
+      "--output", "--backend", "--sample-every", "--sample-prob",        "--dtype", "--set",
+      "--seed",   "--repeats", "--warmup",       "--export-calibration", "--quiet", "--help"};
+  ArgParser cli(args, "validate", kFlags);
+  ScenarioArgs args_in;
+  std::string calibration;
   std::optional<std::string> backend, dtype;
   std::optional<std::int64_t> every, repeats, warmup;
   std::optional<double> prob;
-  bool quiet = false;
-  for (std::size_t k = 0; k < args.size(); ++k) {
-    std::string a = args[k];
-    std::optional<std::string> inline_value;
-    if (a.starts_with("--") && a.find('=') != std::string::npos) {
-      inline_value = a.substr(a.find('=') + 1);
-      a = a.substr(0, a.find('='));
-    }
-    auto value = [&]() -> std::string {
-      if (inline_value) return *inline_value;
-      if (k + 1 >= args.size()) throw ConfigError(fmt::format("{}: missing value", a));
-      return args[++k];
-    };
-    if (a == "-h" || a == "--help") {
+  while (cli.next()) {
+    if (cli.is("-h", "--help")) {
       std::fputs(kValidateUsage, stdout);
       return 0;
-    } else if (a == "-o" || a == "--output") {
-      out_dir = value();
-    } else if (a == "--set") {
-      sets.push_back(value());
-    } else if (a == "--seed") {
-      seed = static_cast<std::uint64_t>(parse_count("--seed", value(), 0));
-    } else if (a == "--backend") {
-      backend = value();
+    }
+    if (take_scenario_arg(cli, args_in)) continue;
+    if (cli.is("--backend")) {
+      backend = cli.value();
       if (*backend != "cpu" && *backend != "cuda")
         throw ConfigError(
             fmt::format("--backend: unknown kernel backend '{}' (allowed: cpu, cuda)", *backend));
-    } else if (a == "--sample-every") {
-      every = parse_count("--sample-every", value(), 1);
-    } else if (a == "--sample-prob") {
-      prob = parse_prob(value());
-    } else if (a == "--dtype") {
-      dtype = value();
+    } else if (cli.is("--sample-every")) {
+      every = parse_count("--sample-every", cli.value(), 1);
+    } else if (cli.is("--sample-prob")) {
+      prob = parse_prob(cli.value());
+    } else if (cli.is("--dtype")) {
+      dtype = cli.value();
       if (!validate::parse_dtype_name(*dtype))
         throw ConfigError(
             fmt::format("--dtype: unknown dtype '{}' (allowed: bf16, fp16; fp32 "
                         "for the cpu backend)",
                         *dtype));
-    } else if (a == "--repeats") {
-      repeats = parse_count("--repeats", value(), 1);
-    } else if (a == "--warmup") {
-      warmup = parse_count("--warmup", value(), 0);
-    } else if (a == "--export-calibration") {
-      calibration = value();
+    } else if (cli.is("--repeats")) {
+      repeats = parse_count("--repeats", cli.value(), 1);
+    } else if (cli.is("--warmup")) {
+      warmup = parse_count("--warmup", cli.value(), 0);
+    } else if (cli.is("--export-calibration")) {
+      calibration = cli.value();
       if (calibration.empty()) throw ConfigError("--export-calibration: empty file name");
-    } else if (a == "--quiet" || a == "-q") {
-      quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      static constexpr std::string_view kFlags[] = {
-          "--output", "--backend", "--sample-every", "--sample-prob",        "--dtype", "--set",
-          "--seed",   "--repeats", "--warmup",       "--export-calibration", "--quiet", "--help"};
-      throw ConfigError(fmt::format("unknown option '{}'{}", a, suggestion_suffix(a, kFlags)));
-    } else if (!scenario_path) {
-      scenario_path = a;
     } else {
-      throw ConfigError(fmt::format("unexpected argument '{}' (one scenario per run)", a));
+      cli.unknown();
     }
   }
+  const std::optional<std::string>& scenario_path = args_in.path;
+  const std::string& out_dir = args_in.out_dir;
+  std::vector<std::string>& sets = args_in.sets;
+  std::optional<std::uint64_t> seed;
+  if (args_in.seed) seed = parse_seed(*args_in.seed);
+  const bool quiet = args_in.quiet;
   if (!scenario_path) throw ConfigError("missing SCENARIO.yaml (see kvsim validate --help)");
   if (every && prob) throw ConfigError("give --sample-every or --sample-prob, not both");
 
