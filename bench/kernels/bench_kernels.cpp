@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
   std::string mode = "gpu";
   std::string csv;
   int reps = -1;
-  int warmup = 5;
+  [[maybe_unused]] int warmup = 5;  // read only by the GPU mode
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
