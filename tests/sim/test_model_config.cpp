@@ -2,6 +2,7 @@
 #include <string>
 
 #include "sim/model_config.h"
+#include "sim_test_util.h"
 
 using namespace kvsim;
 
@@ -9,14 +10,7 @@ namespace {
 std::string model_path(const std::string& name) {
   return std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/" + name + ".json";
 }
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using kvsim::test::error_of;
 }  // namespace
 
 TEST_CASE("every shipped model config loads with plausible parameter counts", "[sim]") {

@@ -2,18 +2,12 @@
 #include <string>
 
 #include "sim/yaml_util.h"
+#include "sim_test_util.h"
 
 using namespace kvsim;
 
 namespace {
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using kvsim::test::error_of;
 }  // namespace
 
 TEST_CASE("an unknown key is reported with a did-you-mean suggestion and its position", "[sim]") {

@@ -16,6 +16,7 @@
 #include "sim/scenario.h"
 #include "validate/kv_content.h"
 #include "validate/validate_run.h"
+#include "validate_test_util.h"
 
 using namespace kvsim;
 using namespace kvsim::validate;
@@ -23,14 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kSmall = std::string(KVSIM_SOURCE_DIR) + "/scenarios/validate-small.yaml";
-
-fs::path out_dir(const std::string& name) {
-  const fs::path p =
-      fs::path(KVSIM_BINARY_DIR) / "validate-test-out" / (name + "-" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p;
-}
+using kvsim::validate::test::kSmall;
+using kvsim::validate::test::out_dir;
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -109,7 +104,7 @@ TEST_CASE("equal prefixes get equal K/V and any other token or position changes 
   for (int p = 0; p < 3; ++p) CHECK(ka[p] == kb[p]);
   CHECK(ka[3] != kb[3]);
   for (int p = 0; p < 4; ++p) CHECK(ka[p] != kc[p]);  // a different first token changes every key
-  std::vector<std::uint64_t> pieces;  // extending in steps gives the same keys
+  std::vector<std::uint64_t> pieces;                  // extending in steps gives the same keys
   m.extend_prefix_keys(a, 1, pieces);
   m.extend_prefix_keys(a, 3, pieces);
   m.extend_prefix_keys(a, 2, pieces);  // no change

@@ -9,6 +9,7 @@
 
 #include "kernels/metrics.h"
 #include "sim/scenario.h"
+#include "tests/validate/validate_test_util.h"
 #include "validate/validate_run.h"
 
 using namespace kvsim;
@@ -17,14 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kSmall = std::string(KVSIM_SOURCE_DIR) + "/scenarios/validate-small.yaml";
-
-fs::path out_dir(const std::string& name) {
-  const fs::path p =
-      fs::path(KVSIM_BINARY_DIR) / "validate-test-out" / (name + "-" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p;
-}
+using kvsim::validate::test::kSmall;
+using kvsim::validate::test::out_dir;
 
 ValidationOptions options(kernels::BackendKind backend, kernels::DType dtype) {
   ValidationOptions o;
