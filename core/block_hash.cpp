@@ -51,7 +51,31 @@ bool BlockHashTable::node_equals(std::int32_t n, HashId parent, std::span<const 
 
 HashId BlockHashTable::intern(HashId parent, std::span<const Token> tokens, ExtraKeysId extra) {
   KVSIM_ASSERT(static_cast<std::int64_t>(tokens.size()) == block_size_);
-  const std::uint64_t h = hash_of(parent, tokens, extra);
+  return intern_hashed(parent, tokens, extra, hash_of(parent, tokens, extra));
+}
+
+void BlockHashTable::intern_chain(HashId parent, std::span<const Token> tokens, ExtraKeysId extra,
+                                  std::vector<HashId>& out) {
+  const auto bs = static_cast<std::size_t>(block_size_);
+  KVSIM_ASSERT(tokens.size() % bs == 0);
+  const std::size_t n = tokens.size() / bs;
+  chain_hashes_.resize(n);
+  // A node's hash is a function of its parent's hash and its own key, so the whole chain's
+  // hashes are known before any node is looked up.
+  std::uint64_t ph = parent == kNoHash ? kRootHash : nodes_[slot(parent)].hash;
+  for (std::size_t i = 0; i < n; ++i) {
+    ph = hash_fn_(ph, tokens.subspan(i * bs, bs), static_cast<std::int32_t>(extra));
+    chain_hashes_[i] = ph;
+    __builtin_prefetch(&buckets_[ph & bucket_mask_]);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    parent = intern_hashed(parent, tokens.subspan(i * bs, bs), extra, chain_hashes_[i]);
+    out.push_back(parent);
+  }
+}
+
+HashId BlockHashTable::intern_hashed(HashId parent, std::span<const Token> tokens,
+                                     ExtraKeysId extra, std::uint64_t h) {
   const auto h_lo = static_cast<std::uint32_t>(h);
   for (std::uint64_t i = h & bucket_mask_;; i = (i + 1) & bucket_mask_) {
     const std::int32_t n = buckets_[i].node;

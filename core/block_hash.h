@@ -35,6 +35,20 @@ class BlockHashTable {
   /// Amortized O(block_size); allocates only when the table grows past its high-water mark.
   HashId intern(HashId parent, std::span<const Token> tokens, ExtraKeysId extra);
 
+  /// Interns the chain of consecutive blocks tokens[0, bs), [bs, 2 bs), ... under `parent` (all
+  /// with `extra`), appending each node (one new reference each) to `out`: the same nodes as
+  /// repeated intern() calls. The chain's hashes are computed first and their buckets prefetched,
+  /// so the probes of a long prompt overlap their cache misses. tokens.size() % block_size == 0.
+  void intern_chain(HashId parent, std::span<const Token> tokens, ExtraKeysId extra,
+                    std::vector<HashId>& out);
+
+  /// Starts loading what release(h) reads (the node, then its bucket): call it a few blocks
+  /// ahead of releasing a run of nodes.
+  void prefetch_node(HashId h) const { __builtin_prefetch(&nodes_[slot(h)]); }
+  void prefetch_bucket(HashId h) const {
+    __builtin_prefetch(&buckets_[nodes_[slot(h)].hash & bucket_mask_]);
+  }
+
   /// Adds a reference to `h`. O(1).
   void retain(HashId h);
   /// Drops a reference; a node reaching zero is removed and releases its parent. O(depth freed).
@@ -72,6 +86,9 @@ class BlockHashTable {
   };
   static std::size_t slot(HashId h) { return static_cast<std::size_t>(to_int(h)); }
   std::uint64_t hash_of(HashId parent, std::span<const Token> tokens, ExtraKeysId extra) const;
+  /// intern() once the bucket hash `h` of (parent, tokens, extra) is known.
+  HashId intern_hashed(HashId parent, std::span<const Token> tokens, ExtraKeysId extra,
+                       std::uint64_t h);
   bool node_equals(std::int32_t n, HashId parent, std::span<const Token> tokens,
                    ExtraKeysId extra) const;
   void bucket_insert(std::int32_t n, std::uint64_t hash);
@@ -83,6 +100,7 @@ class BlockHashTable {
   std::vector<Node> nodes_;
   std::vector<Token> tokens_;             // [nodes_.size(), block_size]
   std::vector<std::int32_t> free_slots_;  // node slots to reuse
+  std::vector<std::uint64_t> chain_hashes_;  // intern_chain's scratch
   // Open addressing with linear probing. Each bucket keeps the low 32 bits of its node's hash, so
   // probing and backward-shift deletion rarely touch the node array.
   struct Bucket {

@@ -1,5 +1,7 @@
 #include "core/block_pool.h"
 
+#include <algorithm>
+
 #include "core/assert.h"
 
 namespace kvsim {
@@ -28,14 +30,31 @@ BlockId BlockPool::get_cached_block(HashId h) const {
 
 void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
   KVSIM_ASSERT(n <= num_free_blocks(), "not enough free blocks");
+  // Evict in pop order. Releasing a hash node reads the node and then its bucket, two dependent
+  // misses, and popping reads the next queue entry, a third: pipeline them, block i being popped
+  // while block i-1's bucket and block i-2's eviction are under way.
+  const std::size_t first = out.size();
+  const auto evict_at = [&](std::size_t k) {
+    KVCacheBlock& blk = block(out[k]);
+    if (blk.block_hash != kNoHash) evict(blk);
+  };
   for (std::int32_t i = 0; i < n; ++i) {
     KVCacheBlock& blk = free_queue_.front();
     free_queue_.pop_front();
     KVSIM_ASSERT(blk.ref_cnt == 0);
-    if (enable_caching_ && blk.block_hash != kNoHash) evict(blk);
     blk.ref_cnt = 1;
     out.push_back(blk.block_id);
+    if (!enable_caching_) continue;
+    if (blk.block_hash != kNoHash) hashes_.prefetch_node(blk.block_hash);
+    const std::size_t k = out.size() - 1;
+    if (k >= first + 1)
+      if (const HashId h = block(out[k - 1]).block_hash; h != kNoHash) hashes_.prefetch_bucket(h);
+    if (k >= first + 2) evict_at(k - 2);
   }
+  if (enable_caching_)
+    for (std::size_t k = std::max(first, out.size() - std::min<std::size_t>(2, static_cast<std::size_t>(n))); k < out.size();
+         ++k)
+      evict_at(k);
   stats_.blocks_allocated += n;
 }
 

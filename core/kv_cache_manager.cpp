@@ -45,13 +45,17 @@ ExtraKeysId KVCacheManager::extra_keys(const Request& request, std::int64_t star
 void KVCacheManager::hash_request_tokens(Request& request) {
   const std::int64_t bs = config_.block_size;
   const std::vector<Token>& tokens = request.all_token_ids();
-  const bool need_extra = !request.mm_positions.empty();
+  if (request.mm_positions.empty()) {
+    const auto full = static_cast<std::size_t>(request.num_tokens() / bs * bs);
+    hashes_.intern_chain(kNoHash, std::span<const Token>(tokens.data(), full), kExtraNone,
+                         request.block_hashes);
+    return;
+  }
   std::int64_t mm_idx = 0;
   HashId parent = kNoHash;
   for (std::int64_t start = 0; start + bs <= static_cast<std::int64_t>(tokens.size());
        start += bs) {
-    const ExtraKeysId extra =
-        need_extra ? extra_keys(request, start, start + bs, mm_idx) : kExtraNone;
+    const ExtraKeysId extra = extra_keys(request, start, start + bs, mm_idx);
     const HashId h = hashes_.intern(
         parent, std::span<const Token>(tokens.data() + start, static_cast<std::size_t>(bs)), extra);
     request.block_hashes.push_back(h);

@@ -33,6 +33,21 @@ void Scheduler::preempt_last(SchedulerOutput& out) {
   ++stats_.num_preemptions;
 }
 
+namespace {
+// Fills the entry in place: a temporary built field by field and then copied with wide loads
+// stalls on store-to-load forwarding, once per scheduled request and step.
+void add_scheduled(SchedulerOutput& out, Request& req, std::int64_t num_tokens,
+                   std::int64_t num_computed, std::int32_t num_new_blocks,
+                   ScheduledRequest::Kind kind) {
+  ScheduledRequest& s = out.scheduled.emplace_back();
+  s.request = &req;
+  s.num_tokens = num_tokens;
+  s.num_computed_tokens = num_computed;
+  s.num_new_blocks = num_new_blocks;
+  s.kind = kind;
+}
+}  // namespace
+
 void Scheduler::schedule(SchedulerOutput& out) {
   out.scheduled.clear();
   out.preempted.clear();
@@ -63,8 +78,8 @@ void Scheduler::schedule(SchedulerOutput& out) {
     if (!scheduled) break;
     KVSIM_ASSERT(res.ok(), "allocate_slots failed for a running request");
     req.num_scheduled_tokens = n;
-    out.scheduled.push_back(
-        {&req, n, req.num_computed_tokens, res.num_new_blocks, ScheduledRequest::Kind::kRunning});
+    add_scheduled(out, req, n, req.num_computed_tokens, res.num_new_blocks,
+                  ScheduledRequest::Kind::kRunning);
     budget -= n;
     ++i;
   }
@@ -98,7 +113,7 @@ void Scheduler::schedule(SchedulerOutput& out) {
       req.status = RequestStatus::kRunning;
       req.num_computed_tokens = num_computed;
       req.num_scheduled_tokens = n;
-      out.scheduled.push_back({&req, n, num_computed, res.num_new_blocks, kind});
+      add_scheduled(out, req, n, num_computed, res.num_new_blocks, kind);
       budget -= n;
     }
   }
