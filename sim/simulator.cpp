@@ -18,7 +18,10 @@ struct Simulator::Live {
 };
 
 Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn step_time)
-    : scenario_(scenario), source_(source), step_time_(std::move(step_time)) {
+    : scenario_(scenario),
+      source_(source),
+      step_time_(std::move(step_time)),
+      vocab_size_(scenario_vocab_size(scenario)) {
   scheduler_ = std::make_unique<Scheduler>(scenario.scheduler, scenario.kv_cache_config());
   view_.scheduler = scheduler_.get();
   view_.out = &out_;
@@ -63,15 +66,27 @@ void Simulator::pull_next_open_loop() {
   queue_arrival(std::move(*next), true);
 }
 
+namespace {
+bool stops_at_eos(const RequestSpec& spec) { return !spec.ignore_eos && spec.eos_token_id; }
+}  // namespace
+
 std::int64_t Simulator::final_output_tokens(const RequestSpec& spec) const {
-  std::int64_t n = spec.max_tokens;
-  n = std::min<std::int64_t>(
-      n, scenario_.scheduler.max_model_len - static_cast<std::int64_t>(spec.prompt.size()));
-  if (!spec.ignore_eos && spec.eos_token_id) {
-    for (std::int64_t i = 0; i < n; ++i)
-      if (output_token(spec.output_seed, i) == *spec.eos_token_id) return i + 1;
-  }
+  const std::int64_t n = std::min<std::int64_t>(
+      spec.max_tokens,
+      scenario_.scheduler.max_model_len - static_cast<std::int64_t>(spec.prompt.size()));
   return std::max<std::int64_t>(n, 1);
+}
+
+FinishReason Simulator::final_reason(const RequestSpec& spec) const {
+  // vLLM checks the length cap before EOS: an EOS that lands on max_model_len is a "length".
+  const bool capped = static_cast<std::int64_t>(spec.prompt.size()) + final_output_tokens(spec) >=
+                      scenario_.scheduler.max_model_len;
+  return stops_at_eos(spec) && !capped ? FinishReason::kStop : FinishReason::kLength;
+}
+
+Token Simulator::generated_token(const RequestSpec& spec, std::int64_t i) const {
+  if (stops_at_eos(spec) && i == spec.max_tokens - 1) return *spec.eos_token_id;
+  return output_token(spec.output_seed, i, vocab_size_, spec.eos_token_id.value_or(-1));
 }
 
 bool Simulator::reject_if_invalid(const RequestSpec& spec) {
@@ -113,7 +128,10 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
         static_cast<std::int64_t>(spec.prompt.size()) + final_output_tokens(spec) - 1;
     request_ids_[s] = spec.id;
     SamplingLimits limits;
-    limits.max_tokens = spec.max_tokens;
+    // Stopping at EOS: no client max_tokens, so vLLM's default (the rest of the context).
+    limits.max_tokens = stops_at_eos(spec) ? scenario_.scheduler.max_model_len -
+                                                 static_cast<std::int64_t>(spec.prompt.size())
+                                           : spec.max_tokens;
     limits.ignore_eos = spec.ignore_eos;
     limits.eos_token_id = spec.eos_token_id;
     l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits));
@@ -208,7 +226,7 @@ void Simulator::end_step() {
     Request& r = *sr.request;
     if (r.num_computed_tokens + r.num_scheduled_tokens == r.num_tokens()) {
       const RequestSpec& spec = live_[static_cast<std::size_t>(r.index())].spec;
-      r.sampled_token = output_token(spec.output_seed, r.num_output_tokens());
+      r.sampled_token = generated_token(spec, r.num_output_tokens());
     }
   }
   sched.update_from_output(outputs_);
@@ -335,7 +353,10 @@ void Simulator::run_cache_only() {
     if (open_loop) pull_next_open_loop();
     if (reject_if_invalid(spec)) continue;
     SamplingLimits limits;
-    limits.max_tokens = spec.max_tokens;
+    // Stopping at EOS: no client max_tokens, so vLLM's default (the rest of the context).
+    limits.max_tokens = stops_at_eos(spec) ? scenario_.scheduler.max_model_len -
+                                                 static_cast<std::int64_t>(spec.prompt.size())
+                                           : spec.max_tokens;
     Request req(0, spec.prompt, limits);
     std::int64_t computed = kv.get_computed_blocks(req, hits);
     std::int64_t todo = req.num_tokens() - computed;
@@ -366,11 +387,10 @@ void Simulator::run_cache_only() {
     rec.prompt_tokens = req.num_tokens();
     rec.output_tokens = final_output_tokens(spec);
     rec.first_lookup_hit_tokens = computed;
-    rec.reason = FinishReason::kLength;
+    rec.reason = final_reason(spec);
     request_done(rec);
     outputs.clear();
-    for (std::int64_t i = 0; i < rec.output_tokens; ++i)
-      outputs.push_back(output_token(spec.output_seed, i));
+    for (std::int64_t i = 0; i < rec.output_tokens; ++i) outputs.push_back(generated_token(spec, i));
     std::optional<RequestSpec> follow = source_.on_finished(spec, engine_.now(), outputs);
     if (follow) queue_arrival(std::move(*follow), false);
     if (++n % progress_every_ == 0) report_progress();
@@ -411,15 +431,18 @@ StepTimeFn make_step_time(const Scenario& scenario) {
   };
 }
 
+std::int32_t scenario_vocab_size(const Scenario& scenario) {
+  return scenario.model
+             ? static_cast<std::int32_t>(std::max<std::int64_t>(scenario.model->vocab_size, 1))
+             : 32000;
+}
+
 RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& out_dir,
                        const RunOptions& options) {
   // Everything that can reject the input happens before the folder exists.
-  const std::int32_t vocab =
-      scenario.model
-          ? static_cast<std::int32_t>(std::max<std::int64_t>(scenario.model->vocab_size, 1))
-          : 32000;
-  std::unique_ptr<RequestSource> source = make_request_source(
-      scenario.workload, scenario.ctx().child("workload"), scenario.seed, vocab);
+  std::unique_ptr<RequestSource> source =
+      make_request_source(scenario.workload, scenario.ctx().child("workload"), scenario.seed,
+                          scenario_vocab_size(scenario));
   StepTimeFn step_time = options.step_time;
   if (!step_time && scenario.engine.mode == EngineConfig::Mode::kTimed)
     step_time = make_step_time(scenario);

@@ -3,7 +3,8 @@
 //
 // Timed mode, each step: Scheduler::schedule() -> step duration from the latency model (batch
 // features of the scheduled requests) -> step-end event -> each request that catches up gets
-// output_token(output_seed, i) as its sampled token -> update_from_output() -> observers ->
+// its next generated token (output_token(output_seed, i, vocab), or EOS where the request stops
+// at EOS: see RequestSpec::max_tokens) as its sampled token -> update_from_output() -> observers ->
 // finished requests are reported and may spawn follow-up turns (RequestSource::on_finished).
 // Arrivals during a step join waiting and are seen by the next schedule(). A request with
 // prompt + max_tokens > max_model_len (or an empty prompt) is rejected at arrival, as vLLM's
@@ -90,12 +91,16 @@ class Simulator {
   void request_done(const RequestRecord& rec);
   bool reject_if_invalid(const RequestSpec& spec);
   std::int64_t final_output_tokens(const RequestSpec& spec) const;
+  FinishReason final_reason(const RequestSpec& spec) const;
+  /// Output token i of `spec`: the EOS token where the request stops at EOS, else output_token.
+  Token generated_token(const RequestSpec& spec, std::int64_t i) const;
   [[noreturn]] void fail_cannot_fit(const Request& r) const;
   void report_progress();
 
   const Scenario& scenario_;
   RequestSource& source_;
   StepTimeFn step_time_;
+  std::int32_t vocab_size_;  // generated tokens lie in [0, vocab_size_)
   std::vector<StepObserver*> observers_;
   bool check_invariants_ = false;
   std::function<void(const SimProgress&)> progress_;
@@ -156,6 +161,9 @@ struct RunResult {
 /// and trace.json / metrics.prom when the scenario asks. Throws ConfigError (bad workload or
 /// latency section, bad trace row), RunError (a request that can never fit) or
 /// std::runtime_error (I/O).
+/// The vocabulary generated and synthetic tokens are drawn from: the model's, else 32,000.
+std::int32_t scenario_vocab_size(const Scenario& scenario);
+
 RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& out_dir,
                        const RunOptions& options = {});
 

@@ -10,25 +10,41 @@ namespace kvsim {
 
 namespace {
 constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+
+// Token of one 32-bit half of a mixed word: multiply-high maps it onto [0, vocab) (bias below
+// vocab / 2^32).
+inline std::int32_t scale_to_vocab(std::uint32_t bits, std::int32_t vocab_size) {
+  return static_cast<std::int32_t>(
+      (static_cast<std::uint64_t>(bits) * static_cast<std::uint64_t>(vocab_size)) >> 32);
+}
 }  // namespace
 
-std::int32_t output_token(std::uint64_t output_seed, std::int64_t i) {
-  return static_cast<std::int32_t>(
-      splitmix64(output_seed + static_cast<std::uint64_t>(i) * kGolden) >> 33);
+std::int32_t output_token(std::uint64_t output_seed, std::int64_t i, std::int32_t vocab_size,
+                          std::int32_t avoid) {
+  const std::int32_t t = scale_to_vocab(
+      static_cast<std::uint32_t>(
+          splitmix64(output_seed + static_cast<std::uint64_t>(i) * kGolden) >> 32),
+      vocab_size);
+  return t == avoid && vocab_size > 1 ? (t + 1) % vocab_size : t;
 }
 
 std::int32_t pseudo_token(std::uint64_t key, std::int64_t j, std::int32_t vocab_size) {
-  const std::uint64_t x = splitmix64(key + static_cast<std::uint64_t>(j) * kGolden);
-  // Multiply-high maps 64 random bits onto [0, vocab) (bias < vocab / 2^64).
-  __extension__ typedef unsigned __int128 U128;
-  return static_cast<std::int32_t>(
-      (static_cast<U128>(x) * static_cast<std::uint64_t>(vocab_size)) >> 64);
+  const std::uint64_t x = splitmix64(key + static_cast<std::uint64_t>(j >> 1) * kGolden);
+  return scale_to_vocab(static_cast<std::uint32_t>((j & 1) ? x >> 32 : x), vocab_size);
 }
 
 void append_pseudo_tokens(std::vector<std::int32_t>& out, std::uint64_t key, std::int64_t count,
                           std::int32_t vocab_size) {
-  out.reserve(out.size() + static_cast<std::size_t>(count));
-  for (std::int64_t j = 0; j < count; ++j) out.push_back(pseudo_token(key, j, vocab_size));
+  const std::size_t base = out.size();
+  out.resize(base + static_cast<std::size_t>(count));
+  std::int32_t* dst = out.data() + base;
+  // One mixed word gives tokens 2i and 2i + 1 (its low and high halves).
+  for (std::int64_t i = 0; 2 * i < count; ++i) {
+    const std::uint64_t x = splitmix64(key + static_cast<std::uint64_t>(i) * kGolden);
+    dst[2 * i] = scale_to_vocab(static_cast<std::uint32_t>(x), vocab_size);
+    if (2 * i + 1 < count)
+      dst[2 * i + 1] = scale_to_vocab(static_cast<std::uint32_t>(x >> 32), vocab_size);
+  }
 }
 
 std::uint64_t content_key(std::uint64_t seed, std::string_view kind, std::uint64_t index) {

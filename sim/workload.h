@@ -4,10 +4,11 @@
 // of live sessions), so memory is bounded by live requests, never by trace length.
 //
 // Token ids are pseudo-random and deterministic: token j of a content stream keyed by k is
-// pseudo_token(k, j, vocab) = high bits of splitmix64(k + j * 0x9e3779b97f4a7c15) scaled to
-// [0, vocab). Keys: each request's own text, each system prompt, each few-shot template, each
-// trace prefix group and each Mooncake hash id have their own, so equal content gives equal tokens
-// and different content (practically) never shares a block.
+// pseudo_token(k, j, vocab): x = splitmix64(k + (j / 2) * 0x9e3779b97f4a7c15), then the low (j
+// even) or high (j odd) 32 bits of x scaled to [0, vocab) by a multiply-high. Keys: each request's
+// own text, each system prompt, each few-shot template, each trace prefix group and each Mooncake
+// hash id have their own, so equal content gives equal tokens and different content (practically)
+// never shares a block.
 //
 // Scenario keys of `workload:` (see make_request_source, and docs in synthetic_workload.h and
 // trace_readers.h).
@@ -29,17 +30,23 @@ struct RequestSpec {
   std::uint64_t id = 0;  // dense 0,1,2,... in creation order
   SimTimeNs arrival_ns = 0;
   std::vector<std::int32_t> prompt;  // token ids
-  std::int32_t max_tokens = 1;       // output length (benchmarks: max_tokens with ignore_eos)
+  // Output length. With ignore_eos (the benchmarks' way) it is vLLM's max_tokens. Otherwise, when
+  // eos_token_id is set, it is where the model stops: generated token max_tokens - 1 is the EOS
+  // token and the request's max_tokens is vLLM's default (max_model_len - prompt), so it
+  // finishes with reason "stop".
+  std::int32_t max_tokens = 1;
   bool ignore_eos = true;
   std::optional<std::int32_t> eos_token_id;
-  std::uint64_t output_seed = 0;   // generated tokens: output_token(output_seed, i)
+  std::uint64_t output_seed = 0;   // generated tokens: output_token(output_seed, i, ...)
   std::int64_t session = -1;       // multi-turn session id, -1 none
   std::int32_t turn = 0;           // 0-based turn within the session
   std::int32_t prefix_group = -1;  // system prompt / few-shot template index, -1 none
 };
 
-/// Token i (0-based) that a request with this output_seed generates; deterministic, in [0, 2^31).
-[[nodiscard]] std::int32_t output_token(std::uint64_t output_seed, std::int64_t i);
+/// Token i (0-based) that a request with this output_seed generates: deterministic, in
+/// [0, vocab_size), never `avoid` (the EOS token; -1 for none) when vocab_size > 1.
+[[nodiscard]] std::int32_t output_token(std::uint64_t output_seed, std::int64_t i,
+                                        std::int32_t vocab_size, std::int32_t avoid = -1);
 
 /// Token j of the content stream keyed by `key`, in [0, vocab_size). Precondition: vocab_size >= 1.
 [[nodiscard]] std::int32_t pseudo_token(std::uint64_t key, std::int64_t j, std::int32_t vocab_size);

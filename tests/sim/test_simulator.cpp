@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -183,6 +184,45 @@ TEST_CASE("metrics of a tiny run with a constant step time are exact", "[sim]") 
   CHECK(rows[2][6] == "1.040000000");  // finish_s
   CHECK(rows[2][13] == "length");
   CHECK(read_csv(r.folder / "steps.csv").size() == 9);
+}
+
+TEST_CASE("a workload that stops at EOS finishes with reason stop at its sampled length",
+          "[sim]") {
+  TempDir tmp("eos");
+  const std::string workload =
+      "{arrival: {process: all_at_once}, num_requests: 6, prompt_tokens: 32, output_tokens: "
+      "{uniform: {min: 3, max: 9}}, ";
+  RunOptions opt;
+  opt.step_time = constant_ms(10);
+  const Scenario eos = scenario_from(
+      timed_yaml("{block_size: 16, num_gpu_blocks_override: 64}", "{max_model_len: 2048}",
+                 workload + "ignore_eos: false, eos_token_id: 2}"));
+  const auto eos_rows = read_csv(run_scenario(eos, tmp.path / "eos", opt).folder / "requests.csv");
+  const Scenario len = scenario_from(
+      timed_yaml("{block_size: 16, num_gpu_blocks_override: 64}", "{max_model_len: 2048}",
+                 workload + "ignore_eos: true, eos_token_id: 2}"));
+  const auto len_rows = read_csv(run_scenario(len, tmp.path / "len", opt).folder / "requests.csv");
+  REQUIRE(eos_rows.size() == 7);
+  REQUIRE(len_rows.size() == 7);
+  std::set<std::string> lengths;
+  for (std::size_t i = 1; i < eos_rows.size(); ++i) {
+    CHECK(eos_rows[i][13] == "stop");
+    CHECK(len_rows[i][13] == "length");
+    CHECK(eos_rows[i][3] == len_rows[i][3]);  // the same output lengths either way
+    lengths.insert(eos_rows[i][3]);
+  }
+  CHECK(lengths.size() > 1);
+
+  // An EOS that lands exactly on max_model_len is a length stop, as in vLLM's check_stop.
+  const Scenario capped = scenario_from(
+      timed_yaml("{block_size: 16, num_gpu_blocks_override: 64}", "{max_model_len: 40}",
+                 "{arrival: {process: all_at_once}, num_requests: 1, prompt_tokens: 32, "
+                 "output_tokens: 8, ignore_eos: false, eos_token_id: 2}"));
+  const auto capped_rows =
+      read_csv(run_scenario(capped, tmp.path / "capped", opt).folder / "requests.csv");
+  REQUIRE(capped_rows.size() == 2);
+  CHECK(capped_rows[1][3] == "8");
+  CHECK(capped_rows[1][13] == "length");
 }
 
 TEST_CASE("queueing delay is counted when the batch is full", "[sim]") {

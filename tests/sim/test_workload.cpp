@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <set>
 #include <cmath>
 #include <vector>
 
@@ -109,7 +110,7 @@ sessions: {turns: 3, think_time_s: {exponential: {mean: 2}}, user_tokens: 7}
   CHECK(first[1].arrival_ns == 1'000'000'000);
   const RequestSpec& t0 = first[0];
   std::vector<std::int32_t> out;
-  for (int i = 0; i < t0.max_tokens; ++i) out.push_back(output_token(t0.output_seed, i));
+  for (int i = 0; i < t0.max_tokens; ++i) out.push_back(output_token(t0.output_seed, i, 32000));
   auto t1 = src->on_finished(t0, 5'000'000'000, out);
   REQUIRE(t1.has_value());
   CHECK(t1->id == 5);
@@ -192,8 +193,33 @@ TEST_CASE("workload errors name the key and suggest the right one", "[sim]") {
 }
 
 TEST_CASE("output tokens are deterministic per seed and position", "[sim]") {
-  CHECK(output_token(5, 3) == output_token(5, 3));
-  CHECK(output_token(5, 3) != output_token(5, 4));
-  CHECK(output_token(5, 3) >= 0);
-  CHECK(pseudo_token(9, 0, 7) < 7);
+  CHECK(output_token(5, 3, 32000) == output_token(5, 3, 32000));
+  CHECK(output_token(5, 3, 32000) != output_token(5, 4, 32000));
+  // In [0, vocab), every value reached, the avoided (EOS) token never.
+  std::set<std::int32_t> seen;
+  for (int i = 0; i < 1000; ++i) {
+    const std::int32_t t = output_token(11, i, 7, 3);
+    CHECK(t >= 0);
+    CHECK(t < 7);
+    seen.insert(t);
+  }
+  CHECK(seen == std::set<std::int32_t>{0, 1, 2, 4, 5, 6});
+}
+
+TEST_CASE("bulk pseudo tokens equal the per-position function", "[sim]") {
+  for (std::int64_t count : {0, 1, 2, 7, 64}) {
+    std::vector<std::int32_t> out{-1};
+    append_pseudo_tokens(out, 1234, count, 50);
+    REQUIRE(static_cast<std::int64_t>(out.size()) == count + 1);
+    CHECK(out[0] == -1);
+    for (std::int64_t j = 0; j < count; ++j) {
+      CHECK(out[static_cast<std::size_t>(j + 1)] == pseudo_token(1234, j, 50));
+      CHECK(out[static_cast<std::size_t>(j + 1)] < 50);
+    }
+  }
+  std::vector<std::int32_t> a, b;
+  append_pseudo_tokens(a, 1, 64, 128000);
+  append_pseudo_tokens(b, 2, 64, 128000);
+  CHECK(a != b);
+  CHECK(std::set<std::int32_t>(a.begin(), a.end()).size() > 60);  // no short cycle
 }
