@@ -31,8 +31,9 @@ BlockId BlockPool::get_cached_block(HashId h) const {
 void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
   KVSIM_ASSERT(n <= num_free_blocks(), "not enough free blocks");
   // Evict in pop order. Releasing a hash node reads the node and then its bucket, two dependent
-  // misses, and popping reads the next queue entry, a third: pipeline them, block i being popped
-  // while block i-1's bucket and block i-2's eviction are under way.
+  // misses: pipeline them, block i being popped (its node prefetched) while block i - kLag / 2's
+  // bucket is prefetched and block i - kLag is evicted.
+  constexpr std::size_t kLag = 8;
   const std::size_t first = out.size();
   const auto evict_at = [&](std::size_t k) {
     KVCacheBlock& blk = block(out[k]);
@@ -47,13 +48,14 @@ void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
     if (!enable_caching_) continue;
     if (blk.block_hash != kNoHash) hashes_.prefetch_node(blk.block_hash);
     const std::size_t k = out.size() - 1;
-    if (k >= first + 1)
-      if (const HashId h = block(out[k - 1]).block_hash; h != kNoHash) hashes_.prefetch_bucket(h);
-    if (k >= first + 2) evict_at(k - 2);
+    if (k >= first + kLag / 2)
+      if (const HashId h = block(out[k - kLag / 2]).block_hash; h != kNoHash)
+        hashes_.prefetch_bucket(h);
+    if (k >= first + kLag) evict_at(k - kLag);
   }
   if (enable_caching_)
-    for (std::size_t k = std::max(first, out.size() - std::min<std::size_t>(2, static_cast<std::size_t>(n))); k < out.size();
-         ++k)
+    for (std::size_t k = std::max(first, out.size() - std::min<std::size_t>(kLag, static_cast<std::size_t>(n)));
+         k < out.size(); ++k)
       evict_at(k);
   stats_.blocks_allocated += n;
 }

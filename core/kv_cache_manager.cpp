@@ -1,6 +1,7 @@
 #include "core/kv_cache_manager.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "core/assert.h"
 
@@ -8,6 +9,9 @@ namespace kvsim {
 
 KVCacheManager::KVCacheManager(const KVCacheConfig& config, BlockHashTable::BucketHashFn hash_fn)
     : config_(config),
+      block_shift_(std::has_single_bit(static_cast<std::uint64_t>(config.block_size))
+                       ? std::countr_zero(static_cast<std::uint64_t>(config.block_size))
+                       : -1),
       num_preallocate_blocks_(
           static_cast<std::int32_t>(cdiv(config.num_preallocate_tokens, config.block_size))),
       max_num_blocks_per_req_(cdiv(config.max_model_len, config.block_size)),
@@ -46,7 +50,7 @@ void KVCacheManager::hash_request_tokens(Request& request) {
   const std::int64_t bs = config_.block_size;
   const std::vector<Token>& tokens = request.all_token_ids();
   if (request.mm_positions.empty()) {
-    const auto full = static_cast<std::size_t>(request.num_tokens() / bs * bs);
+    const auto full = static_cast<std::size_t>(full_blocks(request.num_tokens()) * bs);
     hashes_.intern_chain(kNoHash, std::span<const Token>(tokens.data(), full), kExtraNone,
                          request.block_hashes);
     return;
@@ -81,7 +85,7 @@ AllocResult KVCacheManager::allocate_slots(Request& request, std::int64_t num_to
   const std::int64_t bs = config_.block_size;
   const auto num_hits = static_cast<std::int64_t>(new_computed_blocks.size());
   const std::int64_t num_computed = request.num_computed_tokens + num_hits * bs;
-  const std::int64_t num_required = cdiv(num_computed + num_tokens, bs);
+  const std::int64_t num_required = blocks_for(num_computed + num_tokens);
   std::vector<BlockId>& table = request.blocks;
   const std::int64_t num_new = num_required - static_cast<std::int64_t>(table.size()) - num_hits;
 
@@ -109,9 +113,9 @@ AllocResult KVCacheManager::allocate_slots(Request& request, std::int64_t num_to
   if (!config_.enable_caching) return {AllocStatus::kOk, num_allocated};
 
   // Cache the blocks this call completes; a partially computed block is re-examined (floor).
-  const std::int64_t first = num_computed / bs;
+  const std::int64_t first = full_blocks(num_computed);
   const std::int64_t end =
-      std::min((num_computed + num_tokens) / bs, static_cast<std::int64_t>(table.size()));
+      std::min(full_blocks(num_computed + num_tokens), static_cast<std::int64_t>(table.size()));
   return {cache_full_blocks(request, first, end), num_allocated};
 }
 

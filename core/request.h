@@ -53,6 +53,9 @@ class Request {
   std::int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }
   const std::vector<Token>& all_token_ids() const { return all_token_ids_; }
   void append_output_token(Token t) { all_token_ids_.push_back(t); }
+  /// Moves the tokens out (prompt then outputs) of a request that is done: afterwards it has no
+  /// tokens and must not be scheduled again.
+  std::vector<Token> take_token_ids() { return std::move(all_token_ids_); }
 
   std::int64_t num_computed_tokens = 0;
   RequestStatus status = RequestStatus::kWaiting;
