@@ -134,6 +134,9 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
                                            : spec.max_tokens;
     limits.ignore_eos = spec.ignore_eos;
     limits.eos_token_id = spec.eos_token_id;
+    // Room for every token it will generate: appending outputs never reallocates (for a long
+    // prompt that meant a copy and fresh pages per request).
+    spec.prompt.reserve(static_cast<std::size_t>(final_kv_tokens_[s] + 1));
     l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits));
     // Size the block table and hash list once, at arrival: the step loop then never grows them.
     const auto max_blocks = static_cast<std::size_t>(
@@ -273,13 +276,15 @@ void Simulator::finish_request(std::int64_t slot, FinishReason reason) {
   rec.num_preemptions = r.num_preemptions;
   rec.reason = reason;
   request_done(rec);
-  // Give the spec its prompt back for the source (multi-turn builds the next turn from it).
-  const auto& toks = r.all_token_ids();
-  l.spec.prompt.assign(toks.begin(), toks.begin() + r.num_prompt_tokens());
-  std::optional<RequestSpec> follow = source_.on_finished(
-      l.spec, engine_.now(),
-      std::span<const std::int32_t>(toks.data() + r.num_prompt_tokens(),
-                                    static_cast<std::size_t>(r.num_output_tokens())));
+  // Give the spec its prompt back for the source (multi-turn builds the next turn from it):
+  // the request's own buffer, cut after the prompt once the outputs are copied out.
+  const auto num_prompt = static_cast<std::size_t>(r.num_prompt_tokens());
+  std::vector<Token> toks = r.take_token_ids();
+  finished_outputs_.assign(toks.begin() + static_cast<std::ptrdiff_t>(num_prompt), toks.end());
+  toks.resize(num_prompt);
+  l.spec.prompt = std::move(toks);
+  std::optional<RequestSpec> follow =
+      source_.on_finished(l.spec, engine_.now(), finished_outputs_);
   l.request.reset();
   l.spec = RequestSpec{};
   free_slots_.push_back(slot);
