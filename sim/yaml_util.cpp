@@ -348,4 +348,8 @@ std::string resolve_input_path(const YamlContext& ctx, const std::string& path) 
   return path;
 }
 
+std::string number_text(double v) { return fmt::format("{}", v); }
+
+YAML::Node number_node(double v) { return YAML::Node(number_text(v)); }
+
 }  // namespace kvsim

@@ -127,4 +127,10 @@ inline constexpr double kDoubleMax = std::numeric_limits<double>::max();
 /// A short human description of a node's value for messages: the scalar text, "a mapping", ...
 [[nodiscard]] std::string describe_node(const YAML::Node& node);
 
+/// The shortest text that as_double() reads back as exactly `v` ("0.9", "1e-06", "450000000000"),
+/// for YAML that must reproduce the value bit for bit.
+[[nodiscard]] std::string number_text(double v);
+/// A scalar node holding number_text(v).
+[[nodiscard]] YAML::Node number_node(double v);
+
 }  // namespace kvsim
