@@ -7,10 +7,12 @@
 
 namespace kvsim {
 
-Distribution Distribution::fixed(double value) {
+Distribution Distribution::fixed(double value, double min, double max) {
   Distribution d;
   d.kind_ = Kind::kFixed;
   d.a_ = value;
+  d.min_ = min;
+  d.max_ = max;
   return d;
 }
 
@@ -70,6 +72,8 @@ Distribution Distribution::parse(const YAML::Node& node, const YamlContext& ctx,
     d.kind_ = Kind::kEmpirical;
     d.empirical_ =
         std::make_shared<const EmpiricalSampler>(EmpiricalSampler::from_csv_column(file, column));
+    d.empirical_file_ = file;
+    d.empirical_column_ = column;
     return d;
   }
   if (!p.IsMap())
@@ -108,6 +112,54 @@ Distribution Distribution::parse(const YAML::Node& node, const YamlContext& ctx,
     d.zipf_.emplace(n, s);
   }
   return d;
+}
+
+YAML::Node Distribution::to_yaml() const {
+  YAML::Node out(YAML::NodeType::Map);
+  YAML::Node p(YAML::NodeType::Map);
+  switch (kind_) {
+    case Kind::kFixed:
+      out["fixed"] = number_node(a_);
+      break;
+    case Kind::kUniform:
+      p["min"] = number_node(a_);
+      p["max"] = number_node(b_);
+      out["uniform"] = p;
+      break;
+    case Kind::kNormal:
+      p["mean"] = number_node(a_);
+      p["std"] = number_node(b_);
+      out["normal"] = p;
+      break;
+    case Kind::kLognormal:
+      p["mean"] = number_node(a_);
+      p["sigma"] = number_node(b_);
+      out["lognormal"] = p;
+      break;
+    case Kind::kGamma:
+      p["mean"] = number_node(a_);
+      p["cv"] = number_node(b_);
+      out["gamma"] = p;
+      break;
+    case Kind::kExponential:
+      p["mean"] = number_node(a_);
+      out["exponential"] = p;
+      break;
+    case Kind::kZipf:
+      p["n"] = zipf_->n();
+      p["s"] = number_node(zipf_->s());
+      out["zipf"] = p;
+      break;
+    case Kind::kEmpirical:
+      p["file"] = empirical_file_;
+      p["column"] = empirical_column_;
+      out["empirical"] = p;
+      break;
+  }
+  if (min_ != -kDoubleMax) out["min"] = number_node(min_);
+  if (max_ != kDoubleMax) out["max"] = number_node(max_);
+  out.SetStyle(YAML::EmitterStyle::Flow);
+  return out;
 }
 
 double Distribution::sample(RngStream& rng) const {

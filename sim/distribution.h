@@ -39,8 +39,9 @@ class Distribution {
     kEmpirical
   };
 
-  /// A distribution that always gives `value`.
-  static Distribution fixed(double value);
+  /// A distribution that always gives `value` clamped to [min, max] (as parse() of
+  /// {fixed: value, min: min, max: max} would).
+  static Distribution fixed(double value, double min = -kDoubleMax, double max = kDoubleMax);
   /// Parses one of the forms above. `lower`/`upper` are the bounds a value may never leave (the
   /// YAML `min`/`max` may narrow them, not widen them); `integer` selects integer semantics.
   static Distribution parse(const YAML::Node& node, const YamlContext& ctx, double lower,
@@ -55,6 +56,11 @@ class Distribution {
   [[nodiscard]] Kind kind() const { return kind_; }
   [[nodiscard]] double min() const { return min_; }
   [[nodiscard]] double max() const { return max_; }
+  /// The canonical form of this distribution, in flow style: the family with all its parameters,
+  /// then the finite bounds, e.g. {lognormal: {mean: 300, sigma: 0.8}, min: 1, max: 4000}.
+  /// Numbers are written to round-trip exactly and an empirical file as resolved, so parse() of
+  /// it with the same lower/upper/integer gives the same draws (and the same canonical form).
+  [[nodiscard]] YAML::Node to_yaml() const;
 
  private:
   Kind kind_ = Kind::kFixed;
@@ -63,6 +69,7 @@ class Distribution {
   double min_ = -kDoubleMax, max_ = kDoubleMax;
   std::optional<ZipfSampler> zipf_;
   std::shared_ptr<const EmpiricalSampler> empirical_;
+  std::string empirical_file_, empirical_column_;  // kEmpirical: the CSV (resolved) and column
 };
 
 }  // namespace kvsim
