@@ -11,6 +11,7 @@ namespace kvsim {
 namespace {
 
 constexpr double kMaxTokens = 10'000'000;  // upper bound of any length draw (10M tokens)
+constexpr double kMaxThinkTimeS = 1e9;
 
 double parse_popularity(const YAML::Node& pool, const YamlContext& ctx) {
   const YAML::Node p = pool["popularity"];
@@ -89,6 +90,72 @@ ArrivalConfig parse_arrival(const YAML::Node& n, const YamlContext& ctx) {
   return a;
 }
 
+const char* process_name(ArrivalConfig::Process p) {
+  switch (p) {
+    case ArrivalConfig::Process::kPoisson:
+      return "poisson";
+    case ArrivalConfig::Process::kGamma:
+      return "gamma";
+    case ArrivalConfig::Process::kConstant:
+      return "constant";
+    case ArrivalConfig::Process::kBursts:
+      return "bursts";
+    case ArrivalConfig::Process::kTimestamps:
+      return "timestamps";
+    case ArrivalConfig::Process::kAllAtOnce:
+      return "all_at_once";
+  }
+  return "";
+}
+
+// The keys parse_arrival reads for the process, in flow style.
+YAML::Node arrival_yaml(const ArrivalConfig& a) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["process"] = process_name(a.process);
+  switch (a.process) {
+    case ArrivalConfig::Process::kPoisson:
+    case ArrivalConfig::Process::kConstant:
+      n["rate_per_s"] = number_node(a.rate_per_s);
+      break;
+    case ArrivalConfig::Process::kGamma:
+      n["rate_per_s"] = number_node(a.rate_per_s);
+      n["cv"] = number_node(a.cv);
+      break;
+    case ArrivalConfig::Process::kBursts:
+      n["burst_size"] = a.burst_size;
+      n["interval_s"] = number_node(a.interval_s);
+      n["spacing_s"] = number_node(a.spacing_s);
+      break;
+    case ArrivalConfig::Process::kTimestamps: {
+      YAML::Node times(YAML::NodeType::Sequence);
+      for (double t : a.times_s) times.push_back(number_node(t));
+      n["times_s"] = times;
+      break;
+    }
+    case ArrivalConfig::Process::kAllAtOnce:
+      break;
+  }
+  n.SetStyle(YAML::EmitterStyle::Flow);
+  return n;
+}
+
+YAML::Node pool_yaml(const PrefixPoolConfig& p, bool few_shot) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["count"] = p.count;
+  if (few_shot) n["examples"] = p.examples;
+  n[few_shot ? "example_tokens" : "tokens"] = p.tokens.to_yaml();
+  if (p.zipf_s == 0.0) {
+    n["popularity"] = "uniform";
+  } else {
+    YAML::Node zipf(YAML::NodeType::Map);
+    zipf["zipf"] = number_node(p.zipf_s);
+    zipf.SetStyle(YAML::EmitterStyle::Flow);
+    n["popularity"] = zipf;
+  }
+  n["share"] = number_node(p.share);
+  return n;
+}
+
 // A generator for one follow-up turn of one session (independent of engine finish order).
 RngStream turn_stream(std::uint64_t seed, std::int64_t session, std::int32_t turn) {
   return RngStream(splitmix64(stream_seed(seed, "workload.turns") ^
@@ -137,9 +204,10 @@ SyntheticWorkloadConfig parse_synthetic_workload(const YAML::Node& w, const Yaml
     SessionConfig sess;
     if (!has_key(s, "turns")) throw yaml_error(s, sc, "missing required key 'turns' in " + sc.path);
     sess.turns = Distribution::parse(s["turns"], sc.child("turns"), 1, 1'000'000, true);
-    if (has_key(s, "think_time_s"))
-      sess.think_time_s =
-          Distribution::parse(s["think_time_s"], sc.child("think_time_s"), 0, 1e9, false);
+    sess.think_time_s = has_key(s, "think_time_s")
+                            ? Distribution::parse(s["think_time_s"], sc.child("think_time_s"), 0,
+                                                  kMaxThinkTimeS, false)
+                            : Distribution::fixed(0, 0, kMaxThinkTimeS);
     if (!has_key(s, "user_tokens"))
       throw yaml_error(s, sc, "missing required key 'user_tokens' in " + sc.path);
     sess.user_tokens =
@@ -151,6 +219,27 @@ SyntheticWorkloadConfig parse_synthetic_workload(const YAML::Node& w, const Yaml
           get_optional_int(w, "eos_token_id", ctx, 0, std::numeric_limits<std::int32_t>::max()))
     c.eos_token_id = static_cast<std::int32_t>(*eos);
   return c;
+}
+
+YAML::Node synthetic_workload_yaml(const SyntheticWorkloadConfig& c) {
+  YAML::Node w(YAML::NodeType::Map);
+  w["num_requests"] = c.num_requests;
+  if (c.duration_s) w["duration_s"] = number_node(*c.duration_s);
+  w["arrival"] = arrival_yaml(c.arrival);
+  w["prompt_tokens"] = c.prompt_tokens.to_yaml();
+  w["output_tokens"] = c.output_tokens.to_yaml();
+  if (c.system_prompts) w["system_prompts"] = pool_yaml(*c.system_prompts, false);
+  if (c.few_shot) w["few_shot"] = pool_yaml(*c.few_shot, true);
+  if (c.sessions) {
+    YAML::Node s(YAML::NodeType::Map);
+    s["turns"] = c.sessions->turns.to_yaml();
+    s["think_time_s"] = c.sessions->think_time_s.to_yaml();
+    s["user_tokens"] = c.sessions->user_tokens.to_yaml();
+    w["sessions"] = s;
+  }
+  w["ignore_eos"] = c.ignore_eos;
+  if (c.eos_token_id) w["eos_token_id"] = *c.eos_token_id;
+  return w;
 }
 
 SyntheticSource::SyntheticSource(SyntheticWorkloadConfig config, std::uint64_t seed,

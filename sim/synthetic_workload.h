@@ -82,6 +82,10 @@ struct SyntheticWorkloadConfig {
 /// Reads the synthetic keys of `workload:` (the caller has checked the key set).
 [[nodiscard]] SyntheticWorkloadConfig parse_synthetic_workload(const YAML::Node& workload,
                                                                const YamlContext& ctx);
+/// The resolved `workload:` section: every key parse_synthetic_workload reads, with the value it
+/// used (the arrival keys of its process, distributions in Distribution::to_yaml form); an absent
+/// duration_s, prefix pool, sessions or eos_token_id stays absent. Parsing it gives `c` back.
+[[nodiscard]] YAML::Node synthetic_workload_yaml(const SyntheticWorkloadConfig& c);
 
 class SyntheticSource final : public RequestSource {
  public:

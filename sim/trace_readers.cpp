@@ -103,6 +103,35 @@ TraceConfig parse_trace_config(const YAML::Node& w, const YamlContext& ctx) {
   return c;
 }
 
+YAML::Node trace_workload_yaml(const TraceConfig& c) {
+  YAML::Node t(YAML::NodeType::Map);
+  switch (c.format) {
+    case TraceConfig::Format::kAzure:
+      t["format"] = "azure";
+      break;
+    case TraceConfig::Format::kMooncake:
+      t["format"] = "mooncake";
+      break;
+    case TraceConfig::Format::kCsv:
+      t["format"] = "csv";
+      break;
+    case TraceConfig::Format::kJsonl:
+      t["format"] = "jsonl";
+      break;
+  }
+  t["path"] = c.path;
+  t["time_scale"] = number_node(c.time_scale);
+  if (c.max_requests) t["max_requests"] = *c.max_requests;
+  if (c.format == TraceConfig::Format::kMooncake) t["hash_block_tokens"] = c.hash_block_tokens;
+  if (c.format == TraceConfig::Format::kCsv || c.format == TraceConfig::Format::kJsonl)
+    t["prefix_tokens"] = c.prefix_tokens;
+  YAML::Node w(YAML::NodeType::Map);
+  w["trace"] = t;
+  w["ignore_eos"] = c.ignore_eos;
+  if (c.eos_token_id) w["eos_token_id"] = *c.eos_token_id;
+  return w;
+}
+
 TraceSource::TraceSource(TraceConfig config, std::uint64_t seed, std::int32_t vocab_size)
     : config_(std::move(config)),
       seed_(seed),

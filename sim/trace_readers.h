@@ -15,10 +15,10 @@
 // Formats:
 //   azure     CSV TIMESTAMP,ContextTokens,GeneratedTokens; TIMESTAMP like 2023-11-16
 //             18:15:46.6805900; arrivals relative to the first row.
-//   mooncake  JSONL {"timestamp": ms, "input_length", "output_length", "hash_ids": [...]}; hash id
-//   h
-//             gives hash_block_tokens pseudo-tokens keyed by h alone (independent of the seed), the
-//             last block cut to input_length - 512 * (n - 1); arrivals relative to the first row.
+//   mooncake  JSONL {"timestamp": ms, "input_length", "output_length", "hash_ids": [...]}; hash
+//             id h gives hash_block_tokens pseudo-tokens keyed by h alone (independent of the
+//             seed), the last block cut to input_length - hash_block_tokens * (n - 1); arrivals
+//             relative to the first row.
 //   csv       header with arrival_s, prompt_tokens, output_tokens[, prefix_group][, prefix_tokens]
 //   jsonl     {"arrival_s", "prompt_tokens", "output_tokens"[, "prefix_group"][, "prefix_tokens"]}
 //             arrival_s is used as given (not shifted to the first row).
@@ -51,6 +51,10 @@ struct TraceConfig {
 
 /// Reads `workload.trace` (and the workload-level caps); checks that the file can be opened.
 [[nodiscard]] TraceConfig parse_trace_config(const YAML::Node& workload, const YamlContext& ctx);
+/// The resolved `workload:` section: trace {format, path (as resolved), time_scale, max_requests
+/// (workload.num_requests folded in; absent when uncapped), hash_block_tokens (mooncake),
+/// prefix_tokens (csv, jsonl)}, ignore_eos and eos_token_id (when set). Parsing it gives `c` back.
+[[nodiscard]] YAML::Node trace_workload_yaml(const TraceConfig& c);
 
 /// One trace row before token synthesis.
 struct TraceRow {
