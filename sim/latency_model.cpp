@@ -48,11 +48,6 @@ class FittedLatency final : public LatencyModel {
   LatencyFit fit_;
 };
 
-struct RooflineParams {
-  double mfu = 0.5, mbu = 0.8, step_overhead_us = 1000, interconnect_bytes_per_s = 450e9,
-         allreduce_latency_us = 10;
-};
-
 class RooflineLatency final : public LatencyModel {
  public:
   RooflineLatency(const ModelConfig& m, const GpuPreset& gpu, int tp, RooflineParams p)
@@ -250,35 +245,53 @@ LatencyFit load_fit_file(const std::string& path) {
   return load_fit_node(load_yaml_file(path), YamlContext{path, ""});
 }
 
-std::unique_ptr<LatencyModel> make_latency_model(const YAML::Node& latency, const YamlContext& ctx,
-                                                 const ModelConfig& model, const GpuPreset& gpu,
-                                                 int tp) {
+LatencyConfig parse_latency_config(const YAML::Node& latency, const YamlContext& ctx) {
   require_map(latency, ctx);
+  LatencyConfig c;
   const std::string kind =
       get_choice(latency, "model", ctx, "roofline", {"roofline", "fitted", "constant"});
   if (kind == "constant") {
     check_keys(latency, {"model", "step_time_us"}, ctx);
-    return std::make_unique<ConstantLatency>(
-        get_double(latency, "step_time_us", ctx, std::nullopt, 0.001, 1e12));
+    c.kind = LatencyConfig::Kind::kConstant;
+    c.step_time_us = get_double(latency, "step_time_us", ctx, std::nullopt, 0.001, 1e12);
+    return c;
   }
   if (kind == "fitted") {
     check_keys(latency, {"model", "file", "coefficients"}, ctx);
-    if (has_key(latency, "coefficients") == has_key(latency, "file"))
+    c.kind = LatencyConfig::Kind::kFitted;
+    const bool has_file = has_key(latency, "file");
+    const bool has_coefficients = has_key(latency, "coefficients");
+    if (!has_file && !has_coefficients)
       throw yaml_error(latency, ctx,
-                       fmt::format("{}: model fitted needs exactly one of 'file' or 'coefficients'",
-                                   ctx.where()));
-    if (has_key(latency, "coefficients"))
-      return std::make_unique<FittedLatency>(
-          parse_coefficients(latency["coefficients"], ctx.child("coefficients")));
-    const std::string file =
-        resolve_input_path(ctx.child("file"), get_string(latency, "file", ctx, std::nullopt));
-    return std::make_unique<FittedLatency>(load_fit_file(file));
+                       fmt::format("{}: model fitted needs 'file' or 'coefficients'", ctx.where()));
+    if (has_file) {
+      c.fit_file =
+          resolve_input_path(ctx.child("file"), get_string(latency, "file", ctx, std::nullopt));
+      c.fit = load_fit_file(*c.fit_file);
+    }
+    if (has_coefficients) {
+      const YAML::Node given = latency["coefficients"];
+      const YamlContext gctx = ctx.child("coefficients");
+      const LatencyFit fit = parse_coefficients(given, gctx);
+      for (std::size_t i = 0; has_file && i < kFitTermNames.size(); ++i) {
+        if (fit.coefficients_us[i] == c.fit.coefficients_us[i]) continue;
+        const YAML::Node at = given[kFitTermNames[i]];
+        throw yaml_error(
+            at.IsDefined() ? at : given, gctx.child(kFitTermNames[i]),
+            fmt::format("{}: {} differs from {} in the fit file '{}' (give file and "
+                        "coefficients together only when they agree)",
+                        gctx.child(kFitTermNames[i]).path, number_text(fit.coefficients_us[i]),
+                        number_text(c.fit.coefficients_us[i]), *c.fit_file));
+      }
+      c.fit = fit;
+    }
+    return c;
   }
   check_keys(latency,
              {"model", "mfu", "mbu", "step_overhead_us", "interconnect_bytes_per_s",
               "allreduce_latency_us"},
              ctx);
-  RooflineParams p;
+  RooflineParams& p = c.roofline;
   p.mfu = get_double(latency, "mfu", ctx, p.mfu, 1e-6, 1.0);
   p.mbu = get_double(latency, "mbu", ctx, p.mbu, 1e-6, 1.0);
   p.step_overhead_us = get_double(latency, "step_overhead_us", ctx, p.step_overhead_us, 0.0, 1e9);
@@ -286,9 +299,52 @@ std::unique_ptr<LatencyModel> make_latency_model(const YAML::Node& latency, cons
       get_double(latency, "interconnect_bytes_per_s", ctx, p.interconnect_bytes_per_s, 1.0);
   p.allreduce_latency_us =
       get_double(latency, "allreduce_latency_us", ctx, p.allreduce_latency_us, 0.0, 1e9);
+  return c;
+}
+
+YAML::Node latency_config_yaml(const LatencyConfig& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  switch (c.kind) {
+    case LatencyConfig::Kind::kRoofline:
+      n["model"] = "roofline";
+      n["mfu"] = number_node(c.roofline.mfu);
+      n["mbu"] = number_node(c.roofline.mbu);
+      n["step_overhead_us"] = number_node(c.roofline.step_overhead_us);
+      n["interconnect_bytes_per_s"] = number_node(c.roofline.interconnect_bytes_per_s);
+      n["allreduce_latency_us"] = number_node(c.roofline.allreduce_latency_us);
+      break;
+    case LatencyConfig::Kind::kFitted: {
+      n["model"] = "fitted";
+      if (c.fit_file) n["file"] = *c.fit_file;
+      YAML::Node coefficients(YAML::NodeType::Map);
+      for (std::size_t i = 0; i < kFitTermNames.size(); ++i)
+        coefficients[kFitTermNames[i]] = number_node(c.fit.coefficients_us[i]);
+      n["coefficients"] = coefficients;
+      break;
+    }
+    case LatencyConfig::Kind::kConstant:
+      n["model"] = "constant";
+      n["step_time_us"] = number_node(c.step_time_us);
+      break;
+  }
+  return n;
+}
+
+std::unique_ptr<LatencyModel> make_latency_model(const YAML::Node& latency, const YamlContext& ctx,
+                                                 const ModelConfig& model, const GpuPreset& gpu,
+                                                 int tp) {
+  const LatencyConfig c = parse_latency_config(latency, ctx);
+  switch (c.kind) {
+    case LatencyConfig::Kind::kConstant:
+      return std::make_unique<ConstantLatency>(c.step_time_us);
+    case LatencyConfig::Kind::kFitted:
+      return std::make_unique<FittedLatency>(c.fit);
+    case LatencyConfig::Kind::kRoofline:
+      break;
+  }
   if (tp < 1)
     throw ConfigError(fmt::format("{}: tensor_parallel_size must be >= 1, got {}", ctx.file, tp));
-  return std::make_unique<RooflineLatency>(model, gpu, tp, p);
+  return std::make_unique<RooflineLatency>(model, gpu, tp, c.roofline);
 }
 
 }  // namespace kvsim

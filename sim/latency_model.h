@@ -9,7 +9,9 @@
 //     interconnect_bytes_per_s: 450e9   tensor-parallel all-reduce bandwidth (per direction)
 //     allreduce_latency_us: 10  per all-reduce (2 per layer) when tensor_parallel_size > 1
 //   model: fitted
-//     file: fits/h100-qwen.yaml  written by `kvsim calibrate` (or give `coefficients:` inline)
+//     file: fits/h100-qwen.yaml  written by `kvsim calibrate`, and/or
+//     coefficients: {intercept: 900, decode_tokens: 2.5, ...}   inline (absent terms are 0);
+//                               with both, they must agree exactly (config.resolved.yaml has both)
 //   model: constant
 //     step_time_us: 10000
 //
@@ -35,6 +37,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,7 +66,7 @@ class LatencyModel {
   virtual SimTimeNs step_time_ns(const BatchFeatures& batch) const = 0;
 };
 
-/// Builds the model of the scenario's `latency:` section (an absent section gives the roofline).
+/// Builds the model of the scenario's `latency:` section (parse_latency_config, then the model).
 [[nodiscard]] std::unique_ptr<LatencyModel> make_latency_model(const YAML::Node& latency,
                                                                const YamlContext& ctx,
                                                                const ModelConfig& model,
@@ -85,6 +88,33 @@ struct LatencyFit {
   /// The fitted step time in microseconds (not clamped).
   [[nodiscard]] double predict_us(const BatchFeatures& b) const;
 };
+
+/// The roofline's efficiency factors and fixed costs (the keys of `model: roofline`).
+struct RooflineParams {
+  double mfu = 0.5;                         // achieved fraction of peak FLOP/s
+  double mbu = 0.8;                         // achieved fraction of peak HBM bandwidth
+  double step_overhead_us = 1000;           // fixed cost of every step
+  double interconnect_bytes_per_s = 450e9;  // all-reduce bandwidth, per direction
+  double allreduce_latency_us = 10;         // per all-reduce (2 per layer) when tp > 1
+};
+
+/// The scenario's `latency:` section with its defaults filled in.
+struct LatencyConfig {
+  enum class Kind : std::uint8_t { kRoofline, kFitted, kConstant };
+  Kind kind = Kind::kRoofline;
+  RooflineParams roofline;              // kRoofline
+  std::optional<std::string> fit_file;  // kFitted: the fit file as resolved, when one was named
+  LatencyFit fit;                       // kFitted: the coefficients the model uses
+  double step_time_us = 0;              // kConstant
+};
+
+/// Reads and validates `latency:` (an absent section is the roofline with its defaults); a fit
+/// file is read here.
+[[nodiscard]] LatencyConfig parse_latency_config(const YAML::Node& latency, const YamlContext& ctx);
+/// The resolved `latency:` section: the model and every key it reads with the value used (fitted:
+/// the file when one was named and always the six coefficients, written to round-trip exactly).
+/// Parsing it gives `c` back.
+[[nodiscard]] YAML::Node latency_config_yaml(const LatencyConfig& c);
 
 /// Least-squares fit (Eigen column-pivoting Householder QR on unit-scaled columns). A term whose
 /// column is all zeros gets coefficient 0. Precondition: batches.size() == step_time_us.size()
