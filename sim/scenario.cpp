@@ -4,6 +4,11 @@
 
 #include <filesystem>
 
+#include "sim/latency_model.h"
+#include "sim/synthetic_workload.h"
+#include "sim/trace_readers.h"
+#include "sim/workload.h"
+
 namespace kvsim {
 namespace {
 
@@ -18,9 +23,6 @@ std::vector<std::string_view> cache_keys() {
   return keys;
 }
 
-/// Shortest round-trip text of a double ("0.9", "1e-06").
-std::string num(double v) { return fmt::format("{}", v); }
-
 std::string flow_text(const YAML::Node& node) {
   if (node.IsScalar()) return node.Scalar();
   YAML::Emitter e;
@@ -28,6 +30,14 @@ std::string flow_text(const YAML::Node& node) {
   e.SetSeqFormat(YAML::Flow);
   e << node;
   return e.c_str();
+}
+
+// `workload:` as its reader resolves it (the reader make_request_source would pick).
+YAML::Node resolved_workload(const Scenario& s) {
+  const YamlContext ctx = s.ctx().child("workload");
+  check_keys(s.workload, std::span<const std::string_view>(kWorkloadKeys), ctx);
+  if (has_key(s.workload, "trace")) return trace_workload_yaml(parse_trace_config(s.workload, ctx));
+  return synthetic_workload_yaml(parse_synthetic_workload(s.workload, ctx));
 }
 
 }  // namespace
@@ -246,31 +256,29 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "profile" << YAML::Value << s.engine.profile;
   e << YAML::Key << "mode" << YAML::Value << mode_name(s.engine.mode);
   e << YAML::EndMap;
-  // File paths are rewritten as resolved from the scenario's folder, so that the resolved file
-  // runs from the same working directory wherever it is stored.
-  const YamlContext top{s.file, ""};
-  auto with_resolved_path = [&](const YAML::Node& section, const char* sub, const char* key,
-                                const YamlContext& ctx) {
-    YAML::Node copy = YAML::Clone(section);
-    YAML::Node holder = sub ? copy[sub] : copy;
-    if (holder.IsMap() && holder[key].IsScalar())
-      holder[key] = resolve_input_path(sub ? ctx.child(sub) : ctx, holder[key].Scalar());
-    return copy;
-  };
-  if (has_key(s.root, "model"))
-    e << YAML::Key << "model" << YAML::Value
-      << with_resolved_path(s.root["model"], nullptr, "config", top.child("model"));
+  // File paths (here and in the workload and latency sections) are written as resolved from the
+  // scenario's folder, so that the resolved file runs from the same working directory wherever
+  // it is stored.
+  const YamlContext top = s.ctx();
+  if (has_key(s.root, "model")) {
+    YAML::Node model = YAML::Clone(s.root["model"]);
+    if (model.IsMap() && model["config"].IsScalar())
+      model["config"] = resolve_input_path(top.child("model"), model["config"].Scalar());
+    e << YAML::Key << "model" << YAML::Value << model;
+  }
   e << YAML::Key << "hardware" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "gpu" << YAML::Value << s.hardware.gpu.name;
   e << YAML::Key << "tensor_parallel_size" << YAML::Value << s.hardware.tensor_parallel_size;
   e << YAML::Key << "gpu_memory_bytes" << YAML::Value << s.hardware.gpu.memory_bytes;
-  e << YAML::Key << "peak_flops_per_s" << YAML::Value << num(s.hardware.gpu.peak_flops_per_s);
-  e << YAML::Key << "hbm_bytes_per_s" << YAML::Value << num(s.hardware.gpu.hbm_bytes_per_s);
+  e << YAML::Key << "peak_flops_per_s" << YAML::Value
+    << number_text(s.hardware.gpu.peak_flops_per_s);
+  e << YAML::Key << "hbm_bytes_per_s" << YAML::Value << number_text(s.hardware.gpu.hbm_bytes_per_s);
   e << YAML::EndMap;
   const CacheSizingConfig& z = s.cache.sizing;
   e << YAML::Key << "cache" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "block_size" << YAML::Value << z.block_size;
-  e << YAML::Key << "gpu_memory_utilization" << YAML::Value << num(z.gpu_memory_utilization);
+  e << YAML::Key << "gpu_memory_utilization" << YAML::Value
+    << number_text(z.gpu_memory_utilization);
   if (z.kv_cache_memory_bytes)
     e << YAML::Key << "kv_cache_memory_bytes" << YAML::Value << *z.kv_cache_memory_bytes;
   if (z.num_gpu_blocks_override)
@@ -287,14 +295,14 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "max_num_batched_tokens" << YAML::Value << s.scheduler.max_num_batched_tokens;
   e << YAML::Key << "max_model_len" << YAML::Value << s.scheduler.max_model_len;
   e << YAML::EndMap;
-  e << YAML::Key << "workload" << YAML::Value
-    << with_resolved_path(s.workload, "trace", "path", top.child("workload"));
-  if (s.latency.IsDefined() && !s.latency.IsNull())
-    e << YAML::Key << "latency" << YAML::Value << s.latency;
+  e << YAML::Key << "workload" << YAML::Value << resolved_workload(s);
+  if (s.engine.mode == EngineConfig::Mode::kTimed)
+    e << YAML::Key << "latency" << YAML::Value
+      << latency_config_yaml(parse_latency_config(s.latency, top.child("latency")));
   e << YAML::Key << "validate" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "backend" << YAML::Value << s.validate.backend;
   e << YAML::Key << "sample_every_steps" << YAML::Value << s.validate.sample_every_steps;
-  e << YAML::Key << "sample_prob" << YAML::Value << num(s.validate.sample_prob);
+  e << YAML::Key << "sample_prob" << YAML::Value << number_text(s.validate.sample_prob);
   e << YAML::Key << "dtype" << YAML::Value << s.validate.dtype;
   e << YAML::EndMap;
   e << YAML::Key << "outputs" << YAML::Value << YAML::BeginMap;

@@ -111,8 +111,11 @@ void apply_set(YAML::Node& root, std::string_view assignment);
 [[nodiscard]] Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets,
                                      std::optional<std::uint64_t> seed = std::nullopt);
 
-/// config.resolved.yaml: every section with its defaults filled in (workload, latency and model
-/// are kept as written, with --set applied; their defaults belong to their own readers).
+/// config.resolved.yaml: every section with its defaults filled in and every file path resolved;
+/// workload and latency as their readers resolve them (synthetic_workload_yaml or
+/// trace_workload_yaml, latency_config_yaml; latency only in timed mode, the only mode that reads
+/// it); model kept as written, with --set applied. Running it gives the same outputs, and
+/// resolving it again gives the same text. Throws ConfigError on a bad workload or latency.
 [[nodiscard]] std::string resolved_yaml(const Scenario& s);
 
 /// The cartesian product of the sweep axes, first axis slowest: each point is the list of
