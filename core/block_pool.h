@@ -62,6 +62,8 @@ class BlockPool {
     return blocks_[static_cast<std::size_t>(to_int(b))];
   }
   const FreeQueue& free_queue() const { return free_queue_; }
+  /// Starts loading block `b` (for walks over a block table).
+  void prefetch_block(BlockId b) const { __builtin_prefetch(&block(b)); }
   const Stats& stats() const { return stats_; }
 
   /// vLLM's _get_cached_block: the first-inserted live block carrying `h`, or kNoBlock. O(1).

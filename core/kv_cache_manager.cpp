@@ -160,18 +160,34 @@ AllocStatus KVCacheManager::cache_full_blocks(Request& request, std::int64_t fir
   return AllocStatus::kOk;
 }
 
+namespace {
+// Prefetch distance, in table entries, for walks over a finished request's blocks and hashes.
+constexpr std::size_t kWalkAhead = 8;
+}  // namespace
+
 void KVCacheManager::free(Request& request) {
   std::vector<BlockId>& table = request.blocks;
+  const std::size_t n = table.size();
   if (config_.enable_caching) {
-    for (auto it = table.rbegin(); it != table.rend(); ++it) pool_.free_block(*it);
+    for (std::size_t i = n; i-- > 0;) {
+      if (i >= kWalkAhead) pool_.prefetch_block(table[i - kWalkAhead]);
+      pool_.free_block(table[i]);
+    }
   } else {
-    for (BlockId b : table) pool_.free_block(b);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i + kWalkAhead < n) pool_.prefetch_block(table[i + kWalkAhead]);
+      pool_.free_block(table[i]);
+    }
   }
   table.clear();
 }
 
 void KVCacheManager::release_request(Request& request) {
-  for (HashId h : request.block_hashes) hashes_.release(h);
+  const std::vector<HashId>& hashes = request.block_hashes;
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    if (i + kWalkAhead < hashes.size()) hashes_.prefetch_node(hashes[i + kWalkAhead]);
+    hashes_.release(hashes[i]);
+  }
   request.block_hashes.clear();
 }
 
