@@ -12,7 +12,9 @@
 //     {process: timestamps, times_s: [0, 0.5, ...]}   given times (num_requests defaults to count)
 //     {process: all_at_once}                           every request at t = 0 (offline batch)
 //   prompt_tokens: DIST         the request's own text (after any shared prefix), >= 1
-//   output_tokens: DIST         max_tokens, >= 1
+//   output_tokens: DIST         output length, >= 1: max_tokens with ignore_eos (the benchmarks'
+//                               way); with ignore_eos false and an eos_token_id, where the model
+//                               emits EOS (finish reason "stop", see RequestSpec::max_tokens)
 //   system_prompts:             optional shared prefix, prepended first
 //     {count: 8, tokens: DIST, popularity: {zipf: 1.1} | uniform, share: 1.0}
 //   few_shot:                   optional shared template after the system prompt
