@@ -1,6 +1,8 @@
 #include "kernels/work_plan.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/check.h"
 
@@ -17,6 +19,30 @@ std::int64_t count_ctas(const std::vector<std::int32_t>& visible, std::int64_t c
 }
 
 }  // namespace
+
+AttentionPath resolve_attention_path(AttentionPath requested, std::int32_t group_size) {
+  if (requested != AttentionPath::kAuto) return requested;
+  return group_size >= kMinTensorCoreGroup && group_size <= kMaxTensorCoreGroup
+             ? AttentionPath::kTensorCore
+             : AttentionPath::kCudaCore;
+}
+
+const char* attention_path_name(AttentionPath path) {
+  switch (path) {
+    case AttentionPath::kAuto: return "auto";
+    case AttentionPath::kCudaCore: return "cuda_core";
+    case AttentionPath::kTensorCore: return "tensor_core";
+  }
+  return "?";
+}
+
+AttentionPath parse_attention_path(std::string_view name) {
+  for (const AttentionPath p :
+       {AttentionPath::kAuto, AttentionPath::kCudaCore, AttentionPath::kTensorCore})
+    if (name == attention_path_name(p)) return p;
+  throw std::invalid_argument("unknown attention path '" + std::string(name) +
+                              "' (allowed: auto, cuda_core, tensor_core)");
+}
 
 attention_work_plan plan_attention_work(const std::int32_t* seq_lens, const std::int32_t* q_indptr,
                                         std::int32_t num_seqs, std::int32_t num_kv_heads,

@@ -3,9 +3,32 @@
 // Plain C++ so the policy is unit-tested without a GPU.
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace kvsim::kernels {
+
+/// Which kernel computes a paged attention call (kernels.md §7.2, "Math path").
+enum class AttentionPath : std::uint8_t {
+  kAuto,        // kTensorCore for kMinTensorCoreGroup <= G <= kMaxTensorCoreGroup, else kCudaCore
+  kCudaCore,    // PagedAttentionKernel: fp32 FMAs on CUDA cores, any G with (D/8) x G <= 1024
+  kTensorCore,  // PagedAttentionMmaKernel: mma.sync m16n8k16, the G heads as the 16 MMA rows
+};
+
+/// Group sizes (query heads per KV head) the automatic choice sends to the tensor-core kernel.
+/// Below 4 the CUDA-core kernel does little arithmetic per byte; above 16 the heads no longer fit
+/// the 16 rows of one MMA tile.
+inline constexpr std::int32_t kMinTensorCoreGroup = 4;
+inline constexpr std::int32_t kMaxTensorCoreGroup = 16;
+
+/// The path that runs for `requested` at group size `group_size`: kAuto is resolved by the group
+/// size, a forced path is returned unchanged (the launchers reject kTensorCore for G > 16).
+AttentionPath resolve_attention_path(AttentionPath requested, std::int32_t group_size);
+
+/// "auto", "cuda_core" or "tensor_core".
+const char* attention_path_name(AttentionPath path);
+/// Parses the names of attention_path_name; throws std::invalid_argument otherwise.
+AttentionPath parse_attention_path(std::string_view name);
 
 /// Smallest KV chunk the automatic policy splits into (FlashInfer's lower bound).
 inline constexpr std::int32_t kMinSplitChunkTokens = 128;

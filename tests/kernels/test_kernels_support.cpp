@@ -5,6 +5,8 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "kernel_test_data.h"
 #include "kernels/backend.h"
@@ -139,6 +141,22 @@ TEST_CASE("the split policy splits only below one wave and respects the forced c
     CHECK(forced.row_item_indptr[1] - forced.row_item_indptr[0] == n);
     CHECK(forced.max_items_per_row == n);
   }
+}
+
+TEST_CASE("the automatic attention path takes tensor cores exactly for 4 <= G <= 16", "[kernels]") {
+  for (int g = 1; g <= 64; ++g) {
+    const AttentionPath expect =
+        g >= 4 && g <= 16 ? AttentionPath::kTensorCore : AttentionPath::kCudaCore;
+    INFO("G=" << g);
+    CHECK(resolve_attention_path(AttentionPath::kAuto, g) == expect);
+    CHECK(resolve_attention_path(AttentionPath::kCudaCore, g) == AttentionPath::kCudaCore);
+    CHECK(resolve_attention_path(AttentionPath::kTensorCore, g) == AttentionPath::kTensorCore);
+  }
+  for (const AttentionPath p :
+       {AttentionPath::kAuto, AttentionPath::kCudaCore, AttentionPath::kTensorCore})
+    CHECK(parse_attention_path(attention_path_name(p)) == p);
+  CHECK(std::string(attention_path_name(AttentionPath::kTensorCore)) == "tensor_core");
+  CHECK_THROWS_AS(parse_attention_path("tensor-core"), std::invalid_argument);
 }
 
 TEST_CASE("the backend factory parses names and refuses cuda without a device", "[kernels]") {
