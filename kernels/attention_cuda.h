@@ -32,24 +32,30 @@ struct attention_split_workspace {
 /// Paged decode: one query row per sequence (work planned with q_indptr = nullptr).
 /// kv: device pool/tables/lengths, dtype kF16 or kBF16, head_size 64/128/256, block_size
 /// 8/16/32, strides and pool 16-byte aligned. q/out: `[num_rows, num_q_heads, head_size]`.
-/// Grid (num_items, Hkv) of PagedAttentionKernel, then PagedAttentionMergeKernel if split.
+/// Grid (num_items, Hkv) of the kernel `path` resolves to (resolve_attention_path:
+/// PagedAttentionKernel or PagedAttentionMmaKernel), then PagedAttentionMergeKernel if split.
+/// kTensorCore with G = num_q_heads / Hkv > 16 returns cudaErrorInvalidValue.
 cudaError_t PagedAttentionDecode(const paged_kv_view& kv, const void* q, void* out,
                                  std::int32_t num_q_heads, float scale,
                                  const attention_work_view& work,
-                                 const attention_split_workspace& workspace, cudaStream_t stream);
+                                 const attention_split_workspace& workspace, cudaStream_t stream,
+                                 AttentionPath path = AttentionPath::kAuto);
 
 /// Paged prefill/append: rows of q_len chunks, bottom-right causal (the plan encodes each row's
-/// visible keys). Same kernel as decode, one CTA per (query row, KV chunk, KV head).
+/// visible keys). Same kernels as decode, one CTA per (query row, KV chunk, KV head).
 cudaError_t PagedAttentionPrefill(const paged_kv_view& kv, const void* q, void* out,
                                   std::int32_t num_q_heads, float scale,
                                   const attention_work_view& work,
-                                  const attention_split_workspace& workspace, cudaStream_t stream);
+                                  const attention_split_workspace& workspace, cudaStream_t stream,
+                                  AttentionPath path = AttentionPath::kAuto);
 
-/// CTAs resident at once on the current device for these parameters (occupancy x SMs): the
-/// `max_ctas` argument of plan_attention_work.
+/// CTAs resident at once on the current device for these parameters (occupancy x SMs) with the
+/// kernel `path` resolves to: the `max_ctas` argument of plan_attention_work. Pass the same path
+/// as to the launch, so that the split plan fits that kernel's wave.
 cudaError_t PagedAttentionMaxResidentCtas(DType dtype, std::int32_t head_size,
                                           std::int32_t block_size, std::int32_t group_size,
-                                          std::int64_t* max_ctas);
+                                          std::int64_t* max_ctas,
+                                          AttentionPath path = AttentionPath::kAuto);
 
 /// reshape_and_cache: key/value `[num_tokens, Hkv, D]` (pool dtype, any of f32/f16/bf16) into
 /// slots `slot_mapping[num_tokens]`; negative slots are skipped. Block tables are not used.

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "kernels/paged_kv.h"
+#include "kernels/work_plan.h"
 
 namespace kvsim::kernels {
 
@@ -62,6 +63,9 @@ class AttentionBackend {
 
   /// Forces the split-KV count (CUDA only; 0 = automatic policy). The CPU backend ignores it.
   virtual void set_forced_splits(std::int32_t /*splits*/) {}
+  /// Forces the attention kernel (CUDA only; kAuto = chosen by the group size, see
+  /// resolve_attention_path). The CPU backend ignores it.
+  virtual void set_attention_path(AttentionPath /*path*/) {}
 };
 
 /// A backend of `kind`. Throws std::runtime_error for kCuda when !cuda_device_available().

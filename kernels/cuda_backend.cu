@@ -62,7 +62,8 @@ class CudaBackend final : public AttentionBackend {
 
     std::int64_t max_ctas = 0;
     KVSIM_CUDA_CHECK(PagedAttentionMaxResidentCtas(shape_.dtype, shape_.head_size, shape_.block_size,
-                                                   batch.num_q_heads / shape_.num_kv_heads, &max_ctas));
+                                                   batch.num_q_heads / shape_.num_kv_heads, &max_ctas,
+                                                   path_));
     const attention_work_plan plan =
         plan_attention_work(batch.seq_lens, batch.q_indptr, batch.num_seqs, shape_.num_kv_heads,
                             shape_.block_size, max_ctas, forced_splits_);
@@ -75,10 +76,10 @@ class CudaBackend final : public AttentionBackend {
     kv.num_seqs = batch.num_seqs;
     if (batch.q_indptr == nullptr) {
       KVSIM_CUDA_CHECK(PagedAttentionDecode(kv, q_.get(), out_.get(), batch.num_q_heads, batch.scale,
-                                            work_.view(), work_.workspace(), nullptr));
+                                            work_.view(), work_.workspace(), nullptr, path_));
     } else {
       KVSIM_CUDA_CHECK(PagedAttentionPrefill(kv, q_.get(), out_.get(), batch.num_q_heads, batch.scale,
-                                             work_.view(), work_.workspace(), nullptr));
+                                             work_.view(), work_.workspace(), nullptr, path_));
     }
     KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
     out_.download(static_cast<std::byte*>(out), qo_bytes);
@@ -89,6 +90,7 @@ class CudaBackend final : public AttentionBackend {
     pool_.upload(static_cast<const std::byte*>(src), pool_bytes());
   }
   void set_forced_splits(std::int32_t splits) override { forced_splits_ = splits; }
+  void set_attention_path(AttentionPath path) override { path_ = path; }
 
  private:
   std::size_t pool_bytes() const {
@@ -98,6 +100,7 @@ class CudaBackend final : public AttentionBackend {
 
   kv_pool_shape shape_;
   std::int32_t forced_splits_ = 0;
+  AttentionPath path_ = AttentionPath::kAuto;
   DeviceBuffer<std::byte> pool_;     // [2, num_blocks, block_size, num_kv_heads, head_size]
   DeviceBuffer<std::byte> key_;      // [num_tokens, num_kv_heads, head_size]
   DeviceBuffer<std::byte> value_;    // [num_tokens, num_kv_heads, head_size]

@@ -1,5 +1,6 @@
 #pragma once
-// Paged attention kernel (kernels.md §7.2) and the split-KV merge kernel (§7.4).
+// Paged attention on CUDA cores (kernels.md §7.2) and the split-KV merge kernel (§7.4), which the
+// tensor-core kernel (decode_mma.cuh) shares.
 //
 // One CTA per (work item, KV head); a work item is one query row and a KV range [begin, end).
 // All G query heads of the KV head are served by the same CTA, so each K/V byte crosses HBM once:
@@ -16,6 +17,7 @@
 #include "kernels/attention_cuda.h"
 #include "kernels/cuda_vec.cuh"
 #include "kernels/decode_dispatch.h"
+#include "kernels/kv_tile.cuh"
 
 namespace kvsim::kernels {
 
@@ -63,7 +65,6 @@ __global__ void __launch_bounds__(1024)
   using Vec = detail::Vec8<T>;
   constexpr int kLanes = HEAD_DIM / 8;
   constexpr int kTile = DecodeTileTokens<T, HEAD_DIM>();
-  constexpr int kVecsPerTile = kTile * kLanes;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* smem_k = reinterpret_cast<T*>(smem_raw);  // [2, kTile, HEAD_DIM]
   T* smem_v = smem_k + 2 * kTile * HEAD_DIM;   // [2, kTile, HEAD_DIM]
@@ -82,7 +83,6 @@ __global__ void __launch_bounds__(1024)
   const int kv_begin = work.item_kv_begin[item];
   const int kv_end = work.item_kv_end[item];
   const int head = kv_head * group + g;
-  const T* __restrict__ pool = static_cast<const T*>(kv.pool);
 
   float qf[8];
   {
@@ -100,27 +100,10 @@ __global__ void __launch_bounds__(1024)
   for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
 
   const int num_tiles = (kv_end - kv_begin + kTile - 1) / kTile;
-  // Issues the cp.async copies of tile `tile` into `stage`; tokens >= kv_end are zero-filled and
-  // their block-table entries are never read.
   auto load_tile = [&](int tile, int stage) {
-    const int tile_start = kv_begin + tile * kTile;
-    for (int i = tid; i < kVecsPerTile; i += num_threads) {
-      const int r = i / kLanes;
-      const int c = i % kLanes;
-      const int t = tile_start + r;
-      const bool valid = t < kv_end;
-      std::int64_t off = 0;
-      if (valid) {
-        const std::int64_t block =
-            kv.block_tables[static_cast<std::int64_t>(seq) * kv.max_blocks_per_seq + t / BLOCK_SIZE];
-        off = block * kv.stride_block + (t % BLOCK_SIZE) * kv.stride_token +
-              kv_head * kv.stride_head + c * 8;
-      }
-      const int s = (stage * kTile + r) * HEAD_DIM + c * 8;
-      detail::cp_async_16(smem_k + s, pool + off, valid);
-      detail::cp_async_16(smem_v + s, pool + (valid ? off + kv.stride_kv : 0), valid);
-    }
-    detail::cp_async_commit();
+    detail::LoadKvTileAsync<T, HEAD_DIM, BLOCK_SIZE, kTile, HEAD_DIM>(
+        kv, seq, kv_head, kv_begin + tile * kTile, kv_end, smem_k + stage * kTile * HEAD_DIM,
+        smem_v + stage * kTile * HEAD_DIM, tid, num_threads);
   };
 
   if (num_tiles > 0) load_tile(0, 0);
@@ -252,16 +235,26 @@ __global__ void PagedAttentionMergeKernel(const float* __restrict__ o_part,    /
 
 namespace detail {
 
-/// Checks the launch preconditions shared by decode and prefill.
-inline bool paged_attention_args_ok(const paged_kv_view& kv, const void* q, const void* out,
-                                    int num_q_heads) {
-  const auto aligned = [](std::int64_t v) { return v % 8 == 0; };
-  return kv.pool != nullptr && q != nullptr && out != nullptr && kv.num_kv_heads > 0 &&
-         num_q_heads > 0 && num_q_heads % kv.num_kv_heads == 0 &&
-         reinterpret_cast<std::uintptr_t>(kv.pool) % 16 == 0 &&
-         reinterpret_cast<std::uintptr_t>(q) % 16 == 0 &&
-         reinterpret_cast<std::uintptr_t>(out) % 16 == 0 && aligned(kv.stride_kv) &&
-         aligned(kv.stride_block) && aligned(kv.stride_token) && aligned(kv.stride_head);
+/// Launches PagedAttentionMergeKernel when the plan splits a row (work.max_items_per_row > 1);
+/// otherwise the attention kernel already wrote `out`.
+template <typename T>
+cudaError_t LaunchMergeIfSplit(const attention_work_view& work,
+                               const attention_split_workspace& workspace, void* out,
+                               int num_q_heads, int head_dim, cudaStream_t stream) {
+  if (work.max_items_per_row <= 1) return cudaSuccess;
+  PagedAttentionMergeKernel<T>
+      <<<dim3(static_cast<unsigned>(work.num_rows), static_cast<unsigned>(num_q_heads)), 64, 0,
+         stream>>>(workspace.o_part, workspace.lse_part, work.row_item_indptr,
+                   static_cast<T*>(out), num_q_heads, head_dim);
+  return cudaGetLastError();
+}
+
+/// Multiprocessors of the current device.
+inline cudaError_t CurrentDeviceSmCount(int* num_sms) {
+  int device = 0;
+  const cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  return cudaDeviceGetAttribute(num_sms, cudaDevAttrMultiProcessorCount, device);
 }
 
 template <typename T>
@@ -269,10 +262,6 @@ cudaError_t PagedAttentionRun(const paged_kv_view& kv, const void* q, void* out,
                               std::int32_t num_q_heads, float scale,
                               const attention_work_view& work,
                               const attention_split_workspace& workspace, cudaStream_t stream) {
-  if (!paged_attention_args_ok(kv, q, out, num_q_heads)) return cudaErrorInvalidValue;
-  if (work.num_items == 0 || work.num_rows == 0) return cudaSuccess;
-  if (work.max_items_per_row > 1 && (workspace.o_part == nullptr || workspace.lse_part == nullptr))
-    return cudaErrorInvalidValue;
   const int group = num_q_heads / kv.num_kv_heads;
   const float scale_log2 = scale * 1.4426950408889634f;
   DISPATCH_HEAD_DIM(kv.head_size, HEAD_DIM, {
@@ -286,14 +275,9 @@ cudaError_t PagedAttentionRun(const paged_kv_view& kv, const void* q, void* out,
       PagedAttentionKernel<T, HEAD_DIM, BLOCK_SIZE><<<grid, block, smem, stream>>>(
           kv, static_cast<const T*>(q), static_cast<T*>(out), num_q_heads, scale_log2, work,
           workspace.o_part, workspace.lse_part);
-      cudaError_t err = cudaGetLastError();
-      if (err != cudaSuccess || work.max_items_per_row <= 1) return err;
-      PagedAttentionMergeKernel<T><<<dim3(static_cast<unsigned>(work.num_rows),
-                                          static_cast<unsigned>(num_q_heads)),
-                                     64, 0, stream>>>(workspace.o_part, workspace.lse_part,
-                                                      work.row_item_indptr, static_cast<T*>(out),
-                                                      num_q_heads, HEAD_DIM);
-      return cudaGetLastError();
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return err;
+      return LaunchMergeIfSplit<T>(work, workspace, out, num_q_heads, HEAD_DIM, stream);
     })
   })
   return cudaSuccess;
@@ -302,10 +286,8 @@ cudaError_t PagedAttentionRun(const paged_kv_view& kv, const void* q, void* out,
 template <typename T>
 cudaError_t PagedAttentionMaxCtas(std::int32_t head_size, std::int32_t block_size,
                                   std::int32_t group, std::int64_t* max_ctas) {
-  int device = 0;
   int num_sms = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
+  cudaError_t err = CurrentDeviceSmCount(&num_sms);
   if (err != cudaSuccess) return err;
   DISPATCH_HEAD_DIM(head_size, HEAD_DIM, {
     DISPATCH_BLOCK_SIZE(block_size, BLOCK_SIZE, {

@@ -1,4 +1,5 @@
-// Explicit instantiations of the paged attention kernels for __half (3 head sizes x 3 block sizes).
+// Explicit instantiations of the CUDA-core paged attention kernel for __half (3 head sizes x 3
+// block sizes).
 #include "kernels/decode.cuh"
 
 namespace kvsim::kernels::detail {
