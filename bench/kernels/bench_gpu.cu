@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <numeric>
 #include <random>
 #include <string>
@@ -162,10 +163,12 @@ result_row run_case(const decode_case& c, const ceilings& ceil, int reps, int wa
   DeviceBuffer<std::byte> q(qo_elems * elt);
   DeviceBuffer<std::byte> out(qo_elems * elt);
   fill_random(q.get(), c.dtype, qo_elems, 2);
+  KVSIM_CUDA_CHECK(cudaMemset(out.get(), 0xff, qo_elems * elt));  // NaN: unwritten outputs show
 
+  const int group = c.num_q_heads / c.num_kv_heads;
   std::int64_t max_ctas = 0;
-  KVSIM_CUDA_CHECK(kernels::PagedAttentionMaxResidentCtas(c.dtype, c.head_size, c.block_size,
-                                                          c.num_q_heads / c.num_kv_heads, &max_ctas));
+  KVSIM_CUDA_CHECK(kernels::PagedAttentionMaxResidentCtas(c.dtype, c.head_size, c.block_size, group,
+                                                          &max_ctas, c.path));
   const kernels::attention_work_plan plan = kernels::plan_attention_work(
       lens.data(), decode ? nullptr : indptr.data(), c.batch, c.num_kv_heads, c.block_size, max_ctas, 0);
   kernels::DeviceWorkPlan work;
@@ -179,14 +182,22 @@ result_row run_case(const decode_case& c, const ceilings& ceil, int reps, int wa
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
   auto launch = [&] {
     const cudaError_t err =
-        decode ? kernels::PagedAttentionDecode(kv, q.get(), out.get(), c.num_q_heads, scale, work.view(), work.workspace(), nullptr)
-               : kernels::PagedAttentionPrefill(kv, q.get(), out.get(), c.num_q_heads, scale, work.view(), work.workspace(), nullptr);
+        decode ? kernels::PagedAttentionDecode(kv, q.get(), out.get(), c.num_q_heads, scale, work.view(),
+                                               work.workspace(), nullptr, c.path)
+               : kernels::PagedAttentionPrefill(kv, q.get(), out.get(), c.num_q_heads, scale, work.view(),
+                                                work.workspace(), nullptr, c.path);
     KVSIM_CUDA_CHECK(err);
   };
   const std::vector<double> us = time_us(launch, reps, warmup, flush, flush_bytes);
+  std::vector<std::byte> host_out(qo_elems * elt);
+  out.download(host_out.data(), host_out.size());
   result_row r;
+  for (std::size_t i = 0; i < qo_elems; ++i)
+    r.nonfinite += std::isfinite(kernels::load_as_float(host_out.data(), c.dtype, static_cast<std::int64_t>(i))) ? 0 : 1;
   r.c = c;
   r.backend = "cuda";
+  r.path = kernels::attention_path_name(kernels::resolve_attention_path(c.path, group));
+  r.path_forced = c.path != kernels::AttentionPath::kAuto;
   r.splits = plan.max_items_per_row;
   r.median_us = percentile(us, 50);
   r.p10_us = percentile(us, 10);
@@ -202,7 +213,8 @@ result_row run_case(const decode_case& c, const ceilings& ceil, int reps, int wa
 
 }  // namespace
 
-int run_gpu_benchmarks(const std::string& csv_path, int reps, int warmup, bool quick) {
+int run_gpu_benchmarks(const std::string& csv_path, int reps, int warmup, bool quick,
+                       kernels::AttentionPath grid_path) {
   const ceilings ceil = measure_ceilings(reps, warmup);
   int device = 0;
   int l2_bytes = 0;
@@ -211,14 +223,26 @@ int run_gpu_benchmarks(const std::string& csv_path, int reps, int warmup, bool q
   const std::size_t flush_bytes = 2 * static_cast<std::size_t>(l2_bytes);  // cold L2 before each rep
   DeviceBuffer<unsigned char> flush(flush_bytes);
 
+  using kernels::AttentionPath;
+  constexpr AttentionPath kForced[] = {AttentionPath::kCudaCore, AttentionPath::kTensorCore};
   std::vector<decode_case> cases;
   // Worked example (kernels.md §4): B=64, ctx 4096, 32/8 heads, D=128, bs 16; both dtypes,
-  // randperm vs sequential pages, and the other block sizes.
+  // randperm vs sequential pages, and the other block sizes; each on both kernels.
   for (const DType dt : {DType::kF16, DType::kBF16}) {
-    for (const bool seq : {false, true}) cases.push_back({"worked_example", dt, 64, 4096, 32, 8, 128, 16, seq, 1});
-    if (!quick)
-      for (const int bs : {8, 32}) cases.push_back({"worked_example", dt, 64, 4096, 32, 8, 128, bs, false, 1});
+    for (const AttentionPath path : kForced) {
+      for (const bool seq : {false, true})
+        cases.push_back({"worked_example", dt, 64, 4096, 32, 8, 128, 16, seq, 1, path});
+      if (!quick)
+        for (const int bs : {8, 32})
+          cases.push_back({"worked_example", dt, 64, 4096, 32, 8, 128, bs, false, 1, path});
+    }
   }
+  // Both kernels over the group size G = 1..16 (8 KV heads, D=128; B=64 is one full wave, B=8
+  // is not and splits).
+  for (const int b : quick ? std::vector<int>{64} : std::vector<int>{8, 64})
+    for (const int hq : {8, 16, 32, 64, 128})
+      for (const AttentionPath path : kForced)
+        cases.push_back({"gqa_paths", DType::kBF16, b, 4096, hq, 8, 128, 16, false, 1, path});
   struct heads { int hq, hkv, d; const char* name; };
   const heads shapes[] = {{32, 8, 128, "llama3_8b"}, {64, 8, 128, "llama3_70b"}, {8, 1, 128, "70b_tp8"},
                           {32, 32, 128, "mha"},      {32, 8, 64, "d64"},         {16, 8, 256, "d256"}};
@@ -227,36 +251,54 @@ int run_gpu_benchmarks(const std::string& csv_path, int reps, int warmup, bool q
   for (const heads& h : shapes) {
     for (const int b : batches) {
       for (const int ctx : contexts) {
-        const decode_case c{std::string("grid_") + h.name, DType::kBF16, b, ctx, h.hq, h.hkv, h.d, 16, false, 1};
+        const decode_case c{std::string("grid_") + h.name, DType::kBF16, b, ctx, h.hq, h.hkv, h.d, 16, false, 1,
+                            grid_path};
         if (compulsory_bytes(c) > 4.5e9) continue;  // keep the pool within a few GB
         cases.push_back(c);
       }
     }
     if (quick) break;
   }
-  for (const int ctx : {65536, 131072}) cases.push_back({"long_single", DType::kBF16, 1, ctx, 32, 8, 128, 16, false, 1});
+  for (const int ctx : {65536, 131072})
+    cases.push_back({"long_single", DType::kBF16, 1, ctx, 32, 8, 128, 16, false, 1, grid_path});
   // Speculative-decode / append rows through the prefill path (report TFLOP/s too).
-  for (const int q_len : {4, 8}) cases.push_back({"append", DType::kBF16, 64, 4096, 32, 8, 128, 16, false, q_len});
+  for (const int q_len : {4, 8})
+    cases.push_back({"append", DType::kBF16, 64, 4096, 32, 8, 128, 16, false, q_len, grid_path});
 
   std::printf("paged decode: CUDA events, %d warm-up, median of %d reps, cold L2 (%zu MB flush)\n",
               warmup, reps, flush_bytes >> 20);
   print_header();
-  std::vector<result_row> rows;
-  for (const auto& c : cases) {
-    rows.push_back(run_case(c, ceil, reps, warmup, flush.get(), flush_bytes));
-    print_row(rows.back());
-  }
   result_row copy_row;
   copy_row.backend = "ceiling_copy";
+  copy_row.path = "-";
   copy_row.c.label = "copy";
   copy_row.gbps = ceil.copy_gbps;
   result_row read_row;
   read_row.backend = "ceiling_read";
+  read_row.path = "-";
   read_row.c.label = "read_only";
   read_row.gbps = ceil.read_gbps;
-  rows.insert(rows.begin(), {copy_row, read_row});
-  write_csv(csv_path, rows);
-  return 0;
+  std::vector<result_row> rows{copy_row, read_row};
+  int failed = 0;
+  for (const auto& c : cases) {
+    try {
+      rows.push_back(run_case(c, ceil, reps, warmup, flush.get(), flush_bytes));
+    } catch (const std::exception& e) {  // report and go on: one session measures everything
+      std::fprintf(stderr, "bench_kernels: case %s B=%d ctx=%d Hq=%d failed: %s\n", c.label.c_str(),
+                   c.batch, c.context_tokens, c.num_q_heads, e.what());
+      ++failed;
+      continue;
+    }
+    print_row(rows.back());
+    if (rows.back().nonfinite > 0) {
+      std::fprintf(stderr, "bench_kernels: %lld non-finite outputs in the row above\n",
+                   static_cast<long long>(rows.back().nonfinite));
+      ++failed;
+    }
+    write_csv(csv_path, rows, false);  // partial results survive a time limit
+  }
+  write_csv(csv_path, rows, true);
+  return failed == 0 ? 0 : 1;
 }
 
 }  // namespace kvsim::bench

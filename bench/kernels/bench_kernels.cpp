@@ -2,7 +2,8 @@
 //   --mode gpu   ceilings (copy, read-only) + decode on the worked example and a shape grid,
 //                randperm vs sequential pages, cold L2, CUDA events, median of >= 30 reps.
 //   --mode cpu   the CPU backend on small shapes (runs anywhere; wall clock, median).
-// Options: --csv PATH (default bench_kernels_<mode>.csv), --reps N, --warmup N, --quick.
+// Options: --csv PATH (default bench_kernels_<mode>.csv), --reps N, --warmup N, --quick,
+//          --path auto|cuda_core|tensor_core (GPU kernel of the grid rows; default auto).
 
 #include <chrono>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -73,6 +75,7 @@ result_row run_cpu_case(const decode_case& c, int reps) {
   result_row row;
   row.c = c;
   row.backend = "cpu";
+  row.path = "cpu";
   row.splits = 1;
   row.median_us = percentile(us, 50);
   row.p10_us = percentile(us, 10);
@@ -116,6 +119,7 @@ int main(int argc, char** argv) {
   int reps = -1;
   [[maybe_unused]] int warmup = 5;  // read only by the GPU mode
   bool quick = false;
+  [[maybe_unused]] kvsim::kernels::AttentionPath path = kvsim::kernels::AttentionPath::kAuto;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -130,8 +134,17 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::atoi(next().c_str());
     else if (a == "--warmup") warmup = std::atoi(next().c_str());
     else if (a == "--quick") quick = true;
+    else if (a == "--path") {
+      try {
+        path = kvsim::kernels::parse_attention_path(next());
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+        return 2;
+      }
+    }
     else if (a == "--help" || a == "-h") {
-      std::puts("usage: bench_kernels [--mode gpu|cpu] [--csv PATH] [--reps N] [--warmup N] [--quick]");
+      std::puts("usage: bench_kernels [--mode gpu|cpu] [--csv PATH] [--reps N] [--warmup N] [--quick]\n"
+                "                     [--path auto|cuda_core|tensor_core]");
       return 0;
     } else {
       std::fprintf(stderr, "bench_kernels: unknown argument '%s' (see --help)\n", a.c_str());
@@ -146,7 +159,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_kernels: no CUDA device available (try --mode cpu)\n");
       return 1;
     }
-    return kvsim::bench::run_gpu_benchmarks(csv, reps > 0 ? std::max(reps, 30) : 30, warmup, quick);
+    return kvsim::bench::run_gpu_benchmarks(csv, reps > 0 ? std::max(reps, 30) : 30, warmup, quick,
+                                            path);
 #else
     std::fprintf(stderr, "bench_kernels: built without CUDA (try --mode cpu)\n");
     return 1;
