@@ -6,15 +6,14 @@
 namespace kvsim {
 
 Request::Request(std::int64_t index, std::vector<Token> prompt, SamplingLimits lim,
-                 std::vector<MMPlaceholder> mm)
+                 std::vector<MMPlaceholder> mm, std::int64_t output_capacity)
     : limits(std::move(lim)),
       mm_positions(std::move(mm)),
       index_(index),
       num_prompt_tokens_(static_cast<std::int64_t>(prompt.size())),
       all_token_ids_(std::move(prompt)) {
-  // Room for every output token up front: decoding then never reallocates the token list.
-  all_token_ids_.reserve(all_token_ids_.size() + static_cast<std::size_t>(std::min<std::int64_t>(
-                                                     limits.max_tokens, 1 << 16)));
+  if (output_capacity < 0) output_capacity = std::min<std::int64_t>(limits.max_tokens, 1 << 16);
+  all_token_ids_.reserve(all_token_ids_.size() + static_cast<std::size_t>(output_capacity));
 }
 
 const char* status_name(RequestStatus s) {

@@ -44,8 +44,10 @@ struct SamplingLimits {
 class Request {
  public:
   /// `index` is a dense caller-chosen id (the simulator's request number, the replay's slot).
+  /// The token list gets room for `output_capacity` generated tokens, so decoding does not
+  /// reallocate it; -1 means min(limits.max_tokens, 2^16).
   Request(std::int64_t index, std::vector<Token> prompt, SamplingLimits limits,
-          std::vector<MMPlaceholder> mm = {});
+          std::vector<MMPlaceholder> mm = {}, std::int64_t output_capacity = -1);
 
   std::int64_t index() const { return index_; }
   std::int64_t num_tokens() const { return static_cast<std::int64_t>(all_token_ids_.size()); }

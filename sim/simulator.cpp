@@ -124,8 +124,8 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
     }
     const auto s = static_cast<std::size_t>(slot);
     Live& l = live_[s];
-    final_kv_tokens_[s] =
-        static_cast<std::int64_t>(spec.prompt.size()) + final_output_tokens(spec) - 1;
+    const std::int64_t num_outputs = final_output_tokens(spec);
+    final_kv_tokens_[s] = static_cast<std::int64_t>(spec.prompt.size()) + num_outputs - 1;
     request_ids_[s] = spec.id;
     SamplingLimits limits;
     // Stopping at EOS: no client max_tokens, so vLLM's default (the rest of the context).
@@ -134,10 +134,10 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
                                            : spec.max_tokens;
     limits.ignore_eos = spec.ignore_eos;
     limits.eos_token_id = spec.eos_token_id;
-    // Room for every token it will generate: appending outputs never reallocates (for a long
-    // prompt that meant a copy and fresh pages per request).
-    spec.prompt.reserve(static_cast<std::size_t>(final_kv_tokens_[s] + 1));
-    l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits));
+    // Room for exactly the tokens it will generate (a stop-at-EOS request's max_tokens is the
+    // rest of the context).
+    l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits),
+                                          std::vector<MMPlaceholder>{}, num_outputs);
     // Size the block table and hash list once, at arrival: the step loop then never grows them.
     const auto max_blocks = static_cast<std::size_t>(
         cdiv(final_kv_tokens_[s] + 1, scenario_.cache.sizing.block_size) +
@@ -362,7 +362,7 @@ void Simulator::run_cache_only() {
     limits.max_tokens = stops_at_eos(spec) ? scenario_.scheduler.max_model_len -
                                                  static_cast<std::int64_t>(spec.prompt.size())
                                            : spec.max_tokens;
-    Request req(0, spec.prompt, limits);
+    Request req(0, std::move(spec.prompt), limits, {}, /*output_capacity=*/0);  // never decodes
     std::int64_t computed = kv.get_computed_blocks(req, hits);
     std::int64_t todo = req.num_tokens() - computed;
     if (todo == 0) {  // the scheduler's full-hit rule: recompute the last block
@@ -386,10 +386,11 @@ void Simulator::run_cache_only() {
     kv.free(req);
     kv.release_request(req);
     for (StepObserver* o : observers_) o->on_lookup(req.num_tokens(), computed);
+    spec.prompt = req.take_token_ids();  // nothing was generated: the prompt
     RequestRecord rec;
     rec.request_id = spec.id;
     rec.arrival_ns = spec.arrival_ns;
-    rec.prompt_tokens = req.num_tokens();
+    rec.prompt_tokens = static_cast<std::int64_t>(spec.prompt.size());
     rec.output_tokens = final_output_tokens(spec);
     rec.first_lookup_hit_tokens = computed;
     rec.reason = final_reason(spec);
