@@ -79,8 +79,8 @@ std::int64_t KVCacheManager::get_computed_blocks(Request& request, std::vector<B
   return static_cast<std::int64_t>(hits.size()) * config_.block_size;
 }
 
-AllocResult KVCacheManager::allocate_slots(Request& request, std::int64_t num_tokens,
-                                           std::span<const BlockId> new_computed_blocks) {
+AllocResult KVCacheManager::allocate_slots_full(Request& request, std::int64_t num_tokens,
+                                                std::span<const BlockId> new_computed_blocks) {
   if (num_tokens == 0) return {AllocStatus::kZeroTokens, 0};
   const std::int64_t bs = config_.block_size;
   const auto num_hits = static_cast<std::int64_t>(new_computed_blocks.size());

@@ -62,7 +62,18 @@ class KVCacheManager {
   /// allocate_slots(request, num_tokens, new_computed_blocks) (spec §4). Allocates nothing on the
   /// heap once the request's table has grown to its final size.
   AllocResult allocate_slots(Request& request, std::int64_t num_tokens,
-                             std::span<const BlockId> new_computed_blocks = {});
+                             std::span<const BlockId> new_computed_blocks = {}) {
+    // Most calls are a decode step inside the last block: no hit, no new block, no block
+    // completed. Exactly what the full path returns for them, without its work.
+    if (num_tokens > 0 && new_computed_blocks.empty()) {
+      const std::int64_t computed = request.num_computed_tokens;
+      const std::int64_t end = computed + num_tokens;
+      if (blocks_for(end) <= static_cast<std::int64_t>(request.blocks.size()) &&
+          (!config_.enable_caching || full_blocks(end) == full_blocks(computed)))
+        return {AllocStatus::kOk, 0};
+    }
+    return allocate_slots_full(request, num_tokens, new_computed_blocks);
+  }
 
   /// free(request): releases the block table, tail first when caching. The hash list is kept.
   void free(Request& request);
@@ -89,6 +100,8 @@ class KVCacheManager {
   void check_invariants(std::span<const Request* const> live) const;
 
  private:
+  AllocResult allocate_slots_full(Request& request, std::int64_t num_tokens,
+                                  std::span<const BlockId> new_computed_blocks);
   void hash_request_tokens(Request& request);
   /// vLLM's generate_block_hash_extra_keys; `mm_idx` is the cursor (-1: the last placeholder).
   ExtraKeysId extra_keys(const Request& request, std::int64_t start, std::int64_t end,
