@@ -77,10 +77,11 @@ void BlockHashTable::intern_chain(HashId parent, std::span<const Token> tokens, 
 HashId BlockHashTable::intern_hashed(HashId parent, std::span<const Token> tokens,
                                      ExtraKeysId extra, std::uint64_t h) {
   const auto h_lo = static_cast<std::uint32_t>(h);
-  for (std::uint64_t i = h & bucket_mask_;; i = (i + 1) & bucket_mask_) {
-    const std::int32_t n = buckets_[i].node;
+  std::uint64_t empty = h & bucket_mask_;
+  for (;; empty = (empty + 1) & bucket_mask_) {
+    const std::int32_t n = buckets_[empty].node;
     if (n < 0) break;
-    if (buckets_[i].hash_lo == h_lo && nodes_[static_cast<std::size_t>(n)].hash == h &&
+    if (buckets_[empty].hash_lo == h_lo && nodes_[static_cast<std::size_t>(n)].hash == h &&
         node_equals(n, parent, tokens, extra)) {
       ++nodes_[static_cast<std::size_t>(n)].refs;
       return HashId{n};
@@ -104,8 +105,15 @@ HashId BlockHashTable::intern_hashed(HashId parent, std::span<const Token> token
             tokens_.begin() + static_cast<std::ptrdiff_t>(n) * block_size_);
   if (parent != kNoHash) retain(parent);
   ++live_;
-  if (static_cast<std::uint64_t>(live_) * 2 > buckets_.size()) grow_buckets();
-  bucket_insert(n, h);
+  // Linear probing degrades fast with load (each probe and each backward shift is a branch on a
+  // cluster's length): keep the table at most a quarter full. A miss ends at the first empty
+  // bucket, which is where the new node goes unless the table grew.
+  if (static_cast<std::uint64_t>(live_) * 4 > buckets_.size()) {
+    grow_buckets();
+    bucket_insert(n, h);
+  } else {
+    buckets_[empty] = Bucket{n, h_lo};
+  }
   return HashId{n};
 }
 
