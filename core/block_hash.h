@@ -98,8 +98,8 @@ class BlockHashTable {
   std::int32_t block_size_;
   BucketHashFn hash_fn_;
   std::vector<Node> nodes_;
-  std::vector<Token> tokens_;             // [nodes_.size(), block_size]
-  std::vector<std::int32_t> free_slots_;  // node slots to reuse
+  std::vector<Token> tokens_;                // [nodes_.size(), block_size]
+  std::vector<std::int32_t> free_slots_;     // node slots to reuse
   std::vector<std::uint64_t> chain_hashes_;  // intern_chain's scratch
   // Open addressing with linear probing. Each bucket keeps the low 32 bits of its node's hash, so
   // probing and backward-shift deletion rarely touch the node array.

@@ -53,10 +53,10 @@ void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
         hashes_.prefetch_bucket(h);
     if (k >= first + kLag) evict_at(k - kLag);
   }
-  if (enable_caching_)
-    for (std::size_t k = std::max(first, out.size() - std::min<std::size_t>(kLag, static_cast<std::size_t>(n)));
-         k < out.size(); ++k)
-      evict_at(k);
+  if (enable_caching_) {  // the last min(n, kLag) popped blocks
+    const std::size_t rest = std::min<std::size_t>(kLag, static_cast<std::size_t>(n));
+    for (std::size_t k = out.size() - rest; k < out.size(); ++k) evict_at(k);
+  }
   stats_.blocks_allocated += n;
 }
 

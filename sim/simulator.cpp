@@ -71,9 +71,9 @@ bool stops_at_eos(const RequestSpec& spec) { return !spec.ignore_eos && spec.eos
 }  // namespace
 
 std::int64_t Simulator::final_output_tokens(const RequestSpec& spec) const {
-  const std::int64_t n = std::min<std::int64_t>(
-      spec.max_tokens,
-      scenario_.scheduler.max_model_len - static_cast<std::int64_t>(spec.prompt.size()));
+  const std::int64_t n =
+      std::min<std::int64_t>(spec.max_tokens, scenario_.scheduler.max_model_len -
+                                                  static_cast<std::int64_t>(spec.prompt.size()));
   return std::max<std::int64_t>(n, 1);
 }
 
@@ -139,9 +139,9 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
     l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits),
                                           std::vector<MMPlaceholder>{}, num_outputs);
     // Size the block table and hash list once, at arrival: the step loop then never grows them.
-    const auto max_blocks = static_cast<std::size_t>(
-        cdiv(final_kv_tokens_[s] + 1, scenario_.cache.sizing.block_size) +
-        scheduler_->kv_cache_manager().num_preallocate_blocks());
+    const auto max_blocks =
+        static_cast<std::size_t>(cdiv(final_kv_tokens_[s] + 1, scenario_.cache.sizing.block_size) +
+                                 scheduler_->kv_cache_manager().num_preallocate_blocks());
     l.request->blocks.reserve(max_blocks);
     l.request->block_hashes.reserve(max_blocks);
     spec.prompt.clear();
@@ -283,8 +283,7 @@ void Simulator::finish_request(std::int64_t slot, FinishReason reason) {
   finished_outputs_.assign(toks.begin() + static_cast<std::ptrdiff_t>(num_prompt), toks.end());
   toks.resize(num_prompt);
   l.spec.prompt = std::move(toks);
-  std::optional<RequestSpec> follow =
-      source_.on_finished(l.spec, engine_.now(), finished_outputs_);
+  std::optional<RequestSpec> follow = source_.on_finished(l.spec, engine_.now(), finished_outputs_);
   l.request.reset();
   l.spec = RequestSpec{};
   free_slots_.push_back(slot);
@@ -396,7 +395,8 @@ void Simulator::run_cache_only() {
     rec.reason = final_reason(spec);
     request_done(rec);
     outputs.clear();
-    for (std::int64_t i = 0; i < rec.output_tokens; ++i) outputs.push_back(generated_token(spec, i));
+    for (std::int64_t i = 0; i < rec.output_tokens; ++i)
+      outputs.push_back(generated_token(spec, i));
     std::optional<RequestSpec> follow = source_.on_finished(spec, engine_.now(), outputs);
     if (follow) queue_arrival(std::move(*follow), false);
     if (++n % progress_every_ == 0) report_progress();

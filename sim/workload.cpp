@@ -21,10 +21,10 @@ inline std::int32_t scale_to_vocab(std::uint32_t bits, std::int32_t vocab_size) 
 
 std::int32_t output_token(std::uint64_t output_seed, std::int64_t i, std::int32_t vocab_size,
                           std::int32_t avoid) {
-  const std::int32_t t = scale_to_vocab(
-      static_cast<std::uint32_t>(
-          splitmix64(output_seed + static_cast<std::uint64_t>(i) * kGolden) >> 32),
-      vocab_size);
+  const std::int32_t t =
+      scale_to_vocab(static_cast<std::uint32_t>(
+                         splitmix64(output_seed + static_cast<std::uint64_t>(i) * kGolden) >> 32),
+                     vocab_size);
   return t == avoid && vocab_size > 1 ? (t + 1) % vocab_size : t;
 }
 

@@ -186,21 +186,20 @@ TEST_CASE("metrics of a tiny run with a constant step time are exact", "[sim]") 
   CHECK(read_csv(r.folder / "steps.csv").size() == 9);
 }
 
-TEST_CASE("a workload that stops at EOS finishes with reason stop at its sampled length",
-          "[sim]") {
+TEST_CASE("a workload that stops at EOS finishes with reason stop at its sampled length", "[sim]") {
   TempDir tmp("eos");
   const std::string workload =
       "{arrival: {process: all_at_once}, num_requests: 6, prompt_tokens: 32, output_tokens: "
       "{uniform: {min: 3, max: 9}}, ";
   RunOptions opt;
   opt.step_time = constant_ms(10);
-  const Scenario eos = scenario_from(
-      timed_yaml("{block_size: 16, num_gpu_blocks_override: 64}", "{max_model_len: 2048}",
-                 workload + "ignore_eos: false, eos_token_id: 2}"));
+  const Scenario eos = scenario_from(timed_yaml("{block_size: 16, num_gpu_blocks_override: 64}",
+                                                "{max_model_len: 2048}",
+                                                workload + "ignore_eos: false, eos_token_id: 2}"));
   const auto eos_rows = read_csv(run_scenario(eos, tmp.path / "eos", opt).folder / "requests.csv");
-  const Scenario len = scenario_from(
-      timed_yaml("{block_size: 16, num_gpu_blocks_override: 64}", "{max_model_len: 2048}",
-                 workload + "ignore_eos: true, eos_token_id: 2}"));
+  const Scenario len = scenario_from(timed_yaml("{block_size: 16, num_gpu_blocks_override: 64}",
+                                                "{max_model_len: 2048}",
+                                                workload + "ignore_eos: true, eos_token_id: 2}"));
   const auto len_rows = read_csv(run_scenario(len, tmp.path / "len", opt).folder / "requests.csv");
   REQUIRE(eos_rows.size() == 7);
   REQUIRE(len_rows.size() == 7);

@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <set>
 #include <cmath>
+#include <set>
 #include <vector>
 
 #include "sim/workload.h"
