@@ -5,8 +5,6 @@
 #include <filesystem>
 
 #include "sim/latency_model.h"
-#include "sim/synthetic_workload.h"
-#include "sim/trace_readers.h"
 #include "sim/workload.h"
 
 namespace kvsim {
@@ -30,14 +28,6 @@ std::string flow_text(const YAML::Node& node) {
   e.SetSeqFormat(YAML::Flow);
   e << node;
   return e.c_str();
-}
-
-// `workload:` as its reader resolves it (the reader make_request_source would pick).
-YAML::Node resolved_workload(const Scenario& s) {
-  const YamlContext ctx = s.ctx().child("workload");
-  check_keys(s.workload, std::span<const std::string_view>(kWorkloadKeys), ctx);
-  if (has_key(s.workload, "trace")) return trace_workload_yaml(parse_trace_config(s.workload, ctx));
-  return synthetic_workload_yaml(parse_synthetic_workload(s.workload, ctx));
 }
 
 }  // namespace
@@ -295,7 +285,8 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "max_num_batched_tokens" << YAML::Value << s.scheduler.max_num_batched_tokens;
   e << YAML::Key << "max_model_len" << YAML::Value << s.scheduler.max_model_len;
   e << YAML::EndMap;
-  e << YAML::Key << "workload" << YAML::Value << resolved_workload(s);
+  e << YAML::Key << "workload" << YAML::Value
+    << resolved_workload_yaml(s.workload, s.ctx().child("workload"));
   if (s.engine.mode == EngineConfig::Mode::kTimed)
     e << YAML::Key << "latency" << YAML::Value
       << latency_config_yaml(parse_latency_config(s.latency, top.child("latency")));

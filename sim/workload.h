@@ -90,4 +90,8 @@ inline constexpr std::string_view kWorkloadKeys[] = {
                                                                  std::uint64_t seed,
                                                                  std::int32_t vocab_size);
 
+/// The `workload:` section as the reader make_request_source picks resolves it: every key it
+/// reads, with the value it uses (for config.resolved.yaml).
+[[nodiscard]] YAML::Node resolved_workload_yaml(const YAML::Node& workload, const YamlContext& ctx);
+
 }  // namespace kvsim
