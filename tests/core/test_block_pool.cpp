@@ -4,20 +4,13 @@
 #include "test_util.h"
 
 using namespace kvsim;
+using kvsim::test::free_queue_ids;
 using kvsim::test::iota_tokens;
-
-namespace {
-std::vector<std::int32_t> queue_ids(const BlockPool& p) {
-  std::vector<std::int32_t> out;
-  for (const KVCacheBlock& b : p.free_queue()) out.push_back(to_int(b.block_id));
-  return out;
-}
-}  // namespace
 
 TEST_CASE("a new pool queues every block in id order", "[core]") {
   BlockHashTable h(4);
   BlockPool p(5, true, h);
-  CHECK(queue_ids(p) == std::vector<std::int32_t>{0, 1, 2, 3, 4});
+  CHECK(free_queue_ids(p) == std::vector<std::int32_t>{0, 1, 2, 3, 4});
   CHECK(p.num_free_blocks() == 5);
   CHECK(p.find_violation().empty());
 }
@@ -29,7 +22,7 @@ TEST_CASE("new blocks come from the head of the free queue", "[core]") {
   p.get_new_blocks(2, out);
   CHECK(test::ids(out) == std::vector<std::int32_t>{0, 1});
   CHECK(p.block(BlockId{0}).ref_cnt == 1);
-  CHECK(queue_ids(p) == std::vector<std::int32_t>{2, 3, 4});
+  CHECK(free_queue_ids(p) == std::vector<std::int32_t>{2, 3, 4});
   CHECK(p.stats().blocks_allocated == 2);
 }
 
@@ -40,10 +33,10 @@ TEST_CASE("freeing appends to the tail and touching unlinks from the middle", "[
   p.get_new_blocks(3, out);
   p.free_block(BlockId{1});
   p.free_block(BlockId{0});
-  CHECK(queue_ids(p) == std::vector<std::int32_t>{3, 4, 1, 0});
+  CHECK(free_queue_ids(p) == std::vector<std::int32_t>{3, 4, 1, 0});
   const BlockId touched[] = {BlockId{4}, BlockId{2}};
   p.touch(touched);  // 4 leaves the queue, 2 was in use and gains a reference
-  CHECK(queue_ids(p) == std::vector<std::int32_t>{3, 1, 0});
+  CHECK(free_queue_ids(p) == std::vector<std::int32_t>{3, 1, 0});
   CHECK(p.block(BlockId{4}).ref_cnt == 1);
   CHECK(p.block(BlockId{2}).ref_cnt == 2);
   CHECK(p.find_violation().empty());
@@ -92,7 +85,7 @@ TEST_CASE("reset_prefix_cache refuses while a block is in use and keeps the queu
   CHECK(p.num_cached_blocks() == 0);
   CHECK(p.num_cached_hashes() == 0);
   CHECK(h.size() == 0);
-  CHECK(queue_ids(p) == std::vector<std::int32_t>{2, 1, 0});
+  CHECK(free_queue_ids(p) == std::vector<std::int32_t>{2, 1, 0});
 }
 
 TEST_CASE("the pool invariant walk catches planted corruption", "[core]") {

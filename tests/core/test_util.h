@@ -39,10 +39,14 @@ inline std::vector<std::int32_t> new_ids(const Request& r, const AllocResult& re
   return out;
 }
 
-inline std::vector<std::int32_t> free_queue_ids(const KVCacheManager& kv) {
+/// Block ids of the free queue, head (next to evict) first.
+inline std::vector<std::int32_t> free_queue_ids(const BlockPool& pool) {
   std::vector<std::int32_t> out;
-  for (const KVCacheBlock& b : kv.pool().free_queue()) out.push_back(to_int(b.block_id));
+  for (const KVCacheBlock& b : pool.free_queue()) out.push_back(to_int(b.block_id));
   return out;
+}
+inline std::vector<std::int32_t> free_queue_ids(const KVCacheManager& kv) {
+  return free_queue_ids(kv.pool());
 }
 
 /// Plays the scheduler for a request in kvm mode: lookup, allocate, mark computed.
