@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "sim/cli_args.h"
 #include "sim/commands.h"
 #include "sim/errors.h"
 #include "sim/latency_model.h"
@@ -27,27 +28,22 @@ constexpr const char* kUsage =
 
 int calibrate(const Args& args) {
   std::string input, output;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
+  static constexpr std::string_view kFlags[] = {"--output", "--help"};
+  ArgParser cli(args, "calibrate", kFlags);
+  while (cli.next()) {
+    if (cli.is("-h", "--help")) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    if (a == "-o" || a == "--output") {
-      if (i + 1 >= args.size()) throw ConfigError("calibrate: " + a + " needs a file name");
-      output = args[++i];
-    } else if (a.starts_with("--output=")) {
-      output = a.substr(9);
-    } else if (a.starts_with("-") && a != "-") {
-      static constexpr std::string_view kFlags[] = {"-o", "--output", "--help"};
+    if (cli.is("-o", "--output"))
+      output = cli.value();
+    else if (!cli.is_flag() && input.empty())
+      input = cli.arg();
+    else if (!cli.is_flag())
       throw ConfigError(
-          fmt::format("calibrate: unknown option '{}'{}", a, suggestion_suffix(a, kFlags)));
-    } else if (input.empty()) {
-      input = a;
-    } else {
-      throw ConfigError(
-          fmt::format("calibrate: unexpected argument '{}' (one MEASUREMENTS.csv only)", a));
-    }
+          fmt::format("unexpected argument '{}' (one MEASUREMENTS.csv only)", cli.arg()));
+    else
+      cli.unknown();
   }
   if (input.empty())
     throw ConfigError(std::string("calibrate: MEASUREMENTS.csv is required\n") + kUsage);

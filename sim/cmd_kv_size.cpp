@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/cli_args.h"
 #include "sim/commands.h"
 #include "sim/errors.h"
 #include "sim/hardware.h"
@@ -97,48 +98,35 @@ int kv_size(const Args& args) {
                                                 "--kv-cache-dtype",
                                                 "--json",
                                                 "--help"};
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i], value;
-    bool has_inline_value = false;
-    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_inline_value = true;
-    }
-    if (flag == "--help" || flag == "-h") {
+  ArgParser cli(args, "kv-size", kFlags);
+  while (cli.next()) {
+    const std::string& flag = cli.arg();
+    if (cli.is("--help", "-h")) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    if (flag == "--json") {
+    if (cli.is("--json"))
       json_out = true;
-      continue;
-    }
-    if (std::find(std::begin(kFlags), std::end(kFlags), flag) == std::end(kFlags)) {
-      throw ConfigError(
-          fmt::format("kv-size: unknown option '{}'{}", flag, suggestion_suffix(flag, kFlags)));
-    }
-    if (!has_inline_value) {
-      if (i + 1 >= args.size()) throw ConfigError(fmt::format("kv-size: {} needs a value", flag));
-      value = args[++i];
-    }
-    if (flag == "--model")
-      model_arg = value;
-    else if (flag == "--gpu")
-      gpu = value, gpu_given = true;
-    else if (flag == "--kv-cache-memory-bytes")
-      cache.kv_cache_memory_bytes = parse_int_flag(flag, value, 1, std::int64_t{1} << 60);
-    else if (flag == "--block-size")
-      cache.block_size = parse_int_flag(flag, value, 1, 1 << 16);
-    else if (flag == "--tensor-parallel-size")
-      hw.tensor_parallel_size = parse_int_flag(flag, value, 1);
-    else if (flag == "--gpu-memory-utilization")
-      cache.gpu_memory_utilization = parse_double_flag(flag, value, 1e-6, 1.0);
-    else if (flag == "--num-gpu-blocks-override")
-      cache.num_gpu_blocks_override = parse_int_flag(flag, value, 1);
-    else if (flag == "--activation-reserve-bytes")
-      cache.activation_reserve_bytes = parse_int_flag(flag, value, 0, std::int64_t{1} << 50);
-    else if (flag == "--kv-cache-dtype")
-      cache_dtype = value;
+    else if (cli.is("--model"))
+      model_arg = cli.value();
+    else if (cli.is("--gpu"))
+      gpu = cli.value(), gpu_given = true;
+    else if (cli.is("--kv-cache-memory-bytes"))
+      cache.kv_cache_memory_bytes = parse_int_flag(flag, cli.value(), 1, std::int64_t{1} << 60);
+    else if (cli.is("--block-size"))
+      cache.block_size = parse_int_flag(flag, cli.value(), 1, 1 << 16);
+    else if (cli.is("--tensor-parallel-size"))
+      hw.tensor_parallel_size = parse_int_flag(flag, cli.value(), 1);
+    else if (cli.is("--gpu-memory-utilization"))
+      cache.gpu_memory_utilization = parse_double_flag(flag, cli.value(), 1e-6, 1.0);
+    else if (cli.is("--num-gpu-blocks-override"))
+      cache.num_gpu_blocks_override = parse_int_flag(flag, cli.value(), 1);
+    else if (cli.is("--activation-reserve-bytes"))
+      cache.activation_reserve_bytes = parse_int_flag(flag, cli.value(), 0, std::int64_t{1} << 50);
+    else if (cli.is("--kv-cache-dtype"))
+      cache_dtype = cli.value();
+    else
+      cli.unknown();
   }
   if (model_arg.empty()) throw ConfigError("kv-size: --model CONFIG is required");
   if (gpu_given && cache.kv_cache_memory_bytes)
