@@ -3,8 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "core/assert.h"
+#include "sim/latency_model.h"
+#include "sim/metrics.h"
+#include "sim/writers.h"
 
 namespace kvsim {
 
@@ -84,6 +88,17 @@ FinishReason Simulator::final_reason(const RequestSpec& spec) const {
   return stops_at_eos(spec) && !capped ? FinishReason::kStop : FinishReason::kLength;
 }
 
+SamplingLimits Simulator::sampling_limits(const RequestSpec& spec) const {
+  SamplingLimits limits;
+  // Stopping at EOS: no client max_tokens, so vLLM's default (the rest of the context).
+  limits.max_tokens = stops_at_eos(spec) ? scenario_.scheduler.max_model_len -
+                                               static_cast<std::int64_t>(spec.prompt.size())
+                                         : spec.max_tokens;
+  limits.ignore_eos = spec.ignore_eos;
+  limits.eos_token_id = spec.eos_token_id;
+  return limits;
+}
+
 Token Simulator::generated_token(const RequestSpec& spec, std::int64_t i) const {
   if (stops_at_eos(spec) && i == spec.max_tokens - 1) return *spec.eos_token_id;
   return output_token(spec.output_seed, i, vocab_size_, spec.eos_token_id.value_or(-1));
@@ -127,13 +142,7 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
     const std::int64_t num_outputs = final_output_tokens(spec);
     final_kv_tokens_[s] = static_cast<std::int64_t>(spec.prompt.size()) + num_outputs - 1;
     request_ids_[s] = spec.id;
-    SamplingLimits limits;
-    // Stopping at EOS: no client max_tokens, so vLLM's default (the rest of the context).
-    limits.max_tokens = stops_at_eos(spec) ? scenario_.scheduler.max_model_len -
-                                                 static_cast<std::int64_t>(spec.prompt.size())
-                                           : spec.max_tokens;
-    limits.ignore_eos = spec.ignore_eos;
-    limits.eos_token_id = spec.eos_token_id;
+    SamplingLimits limits = sampling_limits(spec);  // before the prompt moves
     // Room for exactly the tokens it will generate (a stop-at-EOS request's max_tokens is the
     // rest of the context).
     l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits),
@@ -356,12 +365,9 @@ void Simulator::run_cache_only() {
     free_pending_.push_back(ev->payload);
     if (open_loop) pull_next_open_loop();
     if (reject_if_invalid(spec)) continue;
-    SamplingLimits limits;
-    // Stopping at EOS: no client max_tokens, so vLLM's default (the rest of the context).
-    limits.max_tokens = stops_at_eos(spec) ? scenario_.scheduler.max_model_len -
-                                                 static_cast<std::int64_t>(spec.prompt.size())
-                                           : spec.max_tokens;
-    Request req(0, std::move(spec.prompt), limits, {}, /*output_capacity=*/0);  // never decodes
+    SamplingLimits limits = sampling_limits(spec);  // before the prompt moves
+    Request req(0, std::move(spec.prompt), std::move(limits), {},
+                /*output_capacity=*/0);  // never decodes
     std::int64_t computed = kv.get_computed_blocks(req, hits);
     std::int64_t todo = req.num_tokens() - computed;
     if (todo == 0) {  // the scheduler's full-hit rule: recompute the last block
@@ -405,17 +411,7 @@ void Simulator::run_cache_only() {
   report_progress();
 }
 
-}  // namespace kvsim
-
 // ---- run_scenario ---------------------------------------------------------------------------
-
-#include <nlohmann/json.hpp>
-
-#include "sim/latency_model.h"
-#include "sim/metrics.h"
-#include "sim/writers.h"
-
-namespace kvsim {
 
 StepTimeFn make_step_time(const Scenario& scenario) {
   if (!scenario.model)

@@ -92,6 +92,8 @@ class Simulator {
   bool reject_if_invalid(const RequestSpec& spec);
   std::int64_t final_output_tokens(const RequestSpec& spec) const;
   FinishReason final_reason(const RequestSpec& spec) const;
+  /// The request's SamplingLimits (a stop-at-EOS request gets vLLM's default max_tokens).
+  SamplingLimits sampling_limits(const RequestSpec& spec) const;
   /// Output token i of `spec`: the EOS token where the request stops at EOS, else output_token.
   Token generated_token(const RequestSpec& spec, std::int64_t i) const;
   [[noreturn]] void fail_cannot_fit(const Request& r) const;
@@ -132,10 +134,6 @@ class Simulator {
   std::int64_t requests_done_ = 0;
 };
 
-}  // namespace kvsim
-
-namespace kvsim {
-
 /// How run_scenario runs.
 struct RunOptions {
   bool check_invariants = false;
@@ -157,14 +155,14 @@ struct RunResult {
 /// The step-time function of the scenario's `latency:` section (sim/latency_model.h).
 [[nodiscard]] StepTimeFn make_step_time(const Scenario& scenario);
 
+/// The vocabulary generated and synthetic tokens are drawn from: the model's, else 32,000.
+std::int32_t scenario_vocab_size(const Scenario& scenario);
+
 /// Runs `scenario` into `<out_dir>/<name>/` (written as `<name>.tmp-<pid>` and renamed when
 /// complete; removed on any error): summary.json, requests.csv, steps.csv, config.resolved.yaml,
 /// and trace.json / metrics.prom when the scenario asks. Throws ConfigError (bad workload or
 /// latency section, bad trace row), RunError (a request that can never fit) or
 /// std::runtime_error (I/O).
-/// The vocabulary generated and synthetic tokens are drawn from: the model's, else 32,000.
-std::int32_t scenario_vocab_size(const Scenario& scenario);
-
 RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& out_dir,
                        const RunOptions& options = {});
 
