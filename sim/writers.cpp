@@ -230,8 +230,6 @@ void TraceJsonWriter::on_step_begin(const StepView& v) {
   }
 }
 
-void TraceJsonWriter::on_simulation_end(SimTimeNs, const Scheduler&) {}
-
 void TraceJsonWriter::close() {
   file_.write("\n]}\n");
   file_.close();

@@ -72,7 +72,6 @@ class TraceJsonWriter : public StepObserver {
  public:
   explicit TraceJsonWriter(const std::filesystem::path& path);
   void on_step_begin(const StepView& v) override;
-  void on_simulation_end(SimTimeNs end_ns, const Scheduler& s) override;
   void close();
 
  private:
