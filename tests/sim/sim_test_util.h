@@ -1,6 +1,9 @@
 #pragma once
 // Helpers shared by the sim tests.
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
 
 #include "sim/errors.h"
@@ -16,5 +19,20 @@ inline std::string error_of(auto&& fn) {
   }
   return "";
 }
+
+/// A fresh empty folder under the system temp dir (named by `tag` and the pid), removed at scope
+/// exit.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag)
+      : path(std::filesystem::temp_directory_path() /
+             ("kvsim-test-" + tag + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
 
 }  // namespace kvsim::test

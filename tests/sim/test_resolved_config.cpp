@@ -2,8 +2,6 @@
 // run byte for byte, and resolving it again gives the same text. Checked on every shipped scenario
 // and on workload/latency forms the shipped scenarios do not use.
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -17,6 +15,7 @@
 #include "sim_test_util.h"
 
 using namespace kvsim;
+using kvsim::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
@@ -33,17 +32,6 @@ std::string slurp(const fs::path& p) {
 void write_file(const fs::path& p, const std::string& text) {
   std::ofstream(p, std::ios::binary) << text;
 }
-
-/// A fresh folder under the temp directory, removed on destruction.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag)
-      : path(fs::temp_directory_path() / ("kvsim-" + tag + "-" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 /// Runs from `dir` until destroyed (relative paths in scenarios resolve as from a shell there).
 struct ScopedCwd {

@@ -2,7 +2,6 @@
 // nothing half-written on error, and the Mooncake cache_only hit-rate table.
 
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -19,25 +18,16 @@
 #include "sim/scenario.h"
 #include "sim/simulator.h"
 #include "sim/writers.h"
+#include "sim_test_util.h"
 
 using namespace kvsim;
+using kvsim::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
 const std::string kModel = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/opt-125m.json";
 const std::string kMooncake = std::string(KVSIM_SHARED_DIR) + "/traces/mooncake_synthetic.jsonl";
-
-/// A fresh empty folder under the system temp dir, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("kvsim-test-" + tag + "-" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 Scenario scenario_from(const std::string& yaml) {
   return parse_scenario(load_yaml_string(yaml, "test.yaml"), "test.yaml");
