@@ -77,6 +77,7 @@ TEST_CASE("two cache_only runs write byte-identical files", "[sim]") {
   const fs::path b = run_into(base / "b", sets);
   for (const char* f : {"summary.json", "requests.csv", "steps.csv"}) {
     INFO(f);
+    REQUIRE(fs::exists(a / f));
     CHECK(slurp(a / f) == slurp(b / f));
   }
   fs::remove_all(base);
