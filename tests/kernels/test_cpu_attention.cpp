@@ -13,13 +13,15 @@ namespace kvsim::kernels::testing {
 namespace {
 
 /// Output of the CPU paged path for `p` after writing its K/V through cpu_write_kv into a
-/// NaN-filled pool. Returns the output as floats.
-std::vector<float> run_cpu_paged(const paged_problem& p) {
+/// NaN-filled pool laid out by the strides of `layout` (default: vLLM V1). Returns the output as
+/// floats.
+std::vector<float> run_cpu_paged(const paged_problem& p, paged_kv_view layout) {
   const kv_pool_shape ps = p.pool_shape();
   std::vector<float> nan_fill(static_cast<std::size_t>(ps.num_elements()),
                               std::numeric_limits<float>::quiet_NaN());
   std::vector<std::byte> pool = encode(nan_fill, ps.dtype);
-  paged_kv_view view = make_vllm_v1_view(pool.data(), ps);
+  paged_kv_view view = layout;
+  view.pool = pool.data();
   view.block_tables = p.block_tables.data();
   view.max_blocks_per_seq = p.max_blocks;
   view.seq_lens = p.seq_lens.data();
@@ -35,9 +37,12 @@ std::vector<float> run_cpu_paged(const paged_problem& p) {
                       out.data());
   return decode_floats(out.data(), ps.dtype, static_cast<std::int64_t>(p.q.size()));
 }
+std::vector<float> run_cpu_paged(const paged_problem& p) {
+  return run_cpu_paged(p, make_vllm_v1_view(nullptr, p.pool_shape()));
+}
 
-void check_against_reference(const paged_problem& p) {
-  const std::vector<float> out = run_cpu_paged(p);
+void check_against_reference(const paged_problem& p, const paged_kv_view& layout) {
+  const std::vector<float> out = run_cpu_paged(p, layout);
   const std::vector<float> ref = reference_output(p);
   REQUIRE(out.size() == ref.size());
   const tolerance tol = default_tolerance(p.shape.dtype);
@@ -46,6 +51,9 @@ void check_against_reference(const paged_problem& p) {
                 << " Hkv=" << p.shape.num_kv_heads << " D=" << p.shape.head_size
                 << " bs=" << p.shape.block_size << " " << to_string(st));
   CHECK(passes(st, tol));
+}
+void check_against_reference(const paged_problem& p) {
+  check_against_reference(p, make_vllm_v1_view(nullptr, p.pool_shape()));
 }
 
 }  // namespace
@@ -127,43 +135,23 @@ TEST_CASE("spike keys at page boundaries make the output equal that token's valu
 TEST_CASE("non-default pool layouts work through the strides", "[kernels]") {
   const problem_shape shape{DType::kBF16, 8, 2, 64, 16};
   const paged_problem p = make_problem(shape, {{1, 50}, {6, 40}, {1, 16}}, 21);
-  const kv_pool_shape ps = p.pool_shape();
   const std::int64_t hd = shape.head_size;
   const std::int64_t bs = shape.block_size;
   const std::int64_t hkv = shape.num_kv_heads;
   for (const bool hnd : {false, true}) {
     // Layout A: vLLM's newer (num_blocks, 2, bs, Hkv, D). Layout B: HND (2, nb, Hkv, bs, D).
-    paged_kv_view view = make_vllm_v1_view(nullptr, ps);
+    paged_kv_view layout = make_vllm_v1_view(nullptr, p.pool_shape());
     if (!hnd) {
-      view.stride_kv = bs * hkv * hd;
-      view.stride_block = 2 * bs * hkv * hd;
-      view.stride_token = hkv * hd;
-      view.stride_head = hd;
+      layout.stride_kv = bs * hkv * hd;
+      layout.stride_block = 2 * bs * hkv * hd;
+      layout.stride_token = hkv * hd;
+      layout.stride_head = hd;
     } else {
-      view.stride_head = bs * hd;
-      view.stride_token = hd;
+      layout.stride_head = bs * hd;
+      layout.stride_token = hd;
     }
-    std::vector<float> nan_fill(static_cast<std::size_t>(ps.num_elements()),
-                                std::numeric_limits<float>::quiet_NaN());
-    std::vector<std::byte> pool = encode(nan_fill, ps.dtype);
-    view.pool = pool.data();
-    view.block_tables = p.block_tables.data();
-    view.max_blocks_per_seq = p.max_blocks;
-    view.seq_lens = p.seq_lens.data();
-    view.num_seqs = p.num_seqs();
-    const auto keys = new_tokens(p, 0);
-    const auto values = new_tokens(p, 1);
-    cpu_write_kv(view, keys.data(), values.data(), p.slot_mapping.data(),
-                 static_cast<std::int64_t>(p.slot_mapping.size()));
-    const auto q = encode(p.q, ps.dtype);
-    std::vector<std::byte> out(q.size());
-    cpu_paged_attention(view, {p.q_indptr.data(), shape.num_q_heads, p.scale}, q.data(), out.data());
-    const auto outf = decode_floats(out.data(), ps.dtype, static_cast<std::int64_t>(p.q.size()));
-    const auto ref = reference_output(p);
-    const tolerance tol = default_tolerance(ps.dtype);
-    const error_stats st = compare_outputs(outf.data(), ref.data(), static_cast<std::int64_t>(ref.size()), tol);
-    INFO((hnd ? "HND " : "(nb, 2, ...) ") << to_string(st));
-    CHECK(passes(st, tol));
+    INFO((hnd ? "HND" : "(nb, 2, ...)"));
+    check_against_reference(p, layout);
   }
 }
 
