@@ -93,6 +93,16 @@ inline std::vector<float> decode_floats(const void* data, DType dtype, std::int6
   return out;
 }
 
+/// Sets p.slot_mapping from p.block_tables: the pool slot of every token, sequences concatenated.
+inline void fill_slot_mapping(paged_problem& p) {
+  const int bs = p.shape.block_size;
+  p.slot_mapping.clear();
+  for (int s = 0; s < p.num_seqs(); ++s)
+    for (int t = 0; t < p.seqs[s].kv_len; ++t)
+      p.slot_mapping.push_back(std::int64_t{p.block_tables[s * p.max_blocks + t / bs]} * bs +
+                               t % bs);
+}
+
 /// Builds a problem: fresh random Q/K/V (rounded to dtype), a pool of ~pool_factor x the needed
 /// blocks, block tables drawn from a random permutation (no aliasing).
 inline paged_problem make_problem(const problem_shape& shape, const std::vector<seq_spec>& seqs,
@@ -139,10 +149,8 @@ inline paged_problem make_problem(const problem_shape& shape, const std::vector<
   for (int s = 0; s < p.num_seqs(); ++s) {
     const int blocks = (seqs[s].kv_len + shape.block_size - 1) / shape.block_size;
     for (int b = 0; b < blocks; ++b) p.block_tables[s * p.max_blocks + b] = perm[next++];
-    for (int t = 0; t < seqs[s].kv_len; ++t)
-      p.slot_mapping.push_back(std::int64_t{p.block_tables[s * p.max_blocks + t / shape.block_size]} *
-                                   shape.block_size + t % shape.block_size);
   }
+  fill_slot_mapping(p);
   return p;
 }
 

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "../kernel_test_data.h"
@@ -79,20 +80,25 @@ inline void check_against_baseline(const paged_problem& p, const std::vector<std
   CHECK(passes_against_baseline(st, baseline));
 }
 
+/// check_against_baseline for `p` on both kernels with each split count of `splits` (0 = auto),
+/// the baseline being the CPU backend's error against the dense reference.
+inline void check_both_paths(AttentionBackend& backend, const paged_problem& p,
+                             std::initializer_list<int> splits) {
+  const std::vector<float> ref = reference_output(p);
+  const error_stats baseline = cpu_baseline(p, ref);
+  for (const AttentionPath path : kBothPaths)
+    for (const int n : splits)
+      check_against_baseline(p, run_backend(backend, p, n, path), ref, baseline, n, path);
+}
+
 /// The same problem with block table row s = s*max_blocks + b: contiguous pages, same data.
 inline paged_problem with_identity_tables(paged_problem p) {
   p.num_blocks = p.num_seqs() * p.max_blocks + 1;
   p.poison_block = p.num_blocks - 1;
-  p.slot_mapping.clear();
-  for (int s = 0; s < p.num_seqs(); ++s) {
+  for (int s = 0; s < p.num_seqs(); ++s)
     for (int b = 0; b < p.max_blocks; ++b)
       p.block_tables[s * p.max_blocks + b] = s * p.max_blocks + b;
-    for (int t = 0; t < p.seqs[s].kv_len; ++t)
-      p.slot_mapping.push_back(
-          std::int64_t{p.block_tables[s * p.max_blocks + t / p.shape.block_size]} *
-              p.shape.block_size +
-          t % p.shape.block_size);
-  }
+  fill_slot_mapping(p);
   return p;
 }
 
@@ -121,11 +127,7 @@ inline paged_problem share_prefix(paged_problem p, int blocks) {
     std::copy(p.v[0].begin(), p.v[0].begin() + static_cast<std::ptrdiff_t>(prefix_elems),
               p.v[s].begin());
   }
-  p.slot_mapping.clear();  // shared slots are written once per sharer, with the same values
-  for (int s = 0; s < p.num_seqs(); ++s)
-    for (int t = 0; t < p.seqs[s].kv_len; ++t)
-      p.slot_mapping.push_back(std::int64_t{p.block_tables[s * p.max_blocks + t / bs]} * bs +
-                               t % bs);
+  fill_slot_mapping(p);  // shared slots are written once per sharer, with the same values
   return p;
 }
 

@@ -25,14 +25,9 @@ TEST_CASE(
               {1, 1},      {1, bs - 1}, {1, bs},
               {1, bs + 1}, {1, 0},      {1, 511},
               {1, 512},    {1, 513},    {1, lens.uniform_int(2, 2000)}};
-          const paged_problem p =
-              make_problem({dtype, heads.first, heads.second, d, bs}, seqs, seed++);
-          const std::vector<float> ref = reference_output(p);
-          const error_stats baseline = cpu_baseline(p, ref);
-          for (const AttentionPath path : kBothPaths)
-            for (const int splits : {1, 2, 3, 0})
-              check_against_baseline(p, run_backend(*backend, p, splits, path), ref, baseline,
-                                     splits, path);
+          check_both_paths(*backend,
+                           make_problem({dtype, heads.first, heads.second, d, bs}, seqs, seed++),
+                           {1, 2, 3, 0});
         }
       }
     }
@@ -53,14 +48,9 @@ TEST_CASE("cuda prefill matches the dense reference on mixed chunked-prefill bat
           // q_len = kv_len (no prefix) and an empty sequence.
           const std::vector<seq_spec> seqs{{1, 1328},       {5, 18},  {129, 463}, {4, 37}, {2, 2},
                                            {7, bs + 1 + 7}, {16, 16}, {8, 600},   {1, 0}};
-          const paged_problem p =
-              make_problem({dtype, heads.first, heads.second, d, bs}, seqs, seed++);
-          const std::vector<float> ref = reference_output(p);
-          const error_stats baseline = cpu_baseline(p, ref);
-          for (const AttentionPath path : kBothPaths)
-            for (const int splits : {1, 2, 3, 0})
-              check_against_baseline(p, run_backend(*backend, p, splits, path), ref, baseline,
-                                     splits, path);
+          check_both_paths(*backend,
+                           make_problem({dtype, heads.first, heads.second, d, bs}, seqs, seed++),
+                           {1, 2, 3, 0});
         }
       }
     }
@@ -176,14 +166,8 @@ TEST_CASE("cuda decode handles all-length-1, skewed and prefix-sharing batches",
     skewed[7].kv_len = 16384;  // one long sequence among many short ones
     std::vector<seq_spec> shared{{1, 1000}, {1, 257}, {1, 600}, {1, 256}};
     for (const paged_problem& p : {make_problem(shape, ones, 91), make_problem(shape, skewed, 92),
-                                   share_prefix(make_problem(shape, shared, 93), 16)}) {
-      const std::vector<float> ref = reference_output(p);
-      const error_stats baseline = cpu_baseline(p, ref);
-      for (const AttentionPath path : kBothPaths)
-        for (const int splits : {1, 0})
-          check_against_baseline(p, run_backend(*backend, p, splits, path), ref, baseline, splits,
-                                 path);
-    }
+                                   share_prefix(make_problem(shape, shared, 93), 16)})
+      check_both_paths(*backend, p, {1, 0});
   }
 }
 
