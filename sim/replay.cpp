@@ -30,10 +30,7 @@ const char* alloc_error(AllocStatus s) {
 
 OpReplayer::OpReplayer() : OpReplayer(Options{}) {}
 OpReplayer::OpReplayer(Options options) : options_(options) {}
-OpReplayer::~OpReplayer() {
-  // Requests hold hash references into the manager: drop them before the manager goes.
-  slots_.clear();
-}
+OpReplayer::~OpReplayer() { reset(); }
 
 bool OpReplayer::process_line(std::string_view line, OutBuf& out) {
   if (line.find_first_not_of(" \t\r\n") == std::string_view::npos) return false;
@@ -139,10 +136,10 @@ void OpReplayer::read_tokens(Index arr, std::vector<Token>& out) const {
   }
 }
 
-OpReplayer::Slot& OpReplayer::live_request(std::string_view id) {
+Request& OpReplayer::live_request(std::string_view id) {
   const auto it = live_.find(id);
   if (it == live_.end()) throw OpError{"KeyError: unknown request '" + std::string(id) + "'"};
-  return *slots_[static_cast<std::size_t>(it->second)];
+  return *requests_[static_cast<std::size_t>(it->second)];
 }
 
 // Ops that drive the manager directly would corrupt the scheduler's state in sched mode.
@@ -158,9 +155,8 @@ KVCacheManager& OpReplayer::manager() {
 }
 
 void OpReplayer::forget(std::int64_t index) {
-  auto& slot = slots_[static_cast<std::size_t>(index)];
   live_.erase(names_[static_cast<std::size_t>(index)]);
-  slot.reset();
+  requests_[static_cast<std::size_t>(index)].reset();
 }
 
 void OpReplayer::write_blocks(JsonWriter& w, const std::vector<BlockId>& blocks) const {
@@ -169,27 +165,38 @@ void OpReplayer::write_blocks(JsonWriter& w, const std::vector<BlockId>& blocks)
   w.end_array();
 }
 
+void OpReplayer::write_queues(JsonWriter& w) const {
+  w.key("running").begin_array();
+  for (const Request* r : sched_->running()) w.value(name_of(*r));
+  w.end_array().key("waiting").begin_array();
+  for (const Request* r : sched_->waiting()) w.value(name_of(*r));
+  w.end_array();
+}
+
 void OpReplayer::check_all_invariants() const {
   if (mode_ == Mode::kSched) {
     sched_->check_invariants();
   } else if (mode_ == Mode::kKvm) {
     std::vector<const Request*> live;
-    for (const auto& s : slots_)
-      if (s) live.push_back(&s->req);
+    for (const auto& r : requests_)
+      if (r) live.push_back(r.get());
     kvm_->check_invariants(live);
   }
 }
 
 // ---- init ---------------------------------------------------------------------------------
 
-namespace {
-KVCacheConfig read_kv_config(std::int64_t bs, std::int64_t blocks, std::int64_t max_len,
-                             bool caching, std::int64_t prealloc) {
-  if (bs <= 0 || bs > (1 << 20)) throw std::invalid_argument("block_size must be in 1..2^20");
+KVCacheConfig OpReplayer::read_kv_config() const {
+  const std::int64_t bs = get_int("block_size");
+  const std::int64_t blocks = get_int("num_gpu_blocks");
+  const std::int64_t max_len = get_int("max_model_len");
+  const bool caching = get_bool_or("enable_caching", true);
+  const std::int64_t prealloc = get_int_or("num_preallocate_tokens", 64);
+  if (bs <= 0 || bs > (1 << 20)) throw OpError{"ValueError: block_size must be in 1..2^20"};
   if (blocks <= 0 || blocks > (1 << 28))
-    throw std::invalid_argument("num_gpu_blocks must be in 1..2^28");
-  if (max_len <= 0) throw std::invalid_argument("max_model_len must be > 0");
-  if (prealloc < 0) throw std::invalid_argument("num_preallocate_tokens must be >= 0");
+    throw OpError{"ValueError: num_gpu_blocks must be in 1..2^28"};
+  if (max_len <= 0) throw OpError{"ValueError: max_model_len must be > 0"};
+  if (prealloc < 0) throw OpError{"ValueError: num_preallocate_tokens must be >= 0"};
   KVCacheConfig c;
   c.block_size = static_cast<std::int32_t>(bs);
   c.num_gpu_blocks = static_cast<std::int32_t>(blocks);
@@ -198,49 +205,36 @@ KVCacheConfig read_kv_config(std::int64_t bs, std::int64_t blocks, std::int64_t 
   c.num_preallocate_tokens = prealloc;
   return c;
 }
-}  // namespace
 
-void OpReplayer::op_init(JsonWriter& w) {
-  KVCacheConfig c;
-  try {
-    c = read_kv_config(get_int("block_size"), get_int("num_gpu_blocks"), get_int("max_model_len"),
-                       get_bool_or("enable_caching", true),
-                       get_int_or("num_preallocate_tokens", 64));
-  } catch (const std::invalid_argument& e) {
-    throw OpError{std::string("ValueError: ") + e.what()};
-  }
-  slots_.clear();
+void OpReplayer::reset() {
+  // Requests hold hash references into the manager: drop them before the manager goes.
+  requests_.clear();
   names_.clear();
   live_.clear();
+  kvm_.reset();
   sched_.reset();
+  schedule_pending_ = false;
+}
+
+void OpReplayer::op_init(JsonWriter& w) {
+  const KVCacheConfig c = read_kv_config();
+  reset();
   kvm_ = std::make_unique<KVCacheManager>(c);
   mode_ = Mode::kKvm;
-  schedule_pending_ = false;
   w.begin_object().end_object();
 }
 
 void OpReplayer::op_sched_init(JsonWriter& w) {
-  KVCacheConfig c;
+  const KVCacheConfig c = read_kv_config();
   SchedulerConfig sc;
-  try {
-    c = read_kv_config(get_int("block_size"), get_int("num_gpu_blocks"), get_int("max_model_len"),
-                       get_bool_or("enable_caching", true),
-                       get_int_or("num_preallocate_tokens", 64));
-    sc.max_model_len = c.max_model_len;
-    sc.max_num_seqs = get_int("max_num_seqs");
-    sc.max_num_batched_tokens = get_int("max_num_batched_tokens");
-    if (sc.max_num_seqs <= 0 || sc.max_num_batched_tokens <= 0)
-      throw std::invalid_argument("max_num_seqs and max_num_batched_tokens must be > 0");
-  } catch (const std::invalid_argument& e) {
-    throw OpError{std::string("ValueError: ") + e.what()};
-  }
-  slots_.clear();
-  names_.clear();
-  live_.clear();
-  kvm_.reset();
+  sc.max_model_len = c.max_model_len;
+  sc.max_num_seqs = get_int("max_num_seqs");
+  sc.max_num_batched_tokens = get_int("max_num_batched_tokens");
+  if (sc.max_num_seqs <= 0 || sc.max_num_batched_tokens <= 0)
+    throw OpError{"ValueError: max_num_seqs and max_num_batched_tokens must be > 0"};
+  reset();
   sched_ = std::make_unique<Scheduler>(sc, c);
   mode_ = Mode::kSched;
-  schedule_pending_ = false;
   w.begin_object().end_object();
 }
 
@@ -282,20 +276,20 @@ void OpReplayer::op_add_request(JsonWriter& w) {
       mm[k].hash = std::string(json_[e].s);
     }
   }
-  const auto index = static_cast<std::int64_t>(slots_.size());
-  slots_.push_back(std::make_unique<Slot>(
-      Slot{Request(index, std::move(prompt), std::move(lim), std::move(mm))}));
+  const auto index = static_cast<std::int64_t>(requests_.size());
+  requests_.push_back(
+      std::make_unique<Request>(index, std::move(prompt), std::move(lim), std::move(mm)));
   names_.emplace_back(id);
   live_.emplace(names_.back(), index);
-  if (mode_ == Mode::kSched) sched_->add_request(slots_.back()->req);
+  if (mode_ == Mode::kSched) sched_->add_request(*requests_.back());
   w.begin_object().end_object();
 }
 
 void OpReplayer::op_get_computed_blocks(JsonWriter& w) {
   require_kvm_mode("get_computed_blocks");
   KVCacheManager& kv = manager();
-  Slot& s = live_request(get_string("id"));
-  const std::int64_t n = kv.get_computed_blocks(s.req, scratch_blocks_);
+  Request& r = live_request(get_string("id"));
+  const std::int64_t n = kv.get_computed_blocks(r, scratch_blocks_);
   w.begin_object().key("blocks");
   write_blocks(w, scratch_blocks_);
   w.key("num_computed_tokens").value(n).end_object();
@@ -304,7 +298,7 @@ void OpReplayer::op_get_computed_blocks(JsonWriter& w) {
 void OpReplayer::op_allocate_slots(JsonWriter& w) {
   require_kvm_mode("allocate_slots");
   KVCacheManager& kv = manager();
-  Slot& s = live_request(get_string("id"));
+  Request& r = live_request(get_string("id"));
   const std::int64_t n = get_int("num_tokens");
   if (n < 0) throw OpError{"ValueError: num_tokens must be greater than 0"};
   scratch_blocks_.clear();
@@ -319,56 +313,55 @@ void OpReplayer::op_allocate_slots(JsonWriter& w) {
       scratch_blocks_.push_back(BlockId{static_cast<std::int32_t>(b)});
     }
   }
-  const AllocResult r = kv.allocate_slots(s.req, n, scratch_blocks_);
-  if (r.status == AllocStatus::kNoFreeBlocks) {
+  const AllocResult res = kv.allocate_slots(r, n, scratch_blocks_);
+  if (res.status == AllocStatus::kNoFreeBlocks) {
     w.begin_object().key("blocks").null().end_object();
     return;
   }
-  if (!r.ok()) throw OpError{alloc_error(r.status)};
+  if (!res.ok()) throw OpError{alloc_error(res.status)};
   w.begin_object().key("blocks").begin_array();
-  const auto& table = s.req.blocks;
-  for (std::size_t i = table.size() - static_cast<std::size_t>(r.num_new_blocks); i < table.size();
-       ++i)
+  const auto& table = r.blocks;
+  for (std::size_t i = table.size() - static_cast<std::size_t>(res.num_new_blocks);
+       i < table.size(); ++i)
     w.value(std::int64_t{to_int(table[i])});
   w.end_array().end_object();
 }
 
 void OpReplayer::op_append_output(JsonWriter& w) {
   require_kvm_mode("append_output");
-  Slot& s = live_request(get_string("id"));
+  Request& r = live_request(get_string("id"));
   read_tokens(field("tokens"), scratch_tokens_);
-  for (Token t : scratch_tokens_) s.req.append_output_token(t);
+  for (Token t : scratch_tokens_) r.append_output_token(t);
   w.begin_object().end_object();
 }
 
 void OpReplayer::op_set_num_computed_tokens(JsonWriter& w) {
   require_kvm_mode("set_num_computed_tokens");
-  Slot& s = live_request(get_string("id"));
+  Request& r = live_request(get_string("id"));
   const std::int64_t n = get_int("n");
   if (n < 0) throw OpError{"ValueError: n must be >= 0"};
-  s.req.num_computed_tokens = n;
+  r.num_computed_tokens = n;
   w.begin_object().end_object();
 }
 
 void OpReplayer::op_free(JsonWriter& w, bool forget_request) {
   require_kvm_mode(forget_request ? "finish" : "free");
   const std::string_view id = get_string("id");
-  Slot& s = live_request(id);
-  kvm_->free(s.req);
+  Request& r = live_request(id);
+  kvm_->free(r);
   if (forget_request) {
-    kvm_->release_request(s.req);
-    forget(s.req.index());
+    kvm_->release_request(r);
+    forget(r.index());
   }
   w.begin_object().end_object();
 }
 
 void OpReplayer::op_common_prefix(JsonWriter& w) {
   KVCacheManager& kv = manager();
-  Slot& s = live_request(get_string("id"));
+  Request& r = live_request(get_string("id"));
   const std::int64_t num_running = get_int("num_running");
-  s.req.status = RequestStatus::kRunning;
-  w.begin_object().key("n").value(
-      std::int64_t{kv.get_num_common_prefix_blocks(s.req, num_running)});
+  r.status = RequestStatus::kRunning;
+  w.begin_object().key("n").value(std::int64_t{kv.get_num_common_prefix_blocks(r, num_running)});
   w.end_object();
 }
 
@@ -379,7 +372,7 @@ void OpReplayer::op_reset_prefix_cache(JsonWriter& w) {
 
 void OpReplayer::op_req_info(JsonWriter& w) {
   KVCacheManager& kv = manager();
-  const Request& r = live_request(get_string("id")).req;
+  const Request& r = live_request(get_string("id"));
   w.begin_object();
   w.key("num_tokens").value(r.num_tokens());
   w.key("num_computed_tokens").value(r.num_computed_tokens);
@@ -426,10 +419,10 @@ void OpReplayer::op_snapshot(JsonWriter& w) {
   for (const auto& g : groups) write_blocks(w, g);
   w.end_array();
   w.key("req_blocks").begin_object();
-  for (std::size_t i = 0; i < slots_.size(); ++i) {
-    if (!slots_[i] || slots_[i]->req.blocks.empty()) continue;
+  for (std::size_t i = 0; i < requests_.size(); ++i) {
+    if (!requests_[i] || requests_[i]->blocks.empty()) continue;
     w.key(names_[i]);
-    write_blocks(w, slots_[i]->req.blocks);
+    write_blocks(w, requests_[i]->blocks);
   }
   w.end_object();
   if (!brief) {
@@ -446,18 +439,11 @@ void OpReplayer::op_snapshot(JsonWriter& w) {
     w.end_array();
   }
   if (mode_ == Mode::kSched) {
-    w.key("running").begin_array();
-    for (const Request* r : sched_->running())
-      w.value(std::string_view(names_[static_cast<std::size_t>(r->index())]));
-    w.end_array();
-    w.key("waiting").begin_array();
-    for (const Request* r : sched_->waiting())
-      w.value(std::string_view(names_[static_cast<std::size_t>(r->index())]));
-    w.end_array();
+    write_queues(w);
     w.key("requests").begin_object();
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-      if (!slots_[i]) continue;
-      const Request& r = slots_[i]->req;
+    for (std::size_t i = 0; i < requests_.size(); ++i) {
+      if (!requests_[i]) continue;
+      const Request& r = *requests_[i];
       w.key(names_[i]).begin_object();
       w.key("num_tokens").value(r.num_tokens());
       w.key("num_computed_tokens").value(r.num_computed_tokens);

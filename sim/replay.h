@@ -38,9 +38,6 @@ class OpReplayer {
   std::int64_t num_errors() const { return num_errors_; }
 
  private:
-  struct Slot {
-    Request req;
-  };
   struct OpError {
     std::string message;
   };
@@ -67,6 +64,8 @@ class OpReplayer {
   void op_update(JsonWriter& w);
   void op_abort(JsonWriter& w);
   void check_all_invariants() const;
+  KVCacheConfig read_kv_config() const;  // the fields init and sched_init share
+  void reset();                          // drops every request, then the manager and the scheduler
 
   // Field access on the current op; throw OpError on a missing field or a wrong type.
   JsonLine::Index field(std::string_view key) const;
@@ -77,26 +76,30 @@ class OpReplayer {
   void read_tokens(JsonLine::Index arr, std::vector<Token>& out) const;
   std::int64_t int_value(JsonLine::Index i, std::string_view what) const;
 
-  Slot& live_request(std::string_view id);
+  Request& live_request(std::string_view id);
   KVCacheManager& manager();
   void require_kvm_mode(const char* op) const;
-  void forget(std::int64_t slot);
+  void forget(std::int64_t index);
   void write_blocks(JsonWriter& w, const std::vector<BlockId>& blocks) const;
+  /// Writes "running" and "waiting": the scheduler's queues, by request id (sched mode).
+  void write_queues(JsonWriter& w) const;
+  std::string_view name_of(const Request& r) const {
+    return names_[static_cast<std::size_t>(r.index())];
+  }
 
   Options options_;
   JsonLine json_;
   enum class Mode : std::uint8_t { kNone, kKvm, kSched } mode_ = Mode::kNone;
   std::unique_ptr<KVCacheManager> kvm_;
   std::unique_ptr<Scheduler> sched_;
-  std::vector<std::unique_ptr<Slot>> slots_;  // by request index; null once forgotten
-  std::vector<std::string> names_;            // by request index (kept for "finished" reports)
-  NameMap live_;                              // id -> request index
+  std::vector<std::unique_ptr<Request>> requests_;  // by request index; null once forgotten
+  std::vector<std::string> names_;  // by request index (kept for "finished" reports)
+  NameMap live_;                    // id -> request index
   bool schedule_pending_ = false;
   SchedulerOutput sched_out_;
   std::vector<RequestOutput> outputs_;
   std::vector<BlockId> scratch_blocks_;
   std::vector<Token> scratch_tokens_;
-  std::vector<std::int64_t> scratch_ids_;
   OutBuf string_out_;
   std::int64_t num_errors_ = 0;
 };

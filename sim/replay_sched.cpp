@@ -28,13 +28,10 @@ void OpReplayer::op_schedule(JsonWriter& w) {
   if (mode_ != Mode::kSched) throw OpError{"RuntimeError: schedule needs sched mode (sched_init)"};
   sched_->schedule(sched_out_);
   schedule_pending_ = true;
-  auto name = [&](const Request* r) {
-    return std::string_view(names_[static_cast<std::size_t>(r->index())]);
-  };
   w.begin_object().key("new").begin_array();
   for (const ScheduledRequest& s : sched_out_.scheduled) {
     if (s.kind != ScheduledRequest::Kind::kNew) continue;
-    w.begin_object().key("id").value(name(s.request)).key("block_ids");
+    w.begin_object().key("id").value(name_of(*s.request)).key("block_ids");
     write_blocks(w, s.request->blocks);
     w.key("num_computed_tokens").value(s.num_computed_tokens).end_object();
   }
@@ -44,7 +41,7 @@ void OpReplayer::op_schedule(JsonWriter& w) {
         pass == 0 ? ScheduledRequest::Kind::kResumed : ScheduledRequest::Kind::kRunning;
     for (const ScheduledRequest& s : sched_out_.scheduled) {
       if (s.kind != kind) continue;
-      w.begin_object().key("id").value(name(s.request)).key("new_block_ids").begin_array();
+      w.begin_object().key("id").value(name_of(*s.request)).key("new_block_ids").begin_array();
       const auto& table = s.request->blocks;
       const std::size_t from = kind == ScheduledRequest::Kind::kResumed
                                    ? 0
@@ -56,7 +53,7 @@ void OpReplayer::op_schedule(JsonWriter& w) {
   }
   w.end_array().key("num_scheduled_tokens").begin_array();
   for (const ScheduledRequest& s : sched_out_.scheduled)
-    w.begin_array().value(name(s.request)).value(s.num_tokens).end_array();
+    w.begin_array().value(name_of(*s.request)).value(s.num_tokens).end_array();
   w.end_array();
   w.key("total").value(sched_out_.total_num_scheduled_tokens);
   w.key("num_common_prefix_blocks").value(std::int64_t{sched_out_.num_common_prefix_blocks});
@@ -69,12 +66,10 @@ void OpReplayer::op_schedule(JsonWriter& w) {
   // Victims leave from the back of the running list: running-list order is the reverse.
   w.end_array().key("preempted").begin_array();
   for (auto it = sched_out_.preempted.rbegin(); it != sched_out_.preempted.rend(); ++it)
-    w.value(name(*it));
-  w.end_array().key("running").begin_array();
-  for (const Request* r : sched_->running()) w.value(name(r));
-  w.end_array().key("waiting").begin_array();
-  for (const Request* r : sched_->waiting()) w.value(name(r));
-  w.end_array().end_object();
+    w.value(name_of(**it));
+  w.end_array();
+  write_queues(w);
+  w.end_object();
 }
 
 void OpReplayer::op_update(JsonWriter& w) {
@@ -96,16 +91,13 @@ void OpReplayer::op_update(JsonWriter& w) {
     mod = int_value(d, "mod");
     if (mod == 0) throw OpError{"ZeroDivisionError: integer modulo by zero"};
   }
-  auto name = [&](const Request* r) {
-    return std::string_view(names_[static_cast<std::size_t>(r->index())]);
-  };
   // Iterate the running list, not the step's output: a request aborted since schedule() is gone.
   for (Request* rp : sched_->running()) {
     Request& r = *rp;
     if (r.num_scheduled_tokens == 0) continue;
     std::int64_t tok = 0;
     const Index given =
-        json_.is_null_or_absent(sampled) ? JsonLine::kNone : json_.find(sampled, name(&r));
+        json_.is_null_or_absent(sampled) ? JsonLine::kNone : json_.find(sampled, name_of(r));
     if (given != JsonLine::kNone)
       tok = int_value(given, "sampled token");
     else if (have_rule)
@@ -119,7 +111,7 @@ void OpReplayer::op_update(JsonWriter& w) {
   w.begin_object().key("outputs").begin_array();
   for (const RequestOutput& o : outputs_) {
     const Request& r = *o.request;
-    w.begin_object().key("id").value(name(&r));
+    w.begin_object().key("id").value(name_of(r));
     w.key("new_token_ids").begin_array().value(std::int64_t{o.token}).end_array();
     w.key("finished").value(o.finished);
     w.key("finish_reason");
@@ -134,11 +126,9 @@ void OpReplayer::op_update(JsonWriter& w) {
       w.null();
     w.end_object();
   }
-  w.end_array().key("running").begin_array();
-  for (const Request* r : sched_->running()) w.value(name(r));
-  w.end_array().key("waiting").begin_array();
-  for (const Request* r : sched_->waiting()) w.value(name(r));
-  w.end_array().end_object();
+  w.end_array();
+  write_queues(w);
+  w.end_object();
   for (const RequestOutput& o : outputs_)
     if (o.finished) forget(o.request->index());
 }
@@ -152,7 +142,7 @@ void OpReplayer::op_abort(JsonWriter& w) {
     const auto it = live_.find(json_[e].s);
     if (it == live_.end()) continue;
     const std::int64_t index = it->second;
-    if (sched_->abort_request(slots_[static_cast<std::size_t>(index)]->req)) forget(index);
+    if (sched_->abort_request(*requests_[static_cast<std::size_t>(index)])) forget(index);
   }
   w.begin_object().end_object();
 }
