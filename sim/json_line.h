@@ -42,7 +42,7 @@ class JsonLine {
   static Index first_child(Index container) { return container + 1; }
   Index next(Index i) const { return values_[i].end; }
 
-  /// Convenience typed access: kNone when absent; `ok` set false on a type mismatch.
+  /// True for an absent member (kNone) and for a JSON null.
   bool is_null_or_absent(Index i) const { return i == kNone || values_[i].type == Type::kNull; }
 
  private:
