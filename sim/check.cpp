@@ -19,11 +19,6 @@
 namespace kvsim {
 namespace {
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-bool ends_with(std::string_view s, std::string_view p) {
-  return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;
-}
-
 std::string read_text(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path.string() + ": cannot open file");
@@ -119,7 +114,7 @@ MetricSet load_yaml_baseline(const std::filesystem::path& path) {
   MetricSet out;
   out.source = file;
   std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line) && starts_with(line, "#");) {
+  for (std::string line; std::getline(lines, line) && line.starts_with("#");) {
     out.header_comment += line + "\n";
   }
   for (const auto& kv : root) {
@@ -160,9 +155,6 @@ MetricSet load_yaml_baseline(const std::filesystem::path& path) {
   return out;
 }
 
-bool is_number(const nlohmann::json& j) { return j.is_number(); }
-bool is_integer(const nlohmann::json& j) { return j.is_number_integer(); }
-
 /// A cell of the table: numbers as JSON writes them (shortest round trip), strings bare.
 std::string cell(const nlohmann::json& j) {
   if (j.is_null()) return "-";
@@ -171,9 +163,9 @@ std::string cell(const nlohmann::json& j) {
 }
 
 std::string format_delta(const nlohmann::json& b, const nlohmann::json& c) {
-  if (!is_number(b) || !is_number(c)) return "";
+  if (!b.is_number() || !c.is_number()) return "";
   std::string out;
-  if (is_integer(b) && is_integer(c)) {
+  if (b.is_number_integer() && c.is_number_integer()) {
     const std::int64_t d = c.get<std::int64_t>() - b.get<std::int64_t>();
     out = fmt::format("{:+d}", d);
   } else {
@@ -192,8 +184,8 @@ std::string format_delta(const nlohmann::json& b, const nlohmann::json& c) {
 /// Whether `c` is acceptable against `b` under `rule` (both present).
 bool within(const CheckRule& rule, const nlohmann::json& b, const nlohmann::json& c) {
   if (rule.kind == CheckRule::Kind::kIgnore) return true;
-  if (!is_number(b) || !is_number(c)) return b == c;
-  if (is_integer(b) && is_integer(c)) {
+  if (!b.is_number() || !c.is_number()) return b == c;
+  if (b.is_number_integer() && c.is_number_integer()) {
     if (b.get<std::int64_t>() == c.get<std::int64_t>()) return true;
   }
   const double bd = b.get<double>(), cd = c.get<double>();
@@ -263,15 +255,15 @@ CheckRule default_check_rule(std::string_view m) {
                                                          "name",
                                                          "profile",
                                                          "mode"};
-  if (kExactNames.count(m) || (starts_with(m, "total_") && ends_with(m, "_tokens"))) {
+  if (kExactNames.count(m) || (m.starts_with("total_") && m.ends_with("_tokens"))) {
     return {K::kExact, 0.0};
   }
-  if (ends_with(m, "_ms") || ends_with(m, "_throughput") || m == "duration") {
+  if (m.ends_with("_ms") || m.ends_with("_throughput") || m == "duration") {
     return {K::kRelative, 0.02};
   }
-  if (ends_with(m, "hit_rate")) return {K::kAbsolute, 1e-9};
+  if (m.ends_with("hit_rate")) return {K::kAbsolute, 1e-9};
   // Step-averaged fractions and counts: deterministic, but averaged in floating point.
-  if (starts_with(m, "kv_breakdown.") || ends_with(m, "_perc") || starts_with(m, "mean_")) {
+  if (m.starts_with("kv_breakdown.") || m.ends_with("_perc") || m.starts_with("mean_")) {
     return {K::kAbsolute, 1e-6};
   }
   return {K::kExact, 0.0};
@@ -352,7 +344,7 @@ CheckReport compare_metrics(const MetricSet& baseline, const MetricSet& current)
     } else {
       row.delta = format_delta(row.baseline, row.current);
       const bool same =
-          row.baseline == row.current || (is_number(row.baseline) && is_number(row.current) &&
+          row.baseline == row.current || (row.baseline.is_number() && row.current.is_number() &&
                                           row.baseline.get<double>() == row.current.get<double>());
       if (same) {
         row.status = CheckStatus::kSame;
@@ -419,7 +411,7 @@ std::filesystem::path find_scenario_file(const std::filesystem::path& root,
   for (const fs::path& f : files) {
     std::ifstream in(f);
     for (std::string line; std::getline(in, line);) {
-      if (!starts_with(line, "name:")) continue;
+      if (!line.starts_with("name:")) continue;
       std::string v = line.substr(5);
       if (const auto hash = v.find(" #"); hash != std::string::npos) v.erase(hash);
       const auto b = v.find_first_not_of(" \t\"'"), e = v.find_last_not_of(" \t\r\"'");
