@@ -1,7 +1,6 @@
 // kvsim check: rules, the comparison, baseline files, and the gate failing when a result changes.
 
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -12,10 +11,13 @@
 
 #include "sim/check.h"
 #include "sim/errors.h"
+#include "sim_test_util.h"
 
 namespace fs = std::filesystem;
 using kvsim::CheckRule;
 using kvsim::CheckStatus;
+using kvsim::test::error_of;
+using kvsim::test::TempDir;
 
 namespace {
 
@@ -40,22 +42,6 @@ nlohmann::json sample_summary() {
                      "external_fragmentation": 0.0, "cached_free": 0.2, "free": 0.21}
   })");
 }
-
-/// A fresh temporary folder, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("kvsim-test-check-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 void write_file(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
@@ -166,7 +152,7 @@ TEST_CASE("a metric missing from the run fails and a new one is only reported", 
 }
 
 TEST_CASE("a written baseline reloads and passes against the run it came from", "[sim]") {
-  TempDir tmp;
+  TempDir tmp("check");
   const fs::path run = write_run(tmp.path, "shared-prefix-chat", sample_summary());
   const fs::path baseline = tmp.path / "baselines" / "shared-prefix-chat.yaml";
   const auto current = kvsim::load_metric_set(run);
@@ -182,7 +168,7 @@ TEST_CASE("a written baseline reloads and passes against the run it came from", 
 }
 
 TEST_CASE("a new baseline names the scenario file that regenerates it", "[sim]") {
-  TempDir tmp;
+  TempDir tmp("check");
   write_file(tmp.path / "scenarios/baselines/x.yaml", "name: regression-tiny-chat\n");
   write_file(tmp.path / "scenarios/regression/a.yaml", "name: other\n");
   write_file(tmp.path / "scenarios/regression/tiny-chat.yaml",
@@ -204,7 +190,7 @@ TEST_CASE("a new baseline names the scenario file that regenerates it", "[sim]")
 }
 
 TEST_CASE("updating a baseline keeps its hand-edited rules and header", "[sim]") {
-  TempDir tmp;
+  TempDir tmp("check");
   const fs::path baseline = tmp.path / "b.yaml";
   write_file(baseline,
              "# my header: regenerate with kvsim run x.yaml\n"
@@ -224,7 +210,7 @@ TEST_CASE("updating a baseline keeps its hand-edited rules and header", "[sim]")
 }
 
 TEST_CASE("two run folders and a summary.json can be compared directly", "[sim]") {
-  TempDir tmp;
+  TempDir tmp("check");
   auto other = sample_summary();
   other["num_evictions"] = 121;
   const fs::path a = write_run(tmp.path, "a", sample_summary());
@@ -238,37 +224,24 @@ TEST_CASE("two run folders and a summary.json can be compared directly", "[sim]"
 }
 
 TEST_CASE("a malformed baseline is a ConfigError naming file and line and column", "[sim]") {
-  TempDir tmp;
+  TempDir tmp("check");
   const fs::path bad_yaml = tmp.path / "bad.yaml";
   write_file(bad_yaml, "metrics:\n  completed: 200\n  name: [unclosed\n");
-  try {
-    kvsim::load_metric_set(bad_yaml);
-    FAIL("no error");
-  } catch (const kvsim::ConfigError& e) {
-    INFO(e.what());
-    CHECK(std::string(e.what()).rfind(bad_yaml.string() + ":4:1: malformed YAML", 0) == 0);
-  }
+  const std::string yaml_error = error_of([&] { kvsim::load_metric_set(bad_yaml); });
+  INFO(yaml_error);
+  CHECK(yaml_error.rfind(bad_yaml.string() + ":4:1: malformed YAML", 0) == 0);
 
   const fs::path bad_rule = tmp.path / "rule.yaml";
   write_file(bad_rule, "metrics:\n  completed: 200\nrules:\n  completed: roughly\n");
-  try {
-    kvsim::load_metric_set(bad_rule);
-    FAIL("no error");
-  } catch (const kvsim::ConfigError& e) {
-    INFO(e.what());
-    CHECK(std::string(e.what()).rfind(bad_rule.string() + ":4:14: rules.completed: bad rule", 0) ==
-          0);
-  }
+  const std::string rule_error = error_of([&] { kvsim::load_metric_set(bad_rule); });
+  INFO(rule_error);
+  CHECK(rule_error.rfind(bad_rule.string() + ":4:14: rules.completed: bad rule", 0) == 0);
 
   const fs::path bad_json = tmp.path / "summary.json";
   write_file(bad_json, "{\n  \"completed\": 200,\n  \"rejected\": ,\n}\n");
-  try {
-    kvsim::load_metric_set(bad_json);
-    FAIL("no error");
-  } catch (const kvsim::ConfigError& e) {
-    INFO(e.what());
-    CHECK(std::string(e.what()).rfind(bad_json.string() + ":3:15: malformed JSON", 0) == 0);
-  }
+  const std::string json_error = error_of([&] { kvsim::load_metric_set(bad_json); });
+  INFO(json_error);
+  CHECK(json_error.rfind(bad_json.string() + ":3:15: malformed JSON", 0) == 0);
 
   CHECK_THROWS_AS(kvsim::load_metric_set(tmp.path / "absent.yaml"), kvsim::ConfigError);
   CHECK_THROWS_AS(kvsim::load_metric_set(tmp.path), kvsim::ConfigError);  // no summary.json
@@ -276,11 +249,8 @@ TEST_CASE("a malformed baseline is a ConfigError naming file and line and column
 
 TEST_CASE("kvsim check exits 0 on a match and 1 on a regression and 2 on bad input", "[sim]") {
   const fs::path kvsim_bin = fs::path(KVSIM_BINARY_DIR) / "kvsim";
-  if (!fs::exists(kvsim_bin)) {
-    WARN("kvsim not built at " << kvsim_bin << "; skipping the command-line check");
-    return;
-  }
-  TempDir tmp;
+  REQUIRE(fs::exists(kvsim_bin));
+  TempDir tmp("check");
   auto changed = sample_summary();
   changed["num_preemptions"] = 4;
   const fs::path a = write_run(tmp.path, "a", sample_summary());
