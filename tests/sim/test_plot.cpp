@@ -3,7 +3,6 @@
 // /usr/bin/python3 has no matplotlib.
 
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -12,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "sim_test_util.h"
 
 namespace fs = std::filesystem;
 
@@ -37,21 +38,15 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
-/// Fixtures generated once per test process into a temporary folder.
+/// Fixtures generated afresh for each test case into a temporary folder (fx.root/fx).
 struct Fixtures {
-  fs::path root;
+  kvsim::test::TempDir dir{"plot"};
+  const fs::path& root = dir.path;
   Fixtures() {
-    root = fs::temp_directory_path() / ("kvsim-test-plot-" + std::to_string(::getpid()));
-    fs::remove_all(root);
-    fs::create_directories(root);
     const int rc =
         shell(kPython + " " + (kSource / "tests/sim/fixtures/make_plot_fixtures.py").string() +
               " " + (root / "fx").string());
     REQUIRE(rc == 0);
-  }
-  ~Fixtures() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
   }
 };
 

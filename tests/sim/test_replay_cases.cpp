@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sim/replay.h"
+#include "sim_test_util.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -103,7 +104,8 @@ TEST_CASE("the structural comparison rejects a planted wrong result", "[sim][cas
   CHECK(same(json::parse(R"({"error":"x"})"), json::parse(R"({"error":"y"})")));
   // A replay whose expected output was altered (a wrong prefix hit) must fail.
   const fs::path trace = kCasesDir / "test_prefill.jsonl";
-  const fs::path tmp = fs::temp_directory_path() / "kvsim_planted_expected.jsonl";
+  const kvsim::test::TempDir dir("replay-planted");
+  const fs::path tmp = dir.path / "planted.expected.jsonl";
   std::vector<std::string> want = read_lines(kCasesDir / "test_prefill.expected.jsonl");
   bool planted = false;
   for (std::string& line : want) {
@@ -119,12 +121,12 @@ TEST_CASE("the structural comparison rejects a planted wrong result", "[sim][cas
     for (const auto& l : want) o << l << '\n';
   }
   CHECK(replay_and_compare(trace, tmp) != "");
-  fs::remove(tmp);
 }
 
 TEST_CASE("kvsim replay on the command line reproduces a generated sched case", "[sim][cases]") {
   const fs::path kvsim = fs::path(KVSIM_BINARY_DIR) / "kvsim";
-  const fs::path out = fs::temp_directory_path() / "kvsim_cli_replay.jsonl";
+  const kvsim::test::TempDir dir("replay-cli");
+  const fs::path out = dir.path / "out.jsonl";
   const std::string cmd = kvsim.string() + " replay " +
                           (kCasesDir / "gen_sched_seed1.jsonl").string() + " > " + out.string();
   REQUIRE(std::system(cmd.c_str()) == 0);
@@ -133,5 +135,4 @@ TEST_CASE("kvsim replay on the command line reproduces a generated sched case", 
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i)
     REQUIRE(same(json::parse(got[i]), json::parse(want[i])));
-  fs::remove(out);
 }
