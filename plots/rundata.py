@@ -58,9 +58,7 @@ def parse_point_name(name):
 
 
 def sort_key(value):
-    """Sorts numbers numerically before strings, booleans as False < True."""
-    if isinstance(value, bool):
-        return (0, float(value), "")
+    """Sorts numbers numerically before strings, booleans as False < True (bool is an int)."""
     if isinstance(value, (int, float)):
         return (0, float(value), "")
     return (1, 0.0, str(value))

@@ -90,6 +90,15 @@ def kv_usage_queue(run, out, formats, max_points):
                   "vLLM's kv_cache_usage_perc, and running / waiting requests" + _note(steps))
 
 
+def _mark_run_value(ax, x_last, final):
+    """A dotted line at the run's summary value (a fraction), labelled at the right end."""
+    if final is None:
+        return
+    ax.axhline(final, color="#08519c", ls=":", lw=1)
+    ax.annotate("run: %.1f%%" % (100 * final), (x_last, final), xytext=(-4, 4),
+                textcoords="offset points", ha="right", va="bottom", color="#08519c")
+
+
 def _first_lookup_hit_rate(run):
     """Per-request hit rate for runs without steps (cache_only): first-lookup hit tokens / prompt
     tokens over requests in completion order, windowed and cumulative."""
@@ -114,11 +123,7 @@ def _first_lookup_hit_rate(run):
     fig, ax = plt.subplots(figsize=(10, 4.2))
     ax.plot(x, windowed, color="#9ecae1", lw=1.0, label="windowed (last %d requests)" % window)
     ax.plot(x, cumulative, color="#08519c", lw=2.0, label="cumulative")
-    final = run.summary.get("first_lookup_hit_rate")
-    if final is not None:
-        ax.axhline(final, color="#08519c", ls=":", lw=1)
-        ax.annotate("run: %.1f%%" % (100 * final), (x[-1], final), xytext=(-4, 4),
-                    textcoords="offset points", ha="right", va="bottom", color="#08519c")
+    _mark_run_value(ax, x[-1], run.summary.get("first_lookup_hit_rate"))
     ax.set_ylim(0, 1.02)
     ax.set_xlim(1, max(2, n))
     percent_axis(ax)
@@ -144,11 +149,7 @@ def prefix_hit_rate(run, out, formats, max_points):
     ax.plot(x, steps["hit_rate_window"], color="#9ecae1", lw=1.0,
             label="windowed (last %s steps)" % "{:,}".format(steps["window_steps"]))
     ax.plot(x, steps["hit_rate_cum"], color="#08519c", lw=2.0, label="cumulative")
-    final = run.summary.get("prefix_cache_hit_rate")
-    if final is not None:
-        ax.axhline(final, color="#08519c", ls=":", lw=1)
-        ax.annotate("run: %.1f%%" % (100 * final), (x[-1], final), xytext=(-4, 4),
-                    textcoords="offset points", ha="right", va="bottom", color="#08519c")
+    _mark_run_value(ax, x[-1], run.summary.get("prefix_cache_hit_rate"))
     ax.set_ylim(0, 1.02)
     percent_axis(ax)
     ax.set_xlabel(xlabel)
