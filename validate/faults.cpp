@@ -7,6 +7,32 @@
 #include "validate/step_batch.h"
 
 namespace kvsim::validate::detail {
+namespace {
+
+/// True when every slot of block `x` has been written and some slot holds other K/V than
+/// `keys[0, block_size)`: pointing a table entry with those keys at `x` changes what is read.
+bool written_with_other_content(const StepBatch& batch, std::int32_t x, const std::uint64_t* keys) {
+  bool written = true, differs = false;
+  for (std::int64_t o = 0; o < batch.block_size; ++o) {
+    const std::uint64_t have = batch.shadow[static_cast<std::size_t>(x * batch.block_size + o)];
+    written = written && have != 0;
+    differs = differs || have != keys[o];
+  }
+  return written && differs;
+}
+
+/// The batch index of the request with the shortest context >= min_context, or num_seqs.
+std::size_t shortest_with_context(const StepBatch& batch, std::int64_t min_context) {
+  const std::vector<SeqWork>& seqs = batch.seqs;
+  std::size_t best = batch.num_seqs;
+  for (std::size_t i = 0; i < batch.num_seqs; ++i)
+    if (seqs[i].context >= min_context &&
+        (best == batch.num_seqs || seqs[i].context < seqs[best].context))
+      best = i;
+  return best;
+}
+
+}  // namespace
 
 bool plant_shared_in_use(StepBatch& batch) {
   const std::int64_t block_size = batch.block_size;
@@ -51,7 +77,6 @@ bool plant_wrong_prefix_hit(StepBatch& batch, const BlockPool& pool) {
   const std::int64_t block_size = batch.block_size;
   std::vector<SeqWork>& seqs = batch.seqs;
   const std::size_t num_seqs = batch.num_seqs;
-  const std::vector<std::uint64_t>& shadow = batch.shadow;
   // Candidates: requests admitted this step with a prefix hit of at least one block (their
   // num_computed_tokens are the hits), shortest context first (one wrong block weighs most there).
   // The last hit block is served from a cached block of another prefix.
@@ -72,14 +97,9 @@ bool plant_wrong_prefix_hit(StepBatch& batch, const BlockPool& pool) {
     SeqWork& R = seqs[ri];
     const std::int64_t j = R.computed / block_size - 1;
     for (std::int32_t x : cached) {
-      if (x == R.table[static_cast<std::size_t>(j)]) continue;
-      bool written = true, differs = false;
-      for (std::int64_t o = 0; o < block_size; ++o) {
-        const std::uint64_t have = shadow[static_cast<std::size_t>(x * block_size + o)];
-        written = written && have != 0;
-        differs = differs || have != R.keys[static_cast<std::size_t>(j * block_size + o)];
-      }
-      if (!written || !differs) continue;
+      if (x == R.table[static_cast<std::size_t>(j)] ||
+          !written_with_other_content(batch, x, R.keys.data() + j * block_size))
+        continue;
       R.table[static_cast<std::size_t>(j)] = x;
       return true;
     }
@@ -89,31 +109,20 @@ bool plant_wrong_prefix_hit(StepBatch& batch, const BlockPool& pool) {
 
 bool plant_corrupt_table(StepBatch& batch) {
   const std::int64_t block_size = batch.block_size;
-  std::vector<SeqWork>& seqs = batch.seqs;
-  const std::size_t num_seqs = batch.num_seqs;
-  const std::vector<std::uint64_t>& shadow = batch.shadow;
   // The first entry of the shortest request with a full block gets a bit flipped (id ^ 1, ^ 2,
   // ^ 4, ...): the first such id that is a fully written block of the pool with other K/V and
   // not in the request's table. NOTE: swapping two entries would not do: attention over a
   // decode row is a sum over its keys, so a permuted block table gives the same output (only the
   // content audit sees it).
-  std::size_t best = num_seqs;
-  for (std::size_t i = 0; i < num_seqs; ++i)
-    if (seqs[i].context >= block_size && (best == num_seqs || seqs[i].context < seqs[best].context))
-      best = i;
-  if (best == num_seqs) return false;
-  SeqWork& R = seqs[best];
+  const std::size_t best = shortest_with_context(batch, block_size);
+  if (best == batch.num_seqs) return false;
+  SeqWork& R = batch.seqs[best];
   const auto num_blocks = static_cast<std::int32_t>(batch.num_slots() / block_size);
   for (std::int32_t bit = 1; bit < num_blocks; bit <<= 1) {
     const std::int32_t x = R.table[0] ^ bit;
-    if (x >= num_blocks || std::find(R.table.begin(), R.table.end(), x) != R.table.end()) continue;
-    bool written = true, differs = false;
-    for (std::int64_t o = 0; o < block_size; ++o) {
-      const std::uint64_t have = shadow[static_cast<std::size_t>(x * block_size + o)];
-      written = written && have != 0;
-      differs = differs || have != R.keys[static_cast<std::size_t>(o)];
-    }
-    if (!written || !differs) continue;
+    if (x >= num_blocks || std::find(R.table.begin(), R.table.end(), x) != R.table.end() ||
+        !written_with_other_content(batch, x, R.keys.data()))
+      continue;
     R.table[0] = x;
     return true;
   }
@@ -121,16 +130,9 @@ bool plant_corrupt_table(StepBatch& batch) {
 }
 
 bool plant_permuted_table(StepBatch& batch) {
-  const std::int64_t block_size = batch.block_size;
-  std::vector<SeqWork>& seqs = batch.seqs;
-  const std::size_t num_seqs = batch.num_seqs;
-  std::size_t best = num_seqs;
-  for (std::size_t i = 0; i < num_seqs; ++i)
-    if (seqs[i].context >= 2 * block_size &&
-        (best == num_seqs || seqs[i].context < seqs[best].context))
-      best = i;
-  if (best == num_seqs) return false;
-  std::swap(seqs[best].table[0], seqs[best].table[1]);
+  const std::size_t best = shortest_with_context(batch, 2 * batch.block_size);
+  if (best == batch.num_seqs) return false;
+  std::swap(batch.seqs[best].table[0], batch.seqs[best].table[1]);
   return true;
 }
 
