@@ -1,8 +1,6 @@
 // The validation harness: the content model, a clean run of the CI scenario, and planted KV-cache
 // faults that must each fail validation with a large error while the clean run passes.
 
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -35,12 +33,8 @@ std::string slurp(const fs::path& p) {
 }
 
 ValidationOptions cpu_options(std::int64_t sample_every = 1) {
-  ValidationOptions o;
-  o.backend = kernels::BackendKind::kCpu;
-  o.dtype = kernels::DType::kBF16;
-  o.sample_every_steps = sample_every;
-  o.repeats = 1;
-  return o;
+  return kvsim::validate::test::options(kernels::BackendKind::kCpu, kernels::DType::kBF16,
+                                        sample_every);
 }
 
 /// The clean run of validate-small, sampled at every step (computed once).

@@ -3,8 +3,11 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
+
+#include "validate/harness.h"
 
 namespace kvsim::validate::test {
 
@@ -17,6 +20,18 @@ inline std::filesystem::path out_dir(const std::string& name) {
                                   (name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(p);
   return p;
+}
+
+/// Options sampling every `sample_every`-th step on `backend` in `dtype`; the cpu backend times
+/// one call per step (the tests do not need its latencies), the cuda backend keeps its default.
+inline ValidationOptions options(kernels::BackendKind backend, kernels::DType dtype,
+                                 std::int64_t sample_every = 1) {
+  ValidationOptions o;
+  o.backend = backend;
+  o.dtype = dtype;
+  o.sample_every_steps = sample_every;
+  if (backend == kernels::BackendKind::kCpu) o.repeats = 1;
+  return o;
 }
 
 }  // namespace kvsim::validate::test

@@ -2,8 +2,6 @@
 // the backend bitwise, the errors stay within the FA3-style bound of the CPU backend's, and a
 // planted fault still fails.
 
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <filesystem>
 
@@ -19,16 +17,8 @@ namespace fs = std::filesystem;
 namespace {
 
 using kvsim::validate::test::kSmall;
+using kvsim::validate::test::options;
 using kvsim::validate::test::out_dir;
-
-ValidationOptions options(kernels::BackendKind backend, kernels::DType dtype) {
-  ValidationOptions o;
-  o.backend = backend;
-  o.dtype = dtype;
-  o.sample_every_steps = 1;
-  if (backend == kernels::BackendKind::kCpu) o.repeats = 1;
-  return o;
-}
 
 }  // namespace
 
