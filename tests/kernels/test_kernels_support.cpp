@@ -129,8 +129,12 @@ TEST_CASE("the split policy splits only below one wave and respects the forced c
   CHECK(split.chunk_tokens % 16 == 0);
   CHECK(split.chunk_tokens >= kMinSplitChunkTokens);
   CHECK(split.num_items() * 8 <= 264);
-  const auto smaller = plan_attention_work(lens1.data(), nullptr, 1, 8, 16, 264, 0);
-  CHECK(smaller.chunk_tokens == split.chunk_tokens);  // deterministic
+  const auto again = plan_attention_work(lens1.data(), nullptr, 1, 8, 16, 264, 0);
+  CHECK(again.chunk_tokens == split.chunk_tokens);  // deterministic
+  // Half the wave: fewer, larger chunks that still fit it.
+  const auto smaller = plan_attention_work(lens1.data(), nullptr, 1, 8, 16, 132, 0);
+  CHECK(smaller.chunk_tokens > split.chunk_tokens);
+  CHECK(smaller.num_items() * 8 <= 132);
   // Short sequences never split automatically.
   const std::vector<std::int32_t> short_lens{100, 128};
   CHECK(plan_attention_work(short_lens.data(), nullptr, 2, 1, 16, 264, 0).max_items_per_row == 1);
