@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -64,6 +65,8 @@ TEST_CASE("two runs of the same scenario and seed write byte-identical files", "
   }
   // The run had preemptions and multi-turn follow-ups (the paths most prone to order effects).
   CHECK(slurp(a / "summary.json").find("\"num_preemptions\": 0,") == std::string::npos);
+  const std::string rows = slurp(a / "requests.csv");
+  CHECK(std::count(rows.begin(), rows.end(), '\n') > 1 + 150);  // header + open-loop + follow-ups
   const fs::path c = run_into(base / "c", {"seed=12"});
   CHECK(slurp(a / "requests.csv") != slurp(c / "requests.csv"));
   fs::remove_all(base);
