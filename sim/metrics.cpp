@@ -53,12 +53,13 @@ double QuantileSketch::bucket_mid(std::size_t b) {
   return lo + std::ldexp(0.5, shift);
 }
 
-void QuantileSketch::add(std::int64_t v) {
-  ++count_;
-  sum_ += v;
-  sum_sq_ += static_cast<Int128>(v) * v;
+void QuantileSketch::add(std::int64_t v, std::int64_t n) {
+  KVSIM_ASSERT(n >= 1);
+  count_ += n;
+  sum_ += static_cast<Int128>(v) * n;
+  sum_sq_ += static_cast<Int128>(v) * v * n;
   if (hist_.empty()) {
-    exact_.push_back(v);
+    exact_.insert(exact_.end(), static_cast<std::size_t>(n), v);
     sorted_ = false;
     if (exact_.size() > kExactLimit) {
       hist_.assign(kNumBuckets, 0);
@@ -66,7 +67,7 @@ void QuantileSketch::add(std::int64_t v) {
       std::vector<std::int64_t>().swap(exact_);
     }
   } else {
-    ++hist_[bucket_of(v)];
+    hist_[bucket_of(v)] += n;
   }
 }
 
@@ -113,14 +114,14 @@ double QuantileSketch::percentile(double p) {
   return bucket_mid(hist_.size() - 1);
 }
 
-void PromHistogram::observe(double v) {
+void PromHistogram::observe(double v, std::int64_t n) {
   // The first bound >= v (Prometheus' le). A forward scan: observations mostly fall in the first
   // few of vLLM's buckets, where it beats a binary search's unpredictable branches.
   std::size_t i = 0;
   while (i < bounds.size() && bounds[i] < v) ++i;
-  ++counts[i];
-  sum += v;
-  ++count;
+  counts[i] += n;
+  for (std::int64_t k = 0; k < n; ++k) sum += v;  // the sum n separate observations give
+  count += n;
 }
 
 // ---- KV breakdown ---------------------------------------------------------------------------
@@ -227,13 +228,26 @@ void MetricsCollector::on_step(const StepView& v) {
   num_evictions_ = pool.stats().evictions;
   num_blocks_allocated_ = pool.stats().blocks_allocated;
 
+  // Inter-token latencies, one per output that follows an earlier token. Requests that decoded in
+  // the previous step share one value, so runs of equal values are added at once.
+  SimTimeNs run_prev = -1;
+  std::int64_t run = 0;
+  const auto add_itl_run = [&] {
+    if (run == 0) return;
+    itl_.add(v.end_ns - run_prev, run);
+    if (prom_) h_tpot_.observe(static_cast<double>(v.end_ns - run_prev) / 1e9, run);
+  };
   for (std::size_t i = 0; i < v.outputs.size(); ++i) {
     const SimTimeNs prev = v.prev_token_ns[i];
-    if (prev >= 0) {
-      itl_.add(v.end_ns - prev);
-      if (prom_) h_tpot_.observe(static_cast<double>(v.end_ns - prev) / 1e9);
+    if (prev < 0) continue;
+    if (prev != run_prev) {
+      add_itl_run();
+      run_prev = prev;
+      run = 0;
     }
+    ++run;
   }
+  add_itl_run();
 
   StepRecord& r = pending_;
   r.step = v.step;

@@ -23,7 +23,8 @@ __extension__ typedef __int128 Int128;  // exact moment sums (GCC/Clang)
 class QuantileSketch {
  public:
   static constexpr std::size_t kExactLimit = std::size_t{1} << 18;
-  void add(std::int64_t value_ns);
+  /// Adds `n` samples of `value_ns`.
+  void add(std::int64_t value_ns, std::int64_t n = 1);
   std::int64_t count() const { return count_; }
   double mean() const;
   /// Population standard deviation (numpy's np.std), 0 when empty.
@@ -51,7 +52,8 @@ struct PromHistogram {
     bounds = std::move(b);
     counts.assign(bounds.size() + 1, 0);
   }
-  void observe(double v);
+  /// Records `n` observations of `v`.
+  void observe(double v, std::int64_t n = 1);
 };
 
 /// The KV memory breakdown of one step in token slots of the pool (they sum to num_gpu_blocks *

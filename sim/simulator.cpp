@@ -19,6 +19,7 @@ struct Simulator::Live {
   SimTimeNs first_token_ns = -1;
   SimTimeNs last_token_ns = -1;
   std::int64_t first_lookup_hit_tokens = 0;
+  std::vector<Token> outputs;  // the tokens it will generate, made at arrival
 };
 
 Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn step_time)
@@ -99,9 +100,12 @@ SamplingLimits Simulator::sampling_limits(const RequestSpec& spec) const {
   return limits;
 }
 
-Token Simulator::generated_token(const RequestSpec& spec, std::int64_t i) const {
-  if (stops_at_eos(spec) && i == spec.max_tokens - 1) return *spec.eos_token_id;
-  return output_token(spec.output_seed, i, vocab_size_, spec.eos_token_id.value_or(-1));
+void Simulator::generated_tokens(const RequestSpec& spec, std::int64_t n,
+                                 std::vector<Token>& out) const {
+  out.resize(static_cast<std::size_t>(n));
+  fill_output_tokens(out.data(), spec.output_seed, n, vocab_size_, spec.eos_token_id.value_or(-1));
+  if (stops_at_eos(spec) && n >= spec.max_tokens)
+    out[static_cast<std::size_t>(spec.max_tokens - 1)] = *spec.eos_token_id;
 }
 
 bool Simulator::reject_if_invalid(const RequestSpec& spec) {
@@ -140,6 +144,7 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
     const auto s = static_cast<std::size_t>(slot);
     Live& l = live_[s];
     const std::int64_t num_outputs = final_output_tokens(spec);
+    generated_tokens(spec, num_outputs, l.outputs);
     final_kv_tokens_[s] = static_cast<std::int64_t>(spec.prompt.size()) + num_outputs - 1;
     request_ids_[s] = spec.id;
     SamplingLimits limits = sampling_limits(spec);  // before the prompt moves
@@ -201,8 +206,12 @@ void Simulator::start_step() {
   v.prev_token_ns = {};
   v.request_id_of_index = request_ids_;
   for (const ScheduledRequest& sr : out_.scheduled) {
-    const Request& r = *sr.request;
+    Request& r = *sr.request;
     Live& l = live_[static_cast<std::size_t>(r.index())];
+    // What the model samples at this step's end for a request whose tokens are then all
+    // computed (read by update_from_output).
+    if (sr.num_computed_tokens + sr.num_tokens == r.num_tokens())
+      r.sampled_token = l.outputs[static_cast<std::size_t>(r.num_output_tokens())];
     if (l.first_scheduled_ns < 0) {
       l.first_scheduled_ns = now;
       l.first_lookup_hit_tokens = sr.num_computed_tokens;
@@ -234,13 +243,6 @@ void Simulator::start_step() {
 void Simulator::end_step() {
   Scheduler& sched = *scheduler_;
   const SimTimeNs now = engine_.now();
-  for (const ScheduledRequest& sr : out_.scheduled) {
-    Request& r = *sr.request;
-    if (r.num_computed_tokens + r.num_scheduled_tokens == r.num_tokens()) {
-      const RequestSpec& spec = live_[static_cast<std::size_t>(r.index())].spec;
-      r.sampled_token = generated_token(spec, r.num_output_tokens());
-    }
-  }
   sched.update_from_output(outputs_);
   prev_token_ns_.clear();
   for (const RequestOutput& o : outputs_) {
@@ -400,9 +402,7 @@ void Simulator::run_cache_only() {
     rec.first_lookup_hit_tokens = computed;
     rec.reason = final_reason(spec);
     request_done(rec);
-    outputs.clear();
-    for (std::int64_t i = 0; i < rec.output_tokens; ++i)
-      outputs.push_back(generated_token(spec, i));
+    generated_tokens(spec, rec.output_tokens, outputs);
     std::optional<RequestSpec> follow = source_.on_finished(spec, engine_.now(), outputs);
     if (follow) queue_arrival(std::move(*follow), false);
     if (++n % progress_every_ == 0) report_progress();

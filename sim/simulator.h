@@ -94,8 +94,9 @@ class Simulator {
   FinishReason final_reason(const RequestSpec& spec) const;
   /// The request's SamplingLimits (a stop-at-EOS request gets vLLM's default max_tokens).
   SamplingLimits sampling_limits(const RequestSpec& spec) const;
-  /// Output token i of `spec`: the EOS token where the request stops at EOS, else output_token.
-  Token generated_token(const RequestSpec& spec, std::int64_t i) const;
+  /// The first n tokens `spec` generates, into `out`: output_token's, with the EOS token last
+  /// where the request stops at EOS.
+  void generated_tokens(const RequestSpec& spec, std::int64_t n, std::vector<Token>& out) const;
   [[noreturn]] void fail_cannot_fit(const Request& r) const;
   void report_progress();
 

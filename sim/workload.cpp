@@ -44,7 +44,25 @@ __attribute__((target_clones("arch=x86-64-v4", "default"), optimize("O3"))) void
     dst[2 * i + 1] = scale_to_vocab(static_cast<std::uint32_t>(x >> 32), vocab_size);
   }
 }
+
+// The loop of output_token (same arithmetic, one token per word), in the same clones.
+__attribute__((target_clones("arch=x86-64-v4", "default"), optimize("O3"))) void fill_outputs(
+    std::int32_t* dst, std::uint64_t seed, std::int64_t count, std::int32_t vocab_size,
+    std::int32_t avoid) {
+  const std::int32_t bump = vocab_size > 1 ? avoid : -1;  // vocab 1: the only token stays
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::int32_t t = scale_to_vocab(
+        static_cast<std::uint32_t>(splitmix64(seed + static_cast<std::uint64_t>(i) * kGolden) >> 32),
+        vocab_size);
+    dst[i] = t == bump ? (t + 1 == vocab_size ? 0 : t + 1) : t;
+  }
+}
 }  // namespace
+
+void fill_output_tokens(std::int32_t* dst, std::uint64_t output_seed, std::int64_t count,
+                        std::int32_t vocab_size, std::int32_t avoid) {
+  fill_outputs(dst, output_seed, count, vocab_size, avoid);
+}
 
 void append_pseudo_tokens(std::vector<std::int32_t>& out, std::uint64_t key, std::int64_t count,
                           std::int32_t vocab_size) {

@@ -48,6 +48,10 @@ struct RequestSpec {
 [[nodiscard]] std::int32_t output_token(std::uint64_t output_seed, std::int64_t i,
                                         std::int32_t vocab_size, std::int32_t avoid = -1);
 
+/// Writes output_token(output_seed, i, vocab_size, avoid) for i in [0, count) to dst (vectorized).
+void fill_output_tokens(std::int32_t* dst, std::uint64_t output_seed, std::int64_t count,
+                        std::int32_t vocab_size, std::int32_t avoid = -1);
+
 /// Token j of the content stream keyed by `key`, in [0, vocab_size). Precondition: vocab_size >= 1.
 [[nodiscard]] std::int32_t pseudo_token(std::uint64_t key, std::int64_t j, std::int32_t vocab_size);
 

@@ -141,6 +141,34 @@ struct BreakdownChecker : StepObserver {
 
 }  // namespace
 
+TEST_CASE("adding n equal samples at once equals n single adds, across the exact limit",
+          "[sim]") {
+  kvsim::QuantileSketch one, bulk;
+  kvsim::PromHistogram h_one, h_bulk;
+  h_one.init({0.5, 1, 2});
+  h_bulk.init({0.5, 1, 2});
+  // Runs of equal values whose total passes the exact-sample limit (the switch to buckets).
+  const std::int64_t limit = static_cast<std::int64_t>(kvsim::QuantileSketch::kExactLimit);
+  const std::pair<std::int64_t, std::int64_t> runs[] = {
+      {1'000'000, 3}, {7, limit - 10}, {123'456'789, 50}, {2'000'000'000, 1}, {7, 4}};
+  for (const auto& [value, n] : runs) {
+    bulk.add(value, n);
+    h_bulk.observe(static_cast<double>(value) / 1e9, n);
+    for (std::int64_t k = 0; k < n; ++k) {
+      one.add(value);
+      h_one.observe(static_cast<double>(value) / 1e9);
+    }
+  }
+  CHECK(bulk.count() == one.count());
+  CHECK(bulk.mean() == one.mean());
+  CHECK(bulk.stddev() == one.stddev());
+  for (double p : {0.0, 1.0, 50.0, 99.0, 99.99, 100.0}) CHECK(bulk.percentile(p) == one.percentile(p));
+  CHECK(one.percentile(100) > 1e9);  // the largest run is seen
+  CHECK(h_bulk.counts == h_one.counts);
+  CHECK(h_bulk.sum == h_one.sum);  // bit for bit: the same additions in the same order
+  CHECK(h_bulk.count == h_one.count);
+}
+
 TEST_CASE("metrics of a tiny run with a constant step time are exact", "[sim]") {
   TempDir tmp("tiny");
   const Scenario s = scenario_from(timed_yaml(

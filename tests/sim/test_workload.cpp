@@ -206,6 +206,20 @@ TEST_CASE("output tokens are deterministic per seed and position", "[sim]") {
   CHECK(seen == std::set<std::int32_t>{0, 1, 2, 4, 5, 6});
 }
 
+TEST_CASE("bulk output tokens equal the per-position function", "[sim]") {
+  // avoid = vocab - 1 wraps to 0; vocab 1 keeps its only token even when it is the avoided one.
+  for (const auto& [vocab, avoid] : {std::pair{32000, -1}, std::pair{7, 3}, std::pair{7, 6},
+                                    std::pair{2, 0}, std::pair{1, 0}}) {
+    for (std::int64_t count : {0, 1, 5, 8, 17, 300}) {
+      std::vector<std::int32_t> out(static_cast<std::size_t>(count) + 1, -7);
+      fill_output_tokens(out.data(), 99, count, vocab, avoid);
+      for (std::int64_t i = 0; i < count; ++i)
+        CHECK(out[static_cast<std::size_t>(i)] == output_token(99, i, vocab, avoid));
+      CHECK(out.back() == -7);  // nothing written past count
+    }
+  }
+}
+
 TEST_CASE("bulk pseudo tokens equal the per-position function", "[sim]") {
   for (std::int64_t count : {0, 1, 2, 7, 64}) {
     std::vector<std::int32_t> out{-1};
