@@ -67,6 +67,8 @@ class RooflineLatency final : public LatencyModel {
       top_k_ = static_cast<double>(m.num_experts_per_tok);
     }
     other_weight_bytes_ = static_cast<double>(m.weight_bytes()) - routed_bytes_;
+    flops_per_s_ = gpu_.peak_flops_per_s * p_.mfu;
+    bytes_per_s_ = gpu_.hbm_bytes_per_s * p_.mbu;
   }
 
   SimTimeNs step_time_ns(const BatchFeatures& b) const override {
@@ -87,8 +89,8 @@ class RooflineLatency final : public LatencyModel {
     if (routed_bytes_ > 0) weights += routed_bytes_ * std::min(1.0, tokens * top_k_ / experts_);
     const double bytes =
         weights / tp + kv_bytes_per_token_ * (static_cast<double>(b.sum_context_tokens) + tokens);
-    const double compute_s = flops / (gpu_.peak_flops_per_s * p_.mfu);
-    const double memory_s = bytes / (gpu_.hbm_bytes_per_s * p_.mbu);
+    const double compute_s = flops / flops_per_s_;
+    const double memory_s = bytes / bytes_per_s_;
     double comm_s = 0;
     if (tp_ > 1)
       comm_s = 2.0 * layers_ *
@@ -104,6 +106,7 @@ class RooflineLatency final : public LatencyModel {
   double layers_;
   double kv_bytes_per_token_ = 0, active_params_ = 0, attn_width_ = 0, hidden_bytes_ = 0;
   double routed_bytes_ = 0, other_weight_bytes_ = 0, experts_ = 1, top_k_ = 0;
+  double flops_per_s_ = 0, bytes_per_s_ = 0;  // achieved: peak x mfu, bandwidth x mbu
 };
 
 LatencyFit parse_coefficients(const YAML::Node& n, const YamlContext& ctx) {

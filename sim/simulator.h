@@ -116,7 +116,6 @@ class Simulator {
   SchedulerOutput out_;
   std::vector<RequestOutput> outputs_;
   std::vector<SimTimeNs> prev_token_ns_;
-  std::vector<Token> finished_outputs_;  // finish_request's scratch
 
   std::vector<Live> live_;  // by slot = Request::index()
   std::vector<std::int64_t> free_slots_;
