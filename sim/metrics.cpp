@@ -205,7 +205,7 @@ void MetricsCollector::on_step(const StepView& v) {
   const SchedulerOutput& out = *v.out;
   const double usage = kv.usage();
   const auto running = static_cast<std::int64_t>(s.running().size());
-  const auto waiting = static_cast<std::int64_t>(s.waiting().size());
+  const std::int64_t waiting = v.num_waiting;
   const auto batch = static_cast<std::int64_t>(out.scheduled.size());
 
   ++num_steps_;

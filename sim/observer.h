@@ -33,6 +33,9 @@ struct StepView {
   /// positions the request will ever hold K/V for (prompt + outputs - 1; the KV breakdown).
   std::span<const std::uint64_t> request_id_of_index;
   const std::vector<std::int64_t>* final_kv_tokens = nullptr;
+  /// Requests waiting (vLLM's num_requests_waiting): the scheduler's waiting queue and arrivals
+  /// behind it that the simulator has not handed to the scheduler yet.
+  std::int64_t num_waiting = 0;
 };
 
 /// How a request left the system.

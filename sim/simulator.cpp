@@ -78,13 +78,13 @@ bool stops_at_eos(const RequestSpec& spec) { return !spec.ignore_eos && spec.eos
 std::int64_t Simulator::final_output_tokens(const RequestSpec& spec) const {
   const std::int64_t n =
       std::min<std::int64_t>(spec.max_tokens, scenario_.scheduler.max_model_len -
-                                                  static_cast<std::int64_t>(spec.prompt.size()));
+                                                  spec.num_prompt_tokens());
   return std::max<std::int64_t>(n, 1);
 }
 
 FinishReason Simulator::final_reason(const RequestSpec& spec) const {
   // vLLM checks the length cap before EOS: an EOS that lands on max_model_len is a "length".
-  const bool capped = static_cast<std::int64_t>(spec.prompt.size()) + final_output_tokens(spec) >=
+  const bool capped = spec.num_prompt_tokens() + final_output_tokens(spec) >=
                       scenario_.scheduler.max_model_len;
   return stops_at_eos(spec) && !capped ? FinishReason::kStop : FinishReason::kLength;
 }
@@ -93,7 +93,7 @@ SamplingLimits Simulator::sampling_limits(const RequestSpec& spec) const {
   SamplingLimits limits;
   // Stopping at EOS: no client max_tokens, so vLLM's default (the rest of the context).
   limits.max_tokens = stops_at_eos(spec) ? scenario_.scheduler.max_model_len -
-                                               static_cast<std::int64_t>(spec.prompt.size())
+                                               spec.num_prompt_tokens()
                                          : spec.max_tokens;
   limits.ignore_eos = spec.ignore_eos;
   limits.eos_token_id = spec.eos_token_id;
@@ -109,7 +109,7 @@ void Simulator::generated_tokens(const RequestSpec& spec, std::int64_t n,
 }
 
 bool Simulator::reject_if_invalid(const RequestSpec& spec) {
-  const auto prompt = static_cast<std::int64_t>(spec.prompt.size());
+  const auto prompt = spec.num_prompt_tokens();
   if (prompt > 0 && spec.max_tokens >= 1 &&
       prompt + spec.max_tokens <= scenario_.scheduler.max_model_len)
     return false;
@@ -143,31 +143,58 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
     }
     const auto s = static_cast<std::size_t>(slot);
     Live& l = live_[s];
-    const std::int64_t num_outputs = final_output_tokens(spec);
-    generated_tokens(spec, num_outputs, l.outputs);
-    final_kv_tokens_[s] = static_cast<std::int64_t>(spec.prompt.size()) + num_outputs - 1;
+    final_kv_tokens_[s] = spec.num_prompt_tokens() + final_output_tokens(spec) - 1;
     request_ids_[s] = spec.id;
-    SamplingLimits limits = sampling_limits(spec);  // before the prompt moves
-    // Room for exactly the tokens it will generate (a stop-at-EOS request's max_tokens is the
-    // rest of the context).
-    l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits),
-                                          std::vector<MMPlaceholder>{}, num_outputs);
-    // Size the block table and hash list once, at arrival: the step loop then never grows them.
-    const auto max_blocks =
-        static_cast<std::size_t>(cdiv(final_kv_tokens_[s] + 1, scenario_.cache.sizing.block_size) +
-                                 scheduler_->kv_cache_manager().num_preallocate_blocks());
-    l.request->blocks.reserve(max_blocks);
-    l.request->block_hashes.reserve(max_blocks);
-    spec.prompt.clear();
     l.spec = std::move(spec);
+    l.request.reset();
     l.first_scheduled_ns = l.first_token_ns = l.last_token_ns = -1;
     l.first_lookup_hit_tokens = 0;
-    scheduler_->add_request(*l.request);
+    unadmitted_.push_back(slot);  // the scheduler's waiting queue gets it in admit_waiting()
   }
   if (!step_in_flight_ && !schedule_queued_) {
     schedule_queued_ = true;
     engine_.schedule(engine_.now(), kPriorityScheduleStep, EventKind::kScheduleStep);
   }
+}
+
+void Simulator::admit(std::int64_t slot) {
+  const auto s = static_cast<std::size_t>(slot);
+  Live& l = live_[s];
+  RequestSpec& spec = l.spec;
+  spec.materialize_prompt();
+  const std::int64_t num_outputs = final_output_tokens(spec);
+  generated_tokens(spec, num_outputs, l.outputs);
+  SamplingLimits limits = sampling_limits(spec);  // before the prompt moves
+  // Room for exactly the tokens it will generate (a stop-at-EOS request's max_tokens is the
+  // rest of the context).
+  l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits),
+                                        std::vector<MMPlaceholder>{}, num_outputs);
+  // Size the block table and hash list once: the step loop then never grows them.
+  const auto max_blocks =
+      static_cast<std::size_t>(cdiv(final_kv_tokens_[s] + 1, scenario_.cache.sizing.block_size) +
+                               scheduler_->kv_cache_manager().num_preallocate_blocks());
+  l.request->blocks.reserve(max_blocks);
+  l.request->block_hashes.reserve(max_blocks);
+  spec.prompt.clear();
+  scheduler_->add_request(*l.request);
+}
+
+void Simulator::admit_waiting() {
+  // One schedule() looks at most at the first max_num_seqs - running waiting requests: it stops
+  // before looking at one more once running reaches max_num_seqs, and at the first that does not
+  // fit (which is then within that count too). Arrivals beyond those wait here, in arrival order,
+  // with their prompts unmade.
+  const Scheduler& sched = *scheduler_;
+  const auto examined = static_cast<std::size_t>(std::max<std::int64_t>(
+      scenario_.scheduler.max_num_seqs - static_cast<std::int64_t>(sched.running().size()), 0));
+  while (!unadmitted_.empty() && sched.waiting().size() < examined) {
+    admit(unadmitted_.front());
+    unadmitted_.pop_front();
+  }
+}
+
+std::int64_t Simulator::num_waiting() const {
+  return static_cast<std::int64_t>(scheduler_->waiting().size() + unadmitted_.size());
 }
 
 // ---- timed mode -----------------------------------------------------------------------------
@@ -189,6 +216,7 @@ void Simulator::start_step() {
   schedule_queued_ = false;
   if (step_in_flight_) return;
   Scheduler& sched = *scheduler_;
+  admit_waiting();
   if (sched.running().empty() && sched.waiting().empty()) return;
   sched.schedule(out_);
   if (out_.scheduled.empty()) {
@@ -205,6 +233,7 @@ void Simulator::start_step() {
   v.outputs = {};
   v.prev_token_ns = {};
   v.request_id_of_index = request_ids_;
+  v.num_waiting = num_waiting();
   for (const ScheduledRequest& sr : out_.scheduled) {
     Request& r = *sr.request;
     Live& l = live_[static_cast<std::size_t>(r.index())];
@@ -255,6 +284,7 @@ void Simulator::end_step() {
   v.outputs = outputs_;
   v.prev_token_ns = prev_token_ns_;
   v.request_id_of_index = request_ids_;
+  v.num_waiting = num_waiting();
   for (StepObserver* o : observers_) o->on_step(v);
   step_in_flight_ = false;
   ++step_;
@@ -322,7 +352,7 @@ void Simulator::report_progress() {
   p.requests_done = requests_done_;
   p.num_steps = step_;
   p.num_running = static_cast<std::int64_t>(scheduler_->running().size());
-  p.num_waiting = static_cast<std::int64_t>(scheduler_->waiting().size());
+  p.num_waiting = num_waiting();
   progress_(p);
 }
 
@@ -350,6 +380,7 @@ void Simulator::run_timed() {
     if (++n % progress_every_ == 0) report_progress();
     if ((n & 1023) == 0) check_interrupt();
   }
+  KVSIM_ASSERT(unadmitted_.empty(), "arrivals left unadmitted after the last step");
   if (scheduler_->num_unfinished_requests() > 0) {
     const Request* r = scheduler_->waiting().empty() ? scheduler_->running().front()
                                                      : scheduler_->waiting().front();
@@ -375,6 +406,7 @@ void Simulator::run_cache_only() {
     free_pending_.push_back(ev->payload);
     if (open_loop) pull_next_open_loop();
     if (reject_if_invalid(spec)) continue;
+    spec.materialize_prompt();
     SamplingLimits limits = sampling_limits(spec);  // before the prompt moves
     Request req(0, std::move(spec.prompt), std::move(limits), {},
                 /*output_capacity=*/0);  // never decodes
@@ -405,7 +437,7 @@ void Simulator::run_cache_only() {
     RequestRecord rec;
     rec.request_id = spec.id;
     rec.arrival_ns = spec.arrival_ns;
-    rec.prompt_tokens = static_cast<std::int64_t>(spec.prompt.size());
+    rec.prompt_tokens = spec.num_prompt_tokens();
     rec.output_tokens = final_output_tokens(spec);
     rec.first_lookup_hit_tokens = computed;
     rec.reason = final_reason(spec);

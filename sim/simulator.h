@@ -25,6 +25,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/ring_deque.h"
 #include "core/scheduler.h"
 #include "sim/engine.h"
 #include "sim/observer.h"
@@ -85,6 +86,13 @@ class Simulator {
   void queue_arrival(RequestSpec spec, bool open_loop);
   void pull_next_open_loop();
   void on_arrival(std::int64_t pending_slot);
+  /// Makes the request of live slot `slot` (its prompt's tokens too) and appends it to the
+  /// scheduler's waiting queue.
+  void admit(std::int64_t slot);
+  /// Admits arrivals, in order, until the waiting queue holds every request schedule() may look at.
+  void admit_waiting();
+  /// Waiting requests: the scheduler's and those not yet admitted.
+  std::int64_t num_waiting() const;
   void start_step();
   void end_step();
   void finish_request(std::int64_t slot, FinishReason reason);
@@ -124,6 +132,7 @@ class Simulator {
   std::vector<RequestSpec> pending_;           // arrivals not yet happened
   std::vector<bool> pending_open_loop_;        // from source.next() (else a follow-up turn)
   std::vector<std::int64_t> free_pending_;
+  RingDeque<std::int64_t> unadmitted_;  // live slots that arrived, behind the waiting queue
   bool open_loop_done_ = false;
 
   bool step_in_flight_ = false;

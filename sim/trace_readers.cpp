@@ -364,27 +364,25 @@ std::optional<RequestSpec> TraceSource::next() {
   r.eos_token_id = config_.eos_token_id;
   r.output_seed = content_key(seed_, "output", r.id);
   r.prefix_group = row->prefix_group;
-  r.prompt.reserve(static_cast<std::size_t>(row->prompt_tokens));
+  // The prompt is deferred (a few segments, see RequestSpec): the simulator makes its tokens
+  // when the scheduler may look at it.
   if (config_.format == TraceConfig::Format::kMooncake) {
     const std::int64_t b = config_.hash_block_tokens;
     for (std::size_t i = 0; i < row->hash_ids.size(); ++i) {
       const std::int64_t n = std::min(b, row->prompt_tokens - static_cast<std::int64_t>(i) * b);
-      append_pseudo_tokens(r.prompt,
-                           content_key(0, "mooncake", static_cast<std::uint64_t>(row->hash_ids[i])),
-                           n, vocab_size_);
+      r.defer_tokens(content_key(0, "mooncake", static_cast<std::uint64_t>(row->hash_ids[i])), n,
+                     vocab_size_);
     }
   } else {
     std::int64_t shared = 0;
     if (row->prefix_group >= 0) {
       shared = std::min(row->prompt_tokens,
                         row->prefix_tokens >= 0 ? row->prefix_tokens : config_.prefix_tokens);
-      append_pseudo_tokens(
-          r.prompt,
-          content_key(seed_, "trace_prefix", static_cast<std::uint64_t>(row->prefix_group)), shared,
-          vocab_size_);
+      r.defer_tokens(
+          content_key(seed_, "trace_prefix", static_cast<std::uint64_t>(row->prefix_group)),
+          shared, vocab_size_);
     }
-    append_pseudo_tokens(r.prompt, content_key(seed_, "user", r.id), row->prompt_tokens - shared,
-                         vocab_size_);
+    r.defer_tokens(content_key(seed_, "user", r.id), row->prompt_tokens - shared, vocab_size_);
   }
   return r;
 }

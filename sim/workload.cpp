@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "core/assert.h"
+
 #include "sim/rng.h"
 #include "sim/synthetic_workload.h"
 #include "sim/trace_readers.h"
@@ -72,6 +76,25 @@ void append_pseudo_tokens(std::vector<std::int32_t>& out, std::uint64_t key, std
   // One mixed word gives tokens 2i and 2i + 1 (its low and high halves).
   fill_token_pairs(dst, key, count / 2, vocab_size);
   if (count % 2) dst[count - 1] = pseudo_token(key, count - 1, vocab_size);
+}
+
+void RequestSpec::materialize_prompt() {
+  if (deferred.empty()) return;
+  // Room for the outputs too: the Request decodes into this buffer without reallocating it.
+  prompt.reserve(prompt.size() + static_cast<std::size_t>(deferred_tokens) +
+                 static_cast<std::size_t>(std::max(max_tokens, 0)));
+  for (const PromptSegment& seg : deferred)
+    append_pseudo_tokens(prompt, seg.key, seg.count, deferred_vocab);
+  deferred.clear();
+  deferred_tokens = 0;
+}
+
+void RequestSpec::defer_tokens(std::uint64_t key, std::int64_t count, std::int32_t vocab_size) {
+  if (count <= 0) return;
+  KVSIM_ASSERT(deferred.empty() || deferred_vocab == vocab_size);
+  deferred.push_back({key, count});
+  deferred_vocab = vocab_size;
+  deferred_tokens += count;
 }
 
 std::uint64_t content_key(std::uint64_t seed, std::string_view kind, std::uint64_t index) {

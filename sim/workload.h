@@ -26,10 +26,23 @@
 
 namespace kvsim {
 
+/// `count` tokens of the content stream `key` (tokens [0, count), see pseudo_token).
+struct PromptSegment {
+  std::uint64_t key = 0;
+  std::int64_t count = 0;
+};
+
 struct RequestSpec {
   std::uint64_t id = 0;  // dense 0,1,2,... in creation order
   SimTimeNs arrival_ns = 0;
-  std::vector<std::int32_t> prompt;  // token ids
+  // The prompt's token ids: `prompt`, then the content-stream segments of `deferred` (tokens in
+  // [0, deferred_vocab)). A trace reader defers its prompts so that a request waiting behind a
+  // long queue holds a few segments, not its tokens: call materialize_prompt() before reading
+  // the tokens.
+  std::vector<std::int32_t> prompt;
+  std::vector<PromptSegment> deferred;
+  std::int32_t deferred_vocab = 0;
+  std::int64_t deferred_tokens = 0;  // sum of the deferred segments' counts
   // Output length. With ignore_eos (the benchmarks' way) it is vLLM's max_tokens. Otherwise, when
   // eos_token_id is set, it is where the model stops: generated token max_tokens - 1 is the EOS
   // token and the request's max_tokens is vLLM's default (max_model_len - prompt), so it
@@ -41,6 +54,15 @@ struct RequestSpec {
   std::int64_t session = -1;       // multi-turn session id, -1 none
   std::int32_t turn = 0;           // 0-based turn within the session
   std::int32_t prefix_group = -1;  // system prompt / few-shot template index, -1 none
+
+  /// The prompt's length, deferred tokens included.
+  std::int64_t num_prompt_tokens() const {
+    return static_cast<std::int64_t>(prompt.size()) + deferred_tokens;
+  }
+  /// Appends the deferred segments to `prompt` (with room for max_tokens outputs after them).
+  void materialize_prompt();
+  /// Appends `count` tokens of stream `key` to the deferred segments.
+  void defer_tokens(std::uint64_t key, std::int64_t count, std::int32_t vocab_size);
 };
 
 /// Token i (0-based) that a request with this output_seed generates: deterministic, in

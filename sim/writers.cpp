@@ -221,7 +221,7 @@ void TraceJsonWriter::on_step_begin(const StepView& v) {
   put(R"({{"name":"kv_cache_usage_perc","ph":"C","pid":1,"ts":{},"args":{{"usage":{:.6f}}}}})", ts_,
       s.kv_cache_manager().usage());
   put(R"({{"name":"queues","ph":"C","pid":1,"ts":{},"args":{{"running":{},"waiting":{}}}}})", ts_,
-      s.running().size(), s.waiting().size());
+      s.running().size(), v.num_waiting);
   for (const Request* r : out.preempted) {
     const auto idx = static_cast<std::size_t>(r->index());
     const std::uint64_t id = idx < v.request_id_of_index.size() ? v.request_id_of_index[idx] : 0;

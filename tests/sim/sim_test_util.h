@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "sim/errors.h"
+#include "sim/workload.h"
 
 namespace kvsim::test {
 
@@ -18,6 +21,18 @@ inline std::string error_of(auto&& fn) {
     return e.what();
   }
   return "";
+}
+
+/// The source's next request with its prompt's tokens made (trace readers defer them).
+inline std::optional<RequestSpec> next_made(RequestSource& src) {
+  std::optional<RequestSpec> r = src.next();
+  if (r) {
+    const std::int64_t n = r->num_prompt_tokens();
+    r->materialize_prompt();
+    if (static_cast<std::int64_t>(r->prompt.size()) != n) throw std::logic_error("prompt length");
+    if (!r->deferred.empty() || r->deferred_tokens != 0) throw std::logic_error("still deferred");
+  }
+  return r;
 }
 
 /// A fresh empty folder under the system temp dir (named by `tag` and the pid), removed at scope

@@ -15,6 +15,7 @@
 #include "sim/samplers.h"
 #include "sim/workload.h"
 #include "sim/yaml_util.h"
+#include "sim_test_util.h"
 
 using namespace kvsim;
 
@@ -192,7 +193,7 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
           try {
             auto src =
                 make_request_source(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}, 3, 500);
-            while (auto req = src->next()) REQUIRE(!req->prompt.empty());
+            while (auto req = kvsim::test::next_made(*src)) REQUIRE(!req->prompt.empty());
           } catch (const ConfigError& e) {
             bad_message = std::string(e.what()).rfind(path, 0) != 0;
             throw;

@@ -275,6 +275,45 @@ TEST_CASE("the fast KV breakdown equals a block walk and sums to the pool under 
   CHECK(sim.scheduler().stats().num_preemptions > 0);
 }
 
+TEST_CASE("a burst of trace arrivals: the scheduler sees the queue's head, steps.csv all of it",
+          "[sim]") {
+  // 30 requests at t = 0; the simulator hands the scheduler only the waiting requests one
+  // schedule() can look at (max_num_seqs - running), making their prompts then.
+  TempDir tmp("burst");
+  const fs::path trace = tmp.path / "burst.csv";
+  {
+    std::ofstream f(trace);
+    f << "arrival_s,prompt_tokens,output_tokens,prefix_group,prefix_tokens\n";
+    for (int i = 0; i < 30; ++i) f << "0,40,3,0,32\n";
+  }
+  for (const int blocks : {64, 12}) {
+    const Scenario s = scenario_from(timed_yaml(
+        "{block_size: 16, num_gpu_blocks_override: " + std::to_string(blocks) + "}",
+        "{max_model_len: 2048, max_num_seqs: 4}",
+        "{trace: {format: csv, path: " + trace.string() + "}}"));
+    RunOptions opt;
+    opt.step_time = constant_ms(1);
+    const RunResult r = run_scenario(s, tmp.path / std::to_string(blocks), opt);
+    const auto rows = read_csv(r.folder / "steps.csv");
+    REQUIRE(rows.size() > 2);
+    const auto col = [&](const std::string& name) {
+      const auto it = std::find(rows[0].begin(), rows[0].end(), name);
+      REQUIRE(it != rows[0].end());
+      return std::stoll(rows[1][static_cast<std::size_t>(it - rows[0].begin())]);
+    };
+    const std::int64_t scheduled = col("num_scheduled");
+    CHECK(col("num_running") == scheduled);
+    CHECK(col("num_waiting") == 30 - scheduled);  // the whole queue, unadmitted arrivals included
+    // vLLM looks up every request it schedules, plus the one that did not fit while running had
+    // room: each lookup queries the whole 40-token prompt.
+    const bool one_did_not_fit = scheduled < 4;
+    CHECK(col("prefix_queries") == 40 * (scheduled + (one_did_not_fit ? 1 : 0)));
+    if (blocks == 64) CHECK(scheduled == 4);
+    if (blocks == 12) CHECK(one_did_not_fit);
+    CHECK(read_json(r.folder / "summary.json")["completed"].get<std::int64_t>() == 30);
+  }
+}
+
 TEST_CASE("steps.csv slot columns add up to the pool on every row", "[sim]") {
   TempDir tmp("slots");
   const Scenario s = scenario_from(

@@ -6,8 +6,10 @@
 
 #include "sim/trace_readers.h"
 #include "sim/workload.h"
+#include "sim_test_util.h"
 
 using namespace kvsim;
+using kvsim::test::next_made;
 
 namespace {
 const std::string kTraces = std::string(KVSIM_SHARED_DIR) + "/traces/";
@@ -48,7 +50,7 @@ TEST_CASE("the Azure conversation trace has 19,366 rows, mean input 1,155 and ou
   std::int64_t n = 0, in = 0, out = 0;
   SimTimeNs last = 0;
   std::optional<RequestSpec> first;
-  while (auto r = src->next()) {
+  while (auto r = next_made(*src)) {
     if (!first) first = *r;
     CHECK(r->id == static_cast<std::uint64_t>(n));
     ++n;
@@ -73,10 +75,10 @@ TEST_CASE("the Azure reader honours time_scale and max_requests", "[sim]") {
     return;
   }
   auto src = trace_source("azure", path, ", time_scale: 0.5, max_requests: 2");
-  auto a = src->next();
-  auto b = src->next();
+  auto a = next_made(*src);
+  auto b = next_made(*src);
   REQUIRE((a && b));
-  CHECK_FALSE(src->next().has_value());
+  CHECK_FALSE(next_made(*src).has_value());
   // Rows 1 and 2: 18:15:46.6805900 and 18:15:50.9951690 -> 4.314579 s, halved.
   CHECK(b->arrival_ns == 2'157'289'500);
 }
@@ -91,7 +93,7 @@ TEST_CASE("the Mooncake trace has 3,993 rows with mean input 15,326 and shared h
   auto src = trace_source("mooncake", path);
   std::int64_t n = 0, in = 0;
   std::vector<RequestSpec> head;
-  while (auto r = src->next()) {
+  while (auto r = next_made(*src)) {
     ++n;
     in += static_cast<std::int64_t>(r->prompt.size());
     if (head.size() < 200) head.push_back(std::move(*r));
@@ -113,7 +115,7 @@ TEST_CASE("equal Mooncake hash ids give equal token blocks, the last block cut t
       "9]}\n"
       "{\"timestamp\": 1500, \"input_length\": 600, \"output_length\": 0, \"hash_ids\": [7, 3]}\n");
   auto src = trace_source("mooncake", path);
-  auto a = src->next(), b = src->next();
+  auto a = next_made(*src), b = next_made(*src);
   REQUIRE((a && b));
   CHECK(a->arrival_ns == 0);
   CHECK(b->arrival_ns == 500'000'000);
@@ -130,7 +132,7 @@ TEST_CASE("generic CSV and JSONL traces share prefixes within a prefix group", "
                                     "arrival_s,prompt_tokens,output_tokens,prefix_group\n"
                                     "0.0,100,10,3\n0.25,80,5,3\n0.5,90,5,-1\n");
   auto src = trace_source("csv", csv, ", prefix_tokens: 64");
-  auto a = src->next(), b = src->next(), c = src->next();
+  auto a = next_made(*src), b = next_made(*src), c = next_made(*src);
   REQUIRE((a && b && c));
   CHECK(b->arrival_ns == 250'000'000);
   CHECK(std::equal(a->prompt.begin(), a->prompt.begin() + 64, b->prompt.begin()));
@@ -144,11 +146,11 @@ TEST_CASE("generic CSV and JSONL traces share prefixes within a prefix group", "
                 "\n{\"arrival_s\": 2, \"prompt_tokens\": 12, \"output_tokens\": 3, "
                 "\"prefix_group\": 0, \"prefix_tokens\": 4}\n");
   auto js = trace_source("jsonl", jsonl);
-  auto x = js->next(), y = js->next();
+  auto x = next_made(*js), y = next_made(*js);
   REQUIRE((x && y));
   CHECK(x->arrival_ns == 1'500'000'000);
   CHECK(std::equal(x->prompt.begin(), x->prompt.begin() + 4, y->prompt.begin()));
-  CHECK_FALSE(js->next().has_value());
+  CHECK_FALSE(next_made(*js).has_value());
 }
 
 TEST_CASE("a malformed trace row is reported with file:line", "[sim]") {
@@ -189,7 +191,7 @@ TEST_CASE("the Azure code trace has 8,819 rows with mean input 2,048 and output 
   }
   auto src = trace_source("azure", path);
   std::int64_t n = 0, in = 0, out = 0;
-  while (auto r = src->next()) {
+  while (auto r = next_made(*src)) {
     ++n;
     in += static_cast<std::int64_t>(r->prompt.size());
     out += r->max_tokens;
