@@ -12,7 +12,6 @@ BlockPool::BlockPool(std::int32_t num_blocks, bool enable_caching, BlockHashTabl
       blocks_(static_cast<std::size_t>(num_blocks)) {
   KVSIM_ASSERT(num_blocks > 0);
   for (std::int32_t i = 0; i < num_blocks; ++i) {
-    blocks_[static_cast<std::size_t>(i)].block_id = BlockId{i};
     free_queue_.push_back(blocks_[static_cast<std::size_t>(i)]);
   }
 }
@@ -44,7 +43,7 @@ void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
     free_queue_.pop_front();
     KVSIM_ASSERT(blk.ref_cnt == 0);
     blk.ref_cnt = 1;
-    out.push_back(blk.block_id);
+    out.push_back(id_of(blk));
     if (!enable_caching_) continue;
     if (blk.block_hash != kNoHash) hashes_.prefetch_node(blk.block_hash);
     const std::size_t k = out.size() - 1;
@@ -140,7 +139,7 @@ std::string BlockPool::find_violation() const {
   std::vector<char> queued(blocks_.size(), 0);
   std::int64_t queue_len = 0;
   for (const KVCacheBlock& blk : free_queue_) {
-    const std::size_t i = static_cast<std::size_t>(to_int(blk.block_id));
+    const std::size_t i = static_cast<std::size_t>(to_int(id_of(blk)));
     KVSIM_CHECK(i < blocks_.size() && &blocks_[i] == &blk, "free queue holds a foreign block");
     KVSIM_CHECK(!queued[i], "block queued twice");
     queued[i] = 1;
@@ -151,7 +150,7 @@ std::string BlockPool::find_violation() const {
   std::int64_t heads = 0;
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const KVCacheBlock& blk = blocks_[i];
-    KVSIM_CHECK(to_int(blk.block_id) == static_cast<std::int32_t>(i), "block id mismatch");
+    KVSIM_CHECK(to_int(id_of(blk)) == static_cast<std::int32_t>(i), "block id mismatch");
     KVSIM_CHECK(blk.ref_cnt >= 0, "negative ref count");
     KVSIM_CHECK((blk.ref_cnt == 0) == static_cast<bool>(queued[i]),
                 "a block must be queued iff its ref count is 0");
@@ -164,14 +163,14 @@ std::string BlockPool::find_violation() const {
     ++cached_blocks;
     const std::size_t s = head_slot(blk.block_hash);
     if (blk.hash_prev == kNoBlock) {
-      KVSIM_CHECK(hash_head_[s] == blk.block_id, "chain head mismatch");
+      KVSIM_CHECK(hash_head_[s] == id_of(blk), "chain head mismatch");
       ++heads;
     } else {
-      KVSIM_CHECK(block(blk.hash_prev).hash_next == blk.block_id, "broken hash chain");
+      KVSIM_CHECK(block(blk.hash_prev).hash_next == id_of(blk), "broken hash chain");
       KVSIM_CHECK(block(blk.hash_prev).block_hash == blk.block_hash, "chain mixes hashes");
     }
     if (blk.hash_next == kNoBlock)
-      KVSIM_CHECK(hash_tail_[s] == blk.block_id, "chain tail mismatch");
+      KVSIM_CHECK(hash_tail_[s] == id_of(blk), "chain tail mismatch");
   }
   KVSIM_CHECK(cached_blocks == num_cached_blocks_, "cached block count mismatch");
   KVSIM_CHECK(heads == num_cached_hashes_, "cached hash count mismatch");

@@ -21,16 +21,18 @@ using FreeListLinkMode = boost::intrusive::link_mode<boost::intrusive::safe_link
 #endif
 
 /// One KV cache block (vLLM's KVCacheBlock). Lives in BlockPool for the pool's lifetime.
-struct KVCacheBlock {
+struct alignas(32) KVCacheBlock {
   boost::intrusive::list_member_hook<FreeListLinkMode>
       free_hook;  // in the free queue iff ref_cnt == 0
-  BlockId block_id = kNoBlock;
   std::int32_t ref_cnt = 0;
   HashId block_hash = kNoHash;  // set once the block is full and cached; holds a table reference
   // Neighbours among the cached blocks that share block_hash, in insertion order.
   BlockId hash_prev = kNoBlock;
   BlockId hash_next = kNoBlock;
 };
+// Two blocks per cache line, none straddling one: popping the free queue is a walk over blocks
+// freed long ago, one miss per block. A block's id is its index (BlockPool::id_of).
+static_assert(sizeof(KVCacheBlock) == 32);
 
 class BlockPool {
  public:
@@ -62,6 +64,10 @@ class BlockPool {
     return blocks_[static_cast<std::size_t>(to_int(b))];
   }
   const FreeQueue& free_queue() const { return free_queue_; }
+  /// The id of a block of this pool (its index).
+  BlockId id_of(const KVCacheBlock& blk) const {
+    return BlockId{static_cast<std::int32_t>(&blk - blocks_.data())};
+  }
   /// Starts loading block `b` (for walks over a block table).
   void prefetch_block(BlockId b) const { __builtin_prefetch(&block(b)); }
   const Stats& stats() const { return stats_; }

@@ -427,7 +427,7 @@ void OpReplayer::op_snapshot(JsonWriter& w) {
   w.end_object();
   if (!brief) {
     w.key("free_queue").begin_array();
-    for (const KVCacheBlock& blk : pool.free_queue()) w.value(std::int64_t{to_int(blk.block_id)});
+    for (const KVCacheBlock& blk : pool.free_queue()) w.value(std::int64_t{to_int(pool.id_of(blk))});
     w.end_array();
     w.key("cached_block_ids").begin_array();
     for (std::int32_t b = 0; b < pool.num_blocks(); ++b)

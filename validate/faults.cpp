@@ -89,7 +89,7 @@ bool plant_wrong_prefix_hit(StepBatch& batch, const BlockPool& pool) {
   // Cached blocks: free-but-cached ones (eviction candidates) first, then cached blocks in use.
   std::vector<std::int32_t> cached;
   for (const KVCacheBlock& blk : pool.free_queue())
-    if (blk.block_hash != kNoHash) cached.push_back(to_int(blk.block_id));
+    if (blk.block_hash != kNoHash) cached.push_back(to_int(pool.id_of(blk)));
   for (std::int32_t b = 0; b < pool.num_blocks(); ++b)
     if (pool.block(BlockId{b}).ref_cnt > 0 && pool.block(BlockId{b}).block_hash != kNoHash)
       cached.push_back(b);

@@ -42,7 +42,7 @@ inline std::vector<std::int32_t> new_ids(const Request& r, const AllocResult& re
 /// Block ids of the free queue, head (next to evict) first.
 inline std::vector<std::int32_t> free_queue_ids(const BlockPool& pool) {
   std::vector<std::int32_t> out;
-  for (const KVCacheBlock& b : pool.free_queue()) out.push_back(to_int(b.block_id));
+  for (const KVCacheBlock& b : pool.free_queue()) out.push_back(to_int(pool.id_of(b)));
   return out;
 }
 inline std::vector<std::int32_t> free_queue_ids(const KVCacheManager& kv) {
