@@ -1,17 +1,20 @@
-// bench_sim [SCENARIO.yaml ...] [--set k=v ...]: runs each scenario end to end (all output files
-// written, to a temporary folder) in its own child process and reports simulated requests per
-// second of CPU time and of wall time, and the child's peak RSS (getrusage via wait4). Without
-// arguments it runs the standard set: the Azure conv trace, Mooncake (timed), and 1,000,000
-// synthetic requests. Run it from the repository root (scenarios name ../shared/traces/...).
+// bench_sim [SCENARIO.yaml ...] [--set k=v ...] [--reps N]: runs each scenario end to end (all
+// output files written, to a temporary folder) in its own child process, N times (default 5), and
+// reports simulated requests per second of CPU time (the best run's and the median's) and of wall
+// time (the best run's), and the peak RSS (getrusage via wait4). Without scenario arguments it
+// runs the standard set: the Azure conv trace, Mooncake (timed), and 1,000,000 synthetic
+// requests. Run it from the repository root (scenarios name ../shared/traces/...).
 
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -44,14 +47,50 @@ int run_child(const std::string& path, const std::vector<std::string>& sets, int
   }
 }
 
+struct Measured {
+  ChildReport rep;
+  double wall = 0, cpu = 0, rss_mb = 0;
+};
+
+// One run of `path` in a child process; false when it failed.
+bool measure(const std::string& path, const std::vector<std::string>& sets, Measured& m) {
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) return false;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    ::_exit(run_child(path, sets, pipefd[1]));
+  }
+  ::close(pipefd[1]);
+  const bool got = ::read(pipefd[0], &m.rep, sizeof m.rep) == static_cast<ssize_t>(sizeof m.rep);
+  ::close(pipefd[0]);
+  int status = 0;
+  struct rusage ru {};
+  ::wait4(pid, &status, 0, &ru);
+  m.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m.cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  m.rss_mb = static_cast<double>(ru.ru_maxrss) / 1024.0;
+  return got && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> paths, sets;
+  int reps = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--set" && i + 1 < argc) {
       sets.push_back(argv[++i]);
+    } else if (a == "--reps" && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+      if (reps < 1) {
+        std::fprintf(stderr, "bench_sim: --reps needs a positive count\n");
+        return 2;
+      }
     } else {
       paths.push_back(a);
     }
@@ -59,39 +98,29 @@ int main(int argc, char** argv) {
   if (paths.empty())
     paths = {"scenarios/azure-conv.yaml", "bench/sim/mooncake-timed.yaml",
              "bench/sim/synthetic-1m.yaml"};
-  std::printf("%-34s %10s %10s %12s %8s %8s %12s %12s %9s\n", "scenario", "requests", "steps",
-              "simulated_s", "wall_s", "cpu_s", "req/s(cpu)", "req/s(wall)", "rss_MB");
+  std::printf("%-26s %9s %9s %11s %7s %7s %11s %11s %11s %8s\n", "scenario", "requests", "steps",
+              "simulated_s", "wall_s", "cpu_s", "req/s(cpu)", "median(cpu)", "req/s(wall)",
+              "rss_MB");
   int status_all = 0;
   for (const std::string& path : paths) {
-    int pipefd[2];
-    if (::pipe(pipefd) != 0) return 1;
-    const auto t0 = std::chrono::steady_clock::now();
-    std::fflush(nullptr);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(pipefd[0]);
-      ::_exit(run_child(path, sets, pipefd[1]));
-    }
-    ::close(pipefd[1]);
-    ChildReport rep;
-    const bool got = ::read(pipefd[0], &rep, sizeof rep) == static_cast<ssize_t>(sizeof rep);
-    ::close(pipefd[0]);
-    int status = 0;
-    struct rusage ru {};
-    ::wait4(pid, &status, 0, &ru);
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-                       static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-    if (!got || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      std::printf("%-34s FAILED\n", path.c_str());
+    std::vector<Measured> runs(static_cast<std::size_t>(reps));
+    bool ok = true;
+    for (Measured& m : runs) ok = ok && measure(path, sets, m);
+    if (!ok) {
+      std::printf("%-26s FAILED\n", path.c_str());
       status_all = 1;
       continue;
     }
-    std::printf("%-34s %10lld %10lld %12.1f %8.2f %8.2f %12.0f %12.0f %9.1f\n",
-                fs::path(path).stem().c_str(), rep.requests, rep.steps, rep.sim_s, wall, cpu,
-                static_cast<double>(rep.requests) / cpu, static_cast<double>(rep.requests) / wall,
-                static_cast<double>(ru.ru_maxrss) / 1024.0);
+    std::sort(runs.begin(), runs.end(),
+              [](const Measured& a, const Measured& b) { return a.cpu < b.cpu; });
+    const Measured& best = runs.front();
+    const double median = runs[runs.size() / 2].cpu;
+    double rss = 0;
+    for (const Measured& m : runs) rss = std::max(rss, m.rss_mb);
+    const auto n = static_cast<double>(best.rep.requests);
+    std::printf("%-26s %9lld %9lld %11.1f %7.3f %7.3f %11.0f %11.0f %11.0f %8.1f\n",
+                fs::path(path).stem().c_str(), best.rep.requests, best.rep.steps, best.rep.sim_s,
+                best.wall, best.cpu, n / best.cpu, n / median, n / best.wall, rss);
     std::fflush(stdout);
   }
   return status_all;
