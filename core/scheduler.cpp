@@ -54,7 +54,9 @@ void Scheduler::schedule(SchedulerOutput& out) {
   out.finished.assign(finished_ids_.begin(), finished_ids_.end());
   finished_ids_.clear();
   out.prefix_queries_tokens = out.prefix_hits_tokens = 0;
-  for (Request* r : running_) r->num_scheduled_tokens = 0;  // a schedule() without update()
+  if (scheduled_unconsumed_)  // a schedule() without update(): its counts do not carry over
+    for (Request* r : running_) r->num_scheduled_tokens = 0;
+  scheduled_unconsumed_ = true;
   const std::int64_t bs = kv_.block_size();
   std::int64_t budget = config_.max_num_batched_tokens;
 
@@ -154,6 +156,7 @@ void Scheduler::finish(Request& req, RequestStatus status) {
 }
 
 void Scheduler::update_from_output(std::vector<RequestOutput>& outputs) {
+  scheduled_unconsumed_ = false;
   outputs.clear();
   next_running_.clear();
   for (Request* r : running_) {
