@@ -15,31 +15,10 @@
 #include <system_error>
 
 #include "sim/errors.h"
+#include "sim/text_file.h"
 
 namespace kvsim {
 namespace {
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path.string() + ": cannot open file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-/// 1-based line and column of byte offset `byte` in `text`.
-std::pair<std::int64_t, std::int64_t> line_col(const std::string& text, std::size_t byte) {
-  std::int64_t line = 1, col = 1;
-  for (std::size_t i = 0; i < std::min(byte, text.size()); ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      col = 1;
-    } else {
-      ++col;
-    }
-  }
-  return {line, col};
-}
 
 void flatten_json(const nlohmann::json& j, const std::string& prefix, MetricSet& out) {
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -84,12 +63,12 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, MetricSet& 
 }
 
 MetricSet load_json_summary(const std::filesystem::path& path) {
-  const std::string text = read_text(path);
+  const std::string text = read_text_file(path.string());
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    const auto [line, col] = line_col(text, e.byte > 0 ? e.byte - 1 : 0);
+    const auto [line, col] = line_col_of(text, e.byte > 0 ? e.byte - 1 : 0);
     std::string msg = e.what();
     if (const auto p = msg.find("syntax error"); p != std::string::npos) msg = msg.substr(p);
     throw ConfigError(path.string(), line, col, "malformed JSON: " + msg);
@@ -100,7 +79,7 @@ MetricSet load_json_summary(const std::filesystem::path& path) {
 
 MetricSet load_yaml_baseline(const std::filesystem::path& path) {
   const std::string file = path.string();
-  const std::string text = read_text(path);
+  const std::string text = read_text_file(path.string());
   YAML::Node root;
   try {
     root = YAML::Load(text);

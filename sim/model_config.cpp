@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <sstream>
+
+#include "sim/text_file.h"
 
 namespace kvsim {
 
@@ -50,20 +50,6 @@ constexpr std::string_view kModelKeys[] = {"config",
                                            "first_k_dense_replace",
                                            "num_parameters",
                                            "text_config"};
-
-// 1-based line and column of byte `index` (0-based) of `text`.
-std::pair<std::int64_t, std::int64_t> line_col_of(const std::string& text, std::size_t index) {
-  index = std::min(index, text.size());
-  std::int64_t line = 1;
-  std::size_t line_start = 0;
-  for (std::size_t i = 0; i < index; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      line_start = i + 1;
-    }
-  }
-  return {line, static_cast<std::int64_t>(index - line_start) + 1};
-}
 
 ErrorAt json_error_at(const std::string& text, const std::string& file) {
   return [&text, file](std::string_view key, const std::string& message) {
@@ -284,13 +270,6 @@ json parse_json_text(const std::string& text, const std::string& file) {
   }
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot open file");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // YAML scalar -> JSON value: a quoted scalar stays a string; else int, float, bool, null, string.
 json yaml_to_json(const YAML::Node& n) {
@@ -397,7 +376,7 @@ ModelConfig parse_model_config_json(const std::string& text, const std::string& 
 }
 
 ModelConfig load_model_config_file(const std::string& path) {
-  return parse_model_config_json(read_file(path), path);
+  return parse_model_config_json(read_text_file(path), path);
 }
 
 ModelConfig load_model_config(const YAML::Node& model, const YamlContext& ctx) {
@@ -412,7 +391,7 @@ ModelConfig load_model_config(const YAML::Node& model, const YamlContext& ctx) {
   std::string name;
   if (has_key(model, "config")) {
     file = resolve_input_path(ctx.child("config"), get_string(model, "config", ctx, std::nullopt));
-    text = read_file(file);
+    text = read_text_file(file);
     file_err = json_error_at(text, file);
     e = effective_object(parse_json_text(text, file), file_err);
     name = std::filesystem::path(file).stem().string();

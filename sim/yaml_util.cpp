@@ -6,8 +6,8 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+
+#include "sim/text_file.h"
 
 namespace kvsim {
 
@@ -101,11 +101,7 @@ YAML::Node load_yaml_string(const std::string& text, const std::string& file) {
 }
 
 YAML::Node load_yaml_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot open file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return load_yaml_string(buffer.str(), path);
+  return load_yaml_string(read_text_file(path), path);
 }
 
 std::size_t edit_distance(std::string_view a, std::string_view b) {
