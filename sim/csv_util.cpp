@@ -57,7 +57,7 @@ std::optional<std::size_t> csv_column(const std::vector<std::string>& header,
   return std::nullopt;
 }
 
-std::optional<double> parse_csv_double(std::string_view field) {
+std::optional<double> parse_double_text(std::string_view field) {
   field = trim(field);
   if (!field.empty() && field.front() == '+') field.remove_prefix(1);
   if (field.empty()) return std::nullopt;
@@ -68,14 +68,14 @@ std::optional<double> parse_csv_double(std::string_view field) {
   return v;
 }
 
-std::optional<std::int64_t> parse_csv_int(std::string_view field) {
+std::optional<std::int64_t> parse_int_text(std::string_view field) {
   field = trim(field);
   if (!field.empty() && field.front() == '+') field.remove_prefix(1);
   if (field.empty()) return std::nullopt;
   std::int64_t v = 0;
   auto [p, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
   if (ec == std::errc() && p == field.data() + field.size()) return v;
-  auto d = parse_csv_double(field);
+  auto d = parse_double_text(field);
   if (!d || *d != std::floor(*d) || std::fabs(*d) > 9.0e18) return std::nullopt;
   return static_cast<std::int64_t>(*d);
 }

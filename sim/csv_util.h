@@ -15,9 +15,10 @@ namespace kvsim {
 /// Index of the field named `name` in a header row, or nullopt (names compared after trimming).
 [[nodiscard]] std::optional<std::size_t> csv_column(const std::vector<std::string>& header,
                                                     std::string_view name);
-/// Parses a whole field as a finite double (surrounding spaces allowed).
-[[nodiscard]] std::optional<double> parse_csv_double(std::string_view field);
-/// Parses a whole field as an integer (surrounding spaces allowed; integral floats accepted).
-[[nodiscard]] std::optional<std::int64_t> parse_csv_int(std::string_view field);
+/// Parses a whole CSV field or YAML scalar as a finite double (surrounding spaces allowed).
+[[nodiscard]] std::optional<double> parse_double_text(std::string_view field);
+/// Parses a whole CSV field or YAML scalar as an integer (surrounding spaces allowed; integral
+/// floats such as 4e9 accepted).
+[[nodiscard]] std::optional<std::int64_t> parse_int_text(std::string_view field);
 
 }  // namespace kvsim

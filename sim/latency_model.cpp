@@ -208,7 +208,7 @@ void read_measurements_csv(const std::string& path, std::vector<BatchFeatures>& 
     auto cell = [&](std::size_t c, const char* name) {
       if (c >= f.size())
         throw ConfigError(path, line_no, 1, fmt::format("row has no column '{}'", name));
-      auto v = parse_csv_double(f[c]);
+      auto v = parse_double_text(f[c]);
       if (!v || *v < 0)
         throw ConfigError(path, line_no, 1,
                           fmt::format("{}: expected a number >= 0, got '{}'", name, f[c]));

@@ -163,7 +163,7 @@ EmpiricalSampler EmpiricalSampler::from_csv_column(const std::string& path,
     if (line.empty() || line == "\r") continue;
     if (!split_csv_line(line, fields) || *col >= fields.size())
       throw ConfigError(path, line_no, 1, fmt::format("row has no column '{}'", column));
-    const auto v = parse_csv_double(fields[*col]);
+    const auto v = parse_double_text(fields[*col]);
     if (!v)
       throw ConfigError(
           path, line_no, 1,

@@ -178,8 +178,8 @@ TraceRow TraceSource::parse_azure(const std::string& line) {
     fail(1, fmt::format("TIMESTAMP: expected 'YYYY-MM-DD HH:MM:SS.fffffff', got '{}'",
                         fields_[col_time_]));
   r.timestamp_ns = *ts;
-  auto p = parse_csv_int(fields_[col_prompt_]);
-  auto o = parse_csv_int(fields_[col_output_]);
+  auto p = parse_int_text(fields_[col_prompt_]);
+  auto o = parse_int_text(fields_[col_output_]);
   if (!p)
     fail(1, fmt::format("ContextTokens: expected an integer, got '{}'", fields_[col_prompt_]));
   if (!o)
@@ -197,12 +197,12 @@ TraceRow TraceSource::parse_generic_csv(const std::string& line) {
   if (fields_.size() < need)
     fail(1, fmt::format("expected {} fields, got {}", need, fields_.size()));
   TraceRow r;
-  auto t = parse_csv_double(fields_[col_time_]);
+  auto t = parse_double_text(fields_[col_time_]);
   if (!t || *t < 0 || *t > 1e9)
     fail(1, fmt::format("arrival_s: expected seconds in [0, 1e9], got '{}'", fields_[col_time_]));
   r.timestamp_ns = seconds_to_ns(*t);
-  auto p = parse_csv_int(fields_[col_prompt_]);
-  auto o = parse_csv_int(fields_[col_output_]);
+  auto p = parse_int_text(fields_[col_prompt_]);
+  auto o = parse_int_text(fields_[col_output_]);
   if (!p)
     fail(1, fmt::format("prompt_tokens: expected an integer, got '{}'", fields_[col_prompt_]));
   if (!o)
@@ -210,14 +210,14 @@ TraceRow TraceSource::parse_generic_csv(const std::string& line) {
   r.prompt_tokens = *p;
   r.output_tokens = *o;
   if (col_group_ && !fields_[*col_group_].empty()) {
-    auto g = parse_csv_int(fields_[*col_group_]);
+    auto g = parse_int_text(fields_[*col_group_]);
     if (!g || *g < -1 || *g > std::numeric_limits<std::int32_t>::max())
       fail(1,
            fmt::format("prefix_group: expected an integer >= -1, got '{}'", fields_[*col_group_]));
     r.prefix_group = static_cast<std::int32_t>(*g);
   }
   if (col_prefix_tokens_ && !fields_[*col_prefix_tokens_].empty()) {
-    auto n = parse_csv_int(fields_[*col_prefix_tokens_]);
+    auto n = parse_int_text(fields_[*col_prefix_tokens_]);
     if (!n || *n < 0)
       fail(1, fmt::format("prefix_tokens: expected an integer >= 0, got '{}'",
                           fields_[*col_prefix_tokens_]));

@@ -3,46 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
 #include <filesystem>
 
+#include "sim/csv_util.h"
 #include "sim/text_file.h"
 
 namespace kvsim {
 
 namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-std::optional<std::int64_t> parse_int(std::string_view s) {
-  s = trim(s);
-  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
-  if (s.empty()) return std::nullopt;
-  std::int64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec == std::errc() && p == s.data() + s.size()) return v;
-  // Integral floats such as 4e9 or 1.0e6 are accepted for large counts.
-  double d = 0;
-  auto [p2, ec2] = std::from_chars(s.data(), s.data() + s.size(), d);
-  if (ec2 != std::errc() || p2 != s.data() + s.size() || !std::isfinite(d)) return std::nullopt;
-  if (d != std::floor(d) || d < -9.2e18 || d > 9.2e18) return std::nullopt;
-  return static_cast<std::int64_t>(d);
-}
-
-std::optional<double> parse_double(std::string_view s) {
-  s = trim(s);
-  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
-  if (s.empty()) return std::nullopt;
-  double d = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), d);
-  if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(d)) return std::nullopt;
-  return d;
-}
 
 std::string join(std::span<const std::string_view> items) {
   std::string out;
@@ -200,7 +168,7 @@ bool has_key(const YAML::Node& map, std::string_view key) {
 std::int64_t as_int(const YAML::Node& value, const YamlContext& ctx, std::int64_t min,
                     std::int64_t max) {
   std::optional<std::int64_t> v;
-  if (value.IsDefined() && value.IsScalar()) v = parse_int(value.Scalar());
+  if (value.IsDefined() && value.IsScalar()) v = parse_int_text(value.Scalar());
   if (!v)
     throw yaml_error(
         value, ctx, fmt::format("{}: expected an integer, got {}", ctx.path, describe_node(value)));
@@ -215,7 +183,7 @@ std::int64_t as_int(const YAML::Node& value, const YamlContext& ctx, std::int64_
 
 double as_double(const YAML::Node& value, const YamlContext& ctx, double min, double max) {
   std::optional<double> v;
-  if (value.IsDefined() && value.IsScalar()) v = parse_double(value.Scalar());
+  if (value.IsDefined() && value.IsScalar()) v = parse_double_text(value.Scalar());
   if (!v)
     throw yaml_error(value, ctx,
                      fmt::format("{}: expected a number, got {}", ctx.path, describe_node(value)));
