@@ -3,8 +3,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "sim/check.h"
+#include "sim/cli_args.h"
 #include "sim/commands.h"
 #include "sim/errors.h"
 
@@ -26,36 +28,31 @@ constexpr const char* kUsage =
     "throughputs, abs 1e-9 for hit rates; a baseline YAML may set its own per metric.\n"
     "Exit status: 0 pass, 1 regression, 2 bad input.\n";
 
+constexpr std::string_view kFlags[] = {"--baseline", "--scenario", "--update-baseline", "--all",
+                                       "--help"};
+
 }  // namespace
 
 int check(const Args& args) {
   std::string run_dir, baseline, scenario;
   bool update = false, all_rows = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
+  ArgParser cli(args, "check", kFlags);
+  while (cli.next()) {
+    if (cli.is("--help", "-h")) {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "--baseline") {
-      if (i + 1 >= args.size()) throw ConfigError("--baseline needs a FILE");
-      baseline = args[++i];
-    } else if (a.rfind("--baseline=", 0) == 0) {
-      baseline = a.substr(11);
-    } else if (a == "--scenario") {
-      if (i + 1 >= args.size()) throw ConfigError("--scenario needs a YAML file");
-      scenario = args[++i];
-    } else if (a == "--update-baseline") {
+    } else if (cli.is("--baseline")) {
+      baseline = cli.value();
+    } else if (cli.is("--scenario")) {
+      scenario = cli.value();
+    } else if (cli.is("--update-baseline")) {
       update = true;
-    } else if (a == "--all") {
+    } else if (cli.is("--all")) {
       all_rows = true;
-    } else if (a.size() > 1 && a[0] == '-') {
-      throw ConfigError(
-          "unknown option '" + a +
-          "' (allowed: --baseline FILE, --update-baseline, --scenario YAML, --all, --help)");
-    } else if (run_dir.empty()) {
-      run_dir = a;
+    } else if (!cli.is_flag() && run_dir.empty()) {
+      run_dir = cli.arg();
     } else {
-      throw ConfigError("one RUN_DIR expected, got '" + run_dir + "' and '" + a + "'");
+      cli.unknown();
     }
   }
   if (run_dir.empty() || baseline.empty()) {

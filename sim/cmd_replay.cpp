@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "sim/cli_args.h"
 #include "sim/commands.h"
 #include "sim/errors.h"
 #include "sim/replay.h"
@@ -20,26 +21,27 @@ constexpr const char* kUsage =
 constexpr std::size_t kChunkBytes = 1 << 20;
 constexpr std::size_t kFlushBytes = 1 << 20;
 
+constexpr std::string_view kFlags[] = {"--check-invariants", "--help"};
+
 }  // namespace
 
 int replay(const Args& args) {
   std::string path = "-";
   bool have_path = false;
   OpReplayer::Options options;
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h") {
+  ArgParser cli(args, "replay", kFlags);
+  while (cli.next()) {
+    if (cli.is("--help", "-h")) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    if (a == "--check-invariants") {
+    if (cli.is("--check-invariants")) {
       options.check_invariants = true;
-    } else if (!a.empty() && a[0] == '-' && a != "-") {
-      throw ConfigError("unknown option '" + a + "' (kvsim replay --help)");
-    } else if (!have_path) {
-      path = a;
+    } else if (!cli.is_flag() && !have_path) {  // "-" (stdin) is not a flag
+      path = cli.arg();
       have_path = true;
     } else {
-      throw ConfigError("replay takes one trace file, got '" + path + "' and '" + a + "'");
+      cli.unknown();
     }
   }
   std::FILE* in = path == "-" ? stdin : std::fopen(path.c_str(), "rb");
