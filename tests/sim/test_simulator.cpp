@@ -537,6 +537,17 @@ TEST_CASE("kvsim run and sweep exit 0 on success, 1 on a run failure, 2 on bad i
   CHECK(std::count(lines.begin(), lines.end(), '\n') == 2);
   CHECK(kvsim_cli("merge " + (out / "t").string(), log) == 0);
   CHECK(kvsim_cli("merge " + tmp.path.string() + "/nope", log) == 2);
+
+  // check and replay: a misspelt flag gets a suggestion, a second positional is refused.
+  const std::string run_dir = (out / "t").string();
+  CHECK(kvsim_cli("check " + run_dir + " --baseline " + run_dir, log) == 0);
+  CHECK(kvsim_cli("check " + run_dir + " --basline " + run_dir, log) == 2);
+  CHECK_THAT(slurp_text(log), Catch::Contains("did you mean '--baseline'"));
+  CHECK(kvsim_cli("check " + run_dir + " " + run_dir + " --baseline=" + run_dir, log) == 2);
+  CHECK_THAT(slurp_text(log), Catch::Contains("unexpected argument"));
+  CHECK(kvsim_cli("replay --check-invariant x", log) == 2);
+  CHECK_THAT(slurp_text(log), Catch::Contains("did you mean '--check-invariants'"));
+  CHECK(kvsim_cli("replay a b", log) == 2);
 }
 
 TEST_CASE("steps.csv per-row counters add up to the summary totals", "[sim]") {
