@@ -309,12 +309,12 @@ std::int64_t SyntheticSource::choose(const PrefixPoolConfig& pool,
   return u < pool.share ? k : -1;
 }
 
-void SyntheticSource::append_prefix(std::vector<std::int32_t>& out, std::string_view kind,
-                                    std::int64_t index, const Prefix& prefix) const {
+void SyntheticSource::defer_prefix(RequestSpec& r, std::string_view kind, std::int64_t index,
+                                   const Prefix& prefix) const {
   for (std::size_t e = 0; e < prefix.segment_tokens.size(); ++e) {
     const std::uint64_t key =
         content_key(seed_, kind, (static_cast<std::uint64_t>(index) << 20) ^ e);
-    append_pseudo_tokens(out, key, prefix.segment_tokens[e], vocab_size_);
+    r.defer_tokens(key, prefix.segment_tokens[e], vocab_size_);
   }
 }
 
@@ -334,18 +334,19 @@ std::optional<RequestSpec> SyntheticSource::next() {
   const std::int64_t f = config_.few_shot ? config_.few_shot->count : 0;
   if (sp >= 0 || fs >= 0)
     r.prefix_group = static_cast<std::int32_t>((sp + 1) * (f + 1) + (fs + 1) - 1);
-  if (sp >= 0) append_prefix(r.prompt, "system", sp, system_prompts_[static_cast<std::size_t>(sp)]);
-  if (fs >= 0) append_prefix(r.prompt, "few_shot", fs, templates_[static_cast<std::size_t>(fs)]);
+  // The prompt is deferred (segments, see RequestSpec): its tokens are made when the request
+  // reaches the part of the waiting queue the scheduler looks at.
+  if (sp >= 0) defer_prefix(r, "system", sp, system_prompts_[static_cast<std::size_t>(sp)]);
+  if (fs >= 0) defer_prefix(r, "few_shot", fs, templates_[static_cast<std::size_t>(fs)]);
   if (config_.sessions) {
     r.session = emitted_;
     r.turn = 0;
     const std::int64_t turns = config_.sessions->turns.sample_int(sessions_rng_);
     if (turns > 1) session_turns_[r.session] = static_cast<std::int32_t>(turns);
-    append_pseudo_tokens(r.prompt, turn_key(seed_, "session_user", r.session, 0), user_tokens,
-                         vocab_size_);
+    r.defer_tokens(turn_key(seed_, "session_user", r.session, 0), user_tokens, vocab_size_);
     r.output_seed = turn_key(seed_, "session_output", r.session, 0);
   } else {
-    append_pseudo_tokens(r.prompt, content_key(seed_, "user", r.id), user_tokens, vocab_size_);
+    r.defer_tokens(content_key(seed_, "user", r.id), user_tokens, vocab_size_);
     r.output_seed = content_key(seed_, "output", r.id);
   }
   ++emitted_;

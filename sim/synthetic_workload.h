@@ -102,8 +102,8 @@ class SyntheticSource final : public RequestSource {
   };
   std::optional<SimTimeNs> next_arrival();
   std::int64_t choose(const PrefixPoolConfig& pool, const std::optional<ZipfSampler>& zipf);
-  void append_prefix(std::vector<std::int32_t>& out, std::string_view kind, std::int64_t index,
-                     const Prefix& prefix) const;
+  void defer_prefix(RequestSpec& r, std::string_view kind, std::int64_t index,
+                    const Prefix& prefix) const;
 
   SyntheticWorkloadConfig config_;
   std::uint64_t seed_;

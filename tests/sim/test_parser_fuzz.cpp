@@ -101,7 +101,7 @@ TEST_CASE("mutated workload YAML parses or throws ConfigError, never anything el
           auto src = make_request_source(root, YamlContext{"fuzz.yaml", "workload"}, 1, 1000);
           int n = 0;
           while (n < 30) {
-            auto req = src->next();
+            auto req = kvsim::test::next_made(*src);
             if (!req) break;
             ++n;
             REQUIRE(!req->prompt.empty());

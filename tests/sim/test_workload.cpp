@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "sim/workload.h"
+#include "sim_test_util.h"
 
 using namespace kvsim;
 
@@ -12,7 +13,7 @@ namespace {
 std::vector<RequestSpec> drain(RequestSource& src, std::size_t limit = 1'000'000) {
   std::vector<RequestSpec> out;
   while (out.size() < limit) {
-    auto r = src.next();
+    auto r = kvsim::test::next_made(src);
     if (!r) break;
     out.push_back(std::move(*r));
   }
