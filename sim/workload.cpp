@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 
 #include "core/assert.h"
-
 #include "sim/rng.h"
 #include "sim/synthetic_workload.h"
 #include "sim/trace_readers.h"
@@ -70,12 +70,18 @@ void fill_output_tokens(std::int32_t* dst, std::uint64_t output_seed, std::int64
 
 void append_pseudo_tokens(std::vector<std::int32_t>& out, std::uint64_t key, std::int64_t count,
                           std::int32_t vocab_size) {
-  const std::size_t base = out.size();
-  out.resize(base + static_cast<std::size_t>(count));
-  std::int32_t* dst = out.data() + base;
-  // One mixed word gives tokens 2i and 2i + 1 (its low and high halves).
-  fill_token_pairs(dst, key, count / 2, vocab_size);
-  if (count % 2) dst[count - 1] = pseudo_token(key, count - 1, vocab_size);
+  // One mixed word gives tokens 2i and 2i + 1 (its low and high halves); word i of the stream is
+  // splitmix64(key + i * golden), so chunk c starts at key + (first word) * golden. Chunks go
+  // through a buffer that stays in L1, so `out` is written once (resize would zero it first).
+  constexpr std::int64_t kChunk = 2048;  // tokens, even
+  std::array<std::int32_t, kChunk> buf;
+  for (std::int64_t done = 0; done < count; done += kChunk) {
+    const std::int64_t n = std::min(kChunk, count - done);
+    fill_token_pairs(buf.data(), key + static_cast<std::uint64_t>(done / 2) * kGolden, n / 2,
+                     vocab_size);
+    if (n % 2) buf[static_cast<std::size_t>(n - 1)] = pseudo_token(key, done + n - 1, vocab_size);
+    out.insert(out.end(), buf.begin(), buf.begin() + n);
+  }
 }
 
 void RequestSpec::materialize_prompt() {

@@ -222,7 +222,7 @@ TEST_CASE("bulk output tokens equal the per-position function", "[sim]") {
 }
 
 TEST_CASE("bulk pseudo tokens equal the per-position function", "[sim]") {
-  for (std::int64_t count : {0, 1, 2, 7, 64}) {
+  for (std::int64_t count : {0, 1, 2, 7, 64, 2047, 2048, 2049, 5001}) {  // across 2048-token chunks
     std::vector<std::int32_t> out{-1};
     append_pseudo_tokens(out, 1234, count, 50);
     REQUIRE(static_cast<std::int64_t>(out.size()) == count + 1);
