@@ -15,7 +15,7 @@ struct Simulator::Live {
   SimTimeNs first_token_ns = -1;
   SimTimeNs last_token_ns = -1;
   std::int64_t first_lookup_hit_tokens = 0;
-  std::vector<Token> outputs;  // the tokens it will generate, made at arrival
+  std::vector<Token> outputs;  // the tokens it will generate, made at admission
 };
 
 Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn step_time)

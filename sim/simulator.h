@@ -6,7 +6,10 @@
 // its next generated token (output_token(output_seed, i, vocab), or EOS where the request stops
 // at EOS: see RequestSpec::max_tokens) as its sampled token -> update_from_output() -> observers ->
 // finished requests are reported and may spawn follow-up turns (RequestSource::on_finished).
-// Arrivals during a step join waiting and are seen by the next schedule(). A request with
+// Arrivals during a step join waiting and are seen by the next schedule(); the scheduler's queue
+// gets them (and their prompts get their tokens) only when they come within the first
+// max_num_seqs - running waiting requests, all a schedule() can look at, so a deep queue costs no
+// token memory; observers still count the whole queue (StepView::num_waiting). A request with
 // prompt + max_tokens > max_model_len (or an empty prompt) is rejected at arrival, as vLLM's
 // OpenAI server does. A step that can schedule nothing while requests wait and none run means a
 // request can never fit: the run fails with RunError naming it.

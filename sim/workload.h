@@ -1,7 +1,9 @@
 #pragma once
 // Request sources: the synthetic generator and the trace readers behind one interface. Sources are
 // lazy: they hold only what the next request needs (and, for multi-turn sessions, the turn counts
-// of live sessions), so memory is bounded by live requests, never by trace length.
+// of live sessions), so memory is bounded by live requests, never by trace length. A request's
+// prompt tokens exist only while the scheduler may look at it (RequestSpec::deferred): a waiting
+// queue thousands deep holds segments, not tokens.
 //
 // Token ids are pseudo-random and deterministic: token j of a content stream keyed by k is
 // pseudo_token(k, j, vocab): x = splitmix64(k + (j / 2) * 0x9e3779b97f4a7c15), then the low (j
@@ -36,9 +38,9 @@ struct RequestSpec {
   std::uint64_t id = 0;  // dense 0,1,2,... in creation order
   SimTimeNs arrival_ns = 0;
   // The prompt's token ids: `prompt`, then the content-stream segments of `deferred` (tokens in
-  // [0, deferred_vocab)). A trace reader defers its prompts so that a request waiting behind a
-  // long queue holds a few segments, not its tokens: call materialize_prompt() before reading
-  // the tokens.
+  // [0, deferred_vocab)). The trace readers and the synthetic generator defer their prompts, so
+  // that a request waiting behind a long queue holds a few segments, not its tokens: call
+  // materialize_prompt() before reading the tokens. (A follow-up turn's prompt is eager.)
   std::vector<std::int32_t> prompt;
   std::vector<PromptSegment> deferred;
   std::int32_t deferred_vocab = 0;
