@@ -37,7 +37,8 @@ std::string ArgParser::value() {
 }
 
 void ArgParser::unknown() const {
-  if (!is_flag()) throw ConfigError(fmt::format("unexpected argument '{}'", arg_));
+  if (!is_flag())
+    throw ConfigError(fmt::format("unexpected argument '{}' (kvsim {} --help)", arg_, command_));
   throw ConfigError(fmt::format("unknown option '{}'{} (kvsim {} --help)", arg_,
                                 suggestion_suffix(arg_, known_), command_));
 }
