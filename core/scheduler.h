@@ -105,10 +105,10 @@ class Scheduler {
   RingDeque<Request*> waiting_;
   std::vector<Request*> next_running_;      // scratch for update_from_output
   std::vector<std::int64_t> finished_ids_;  // since the last schedule()
-  // A schedule() whose num_scheduled_tokens no update_from_output has consumed (and reset) yet.
-  bool scheduled_unconsumed_ = false;
   std::vector<BlockId> hits_;               // scratch for get_computed_blocks
   SchedulerStats stats_;
+  // A schedule() whose num_scheduled_tokens no update_from_output has consumed (and reset) yet.
+  bool scheduled_unconsumed_ = false;
 };
 
 }  // namespace kvsim

@@ -12,6 +12,9 @@ namespace {
 
 constexpr double kMaxTokens = 10'000'000;  // upper bound of any length draw (10M tokens)
 constexpr double kMaxThinkTimeS = 1e9;
+// The `process:` names, in ArrivalConfig::Process's order.
+constexpr std::string_view kProcessNames[] = {"poisson", "gamma", "constant", "bursts",
+                                              "timestamps", "all_at_once"};
 
 double parse_popularity(const YAML::Node& pool, const YamlContext& ctx) {
   const YAML::Node p = pool["popularity"];
@@ -54,64 +57,47 @@ ArrivalConfig parse_arrival(const YAML::Node& n, const YamlContext& ctx) {
   ArrivalConfig a;
   if (!n.IsDefined() || n.IsNull()) return a;
   require_map(n, ctx);
-  const std::string process =
-      get_choice(n, "process", ctx, "poisson",
-                 {"poisson", "gamma", "constant", "bursts", "timestamps", "all_at_once"});
-  if (process == "poisson" || process == "constant") {
-    check_keys(n, {"process", "rate_per_s"}, ctx);
-    a.process =
-        process == "poisson" ? ArrivalConfig::Process::kPoisson : ArrivalConfig::Process::kConstant;
-    a.rate_per_s = get_double(n, "rate_per_s", ctx, std::nullopt, 1e-9, 1e9);
-  } else if (process == "gamma") {
-    check_keys(n, {"process", "rate_per_s", "cv"}, ctx);
-    a.process = ArrivalConfig::Process::kGamma;
-    a.rate_per_s = get_double(n, "rate_per_s", ctx, std::nullopt, 1e-9, 1e9);
-    a.cv = get_double(n, "cv", ctx, std::nullopt, 1e-3, 100.0);
-  } else if (process == "bursts") {
-    check_keys(n, {"process", "burst_size", "interval_s", "spacing_s"}, ctx);
-    a.process = ArrivalConfig::Process::kBursts;
-    a.burst_size = get_int(n, "burst_size", ctx, std::nullopt, 1, 100'000'000);
-    a.interval_s = get_double(n, "interval_s", ctx, std::nullopt, 0.0, 1e9);
-    a.spacing_s = get_double(n, "spacing_s", ctx, 0.0, 0.0, 1e9);
-  } else if (process == "timestamps") {
-    check_keys(n, {"process", "times_s"}, ctx);
-    a.process = ArrivalConfig::Process::kTimestamps;
-    a.times_s = get_double_list(n, "times_s", ctx, 0.0, 1e9);
-    for (std::size_t i = 1; i < a.times_s.size(); ++i)
-      if (a.times_s[i] < a.times_s[i - 1])
-        throw yaml_error(
-            n["times_s"][i], ctx.child("times_s").element(i),
-            fmt::format("{}: times must be nondecreasing, got {} after {}",
-                        ctx.child("times_s").element(i).path, a.times_s[i], a.times_s[i - 1]));
-  } else {
-    check_keys(n, {"process"}, ctx);
-    a.process = ArrivalConfig::Process::kAllAtOnce;
+  using P = ArrivalConfig::Process;
+  a.process = static_cast<P>(get_choice_index(n, "process", ctx, "poisson", kProcessNames));
+  switch (a.process) {
+    case P::kPoisson:
+    case P::kConstant:
+      check_keys(n, {"process", "rate_per_s"}, ctx);
+      a.rate_per_s = get_double(n, "rate_per_s", ctx, std::nullopt, 1e-9, 1e9);
+      break;
+    case P::kGamma:
+      check_keys(n, {"process", "rate_per_s", "cv"}, ctx);
+      a.rate_per_s = get_double(n, "rate_per_s", ctx, std::nullopt, 1e-9, 1e9);
+      a.cv = get_double(n, "cv", ctx, std::nullopt, 1e-3, 100.0);
+      break;
+    case P::kBursts:
+      check_keys(n, {"process", "burst_size", "interval_s", "spacing_s"}, ctx);
+      a.burst_size = get_int(n, "burst_size", ctx, std::nullopt, 1, 100'000'000);
+      a.interval_s = get_double(n, "interval_s", ctx, std::nullopt, 0.0, 1e9);
+      a.spacing_s = get_double(n, "spacing_s", ctx, 0.0, 0.0, 1e9);
+      break;
+    case P::kTimestamps:
+      check_keys(n, {"process", "times_s"}, ctx);
+      a.times_s = get_double_list(n, "times_s", ctx, 0.0, 1e9);
+      for (std::size_t i = 1; i < a.times_s.size(); ++i)
+        if (a.times_s[i] < a.times_s[i - 1])
+          throw yaml_error(
+              n["times_s"][i], ctx.child("times_s").element(i),
+              fmt::format("{}: times must be nondecreasing, got {} after {}",
+                          ctx.child("times_s").element(i).path, a.times_s[i], a.times_s[i - 1]));
+      break;
+    case P::kAllAtOnce:
+      check_keys(n, {"process"}, ctx);
+      break;
   }
   return a;
 }
 
-const char* process_name(ArrivalConfig::Process p) {
-  switch (p) {
-    case ArrivalConfig::Process::kPoisson:
-      return "poisson";
-    case ArrivalConfig::Process::kGamma:
-      return "gamma";
-    case ArrivalConfig::Process::kConstant:
-      return "constant";
-    case ArrivalConfig::Process::kBursts:
-      return "bursts";
-    case ArrivalConfig::Process::kTimestamps:
-      return "timestamps";
-    case ArrivalConfig::Process::kAllAtOnce:
-      return "all_at_once";
-  }
-  return "";
-}
 
 // The keys parse_arrival reads for the process, in flow style.
 YAML::Node arrival_yaml(const ArrivalConfig& a) {
   YAML::Node n(YAML::NodeType::Map);
-  n["process"] = process_name(a.process);
+  n["process"] = std::string(kProcessNames[static_cast<std::size_t>(a.process)]);
   switch (a.process) {
     case ArrivalConfig::Process::kPoisson:
     case ArrivalConfig::Process::kConstant:

@@ -14,6 +14,9 @@ namespace kvsim {
 
 namespace {
 
+// The `format:` names, in TraceConfig::Format's order.
+constexpr std::string_view kFormatNames[] = {"azure", "mooncake", "csv", "jsonl"};
+
 constexpr std::int64_t kMaxPromptTokens = 10'000'000;
 
 // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
@@ -79,12 +82,8 @@ TraceConfig parse_trace_config(const YAML::Node& w, const YamlContext& ctx) {
              {"format", "path", "time_scale", "max_requests", "hash_block_tokens", "prefix_tokens"},
              tc);
   TraceConfig c;
-  const std::string format =
-      get_choice(t, "format", tc, std::nullopt, {"azure", "mooncake", "csv", "jsonl"});
-  c.format = format == "azure"      ? TraceConfig::Format::kAzure
-             : format == "mooncake" ? TraceConfig::Format::kMooncake
-             : format == "csv"      ? TraceConfig::Format::kCsv
-                                    : TraceConfig::Format::kJsonl;
+  c.format =
+      static_cast<TraceConfig::Format>(get_choice_index(t, "format", tc, std::nullopt, kFormatNames));
   c.path = resolve_input_path(tc, get_string(t, "path", tc, std::nullopt));
   std::error_code ec;
   if (!std::filesystem::is_regular_file(c.path, ec))
@@ -105,20 +104,7 @@ TraceConfig parse_trace_config(const YAML::Node& w, const YamlContext& ctx) {
 
 YAML::Node trace_workload_yaml(const TraceConfig& c) {
   YAML::Node t(YAML::NodeType::Map);
-  switch (c.format) {
-    case TraceConfig::Format::kAzure:
-      t["format"] = "azure";
-      break;
-    case TraceConfig::Format::kMooncake:
-      t["format"] = "mooncake";
-      break;
-    case TraceConfig::Format::kCsv:
-      t["format"] = "csv";
-      break;
-    case TraceConfig::Format::kJsonl:
-      t["format"] = "jsonl";
-      break;
-  }
+  t["format"] = std::string(kFormatNames[static_cast<std::size_t>(c.format)]);
   t["path"] = c.path;
   t["time_scale"] = number_node(c.time_scale);
   if (c.max_requests) t["max_requests"] = *c.max_requests;

@@ -259,17 +259,23 @@ std::string get_string(const YAML::Node& map, std::string_view key, const YamlCo
   return as_string(v, ctx.child(key));
 }
 
+std::size_t get_choice_index(const YAML::Node& map, std::string_view key, const YamlContext& ctx,
+                             std::optional<std::string> default_value,
+                             std::span<const std::string_view> names) {
+  const std::string s = get_string(map, key, ctx, std::move(default_value));
+  const auto it = std::find(names.begin(), names.end(), std::string_view(s));
+  if (it != names.end()) return static_cast<std::size_t>(it - names.begin());
+  std::string msg = fmt::format("{}: unknown value '{}'", ctx.child(key).path, s);
+  if (auto near = did_you_mean(s, names)) msg += fmt::format(" (did you mean '{}'?)", *near);
+  msg += fmt::format(" (allowed: {})", join(names));
+  throw yaml_error(child_of(map, key, ctx), ctx, msg);
+}
+
 std::string get_choice(const YAML::Node& map, std::string_view key, const YamlContext& ctx,
                        std::optional<std::string> default_value,
                        std::initializer_list<std::string_view> choices) {
-  YAML::Node v = child_of(map, key, ctx);
-  std::string s = get_string(map, key, ctx, std::move(default_value));
-  if (std::find(choices.begin(), choices.end(), std::string_view(s)) != choices.end()) return s;
-  std::span<const std::string_view> c(choices.begin(), choices.size());
-  std::string msg = fmt::format("{}: unknown value '{}'", ctx.child(key).path, s);
-  if (auto near = did_you_mean(s, c)) msg += fmt::format(" (did you mean '{}'?)", *near);
-  msg += fmt::format(" (allowed: {})", join(c));
-  throw yaml_error(v, ctx, msg);
+  const std::span<const std::string_view> c(choices.begin(), choices.size());
+  return std::string(c[get_choice_index(map, key, ctx, std::move(default_value), c)]);
 }
 
 std::optional<std::int64_t> get_optional_int(const YAML::Node& map, std::string_view key,

@@ -104,6 +104,12 @@ inline constexpr double kDoubleMax = std::numeric_limits<double>::max();
                                      const YamlContext& ctx,
                                      std::optional<std::string> default_value,
                                      std::initializer_list<std::string_view> choices);
+/// get_choice for an enum whose enumerators are named by `names`, in order: the index of the
+/// value's name.
+[[nodiscard]] std::size_t get_choice_index(const YAML::Node& map, std::string_view key,
+                                           const YamlContext& ctx,
+                                           std::optional<std::string> default_value,
+                                           std::span<const std::string_view> names);
 /// `map[key]` as an integer when present, nullopt when absent.
 [[nodiscard]] std::optional<std::int64_t> get_optional_int(const YAML::Node& map,
                                                            std::string_view key,
