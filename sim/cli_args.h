@@ -51,9 +51,6 @@ struct ScenarioArgs {
   bool quiet = false;               // --quiet / -q
 };
 
-/// The long forms of the flags take_scenario_arg() handles (for suggestions).
-inline constexpr std::string_view kScenarioFlags[] = {"--output", "--set", "--seed", "--quiet"};
-
 /// Consumes the parser's current argument if it is one of ScenarioArgs' flags or the scenario
 /// path (a second positional is an error); false when it is something else.
 bool take_scenario_arg(ArgParser& p, ScenarioArgs& out);

@@ -6,6 +6,11 @@
 #include <cmath>
 
 namespace kvsim {
+namespace {
+// The family keys, in Distribution::Kind's order.
+constexpr std::string_view kFamilies[] = {"fixed", "uniform",     "normal", "lognormal",
+                                          "gamma", "exponential", "zipf",   "empirical"};
+}  // namespace
 
 Distribution Distribution::fixed(double value, double min, double max) {
   Distribution d;
@@ -29,8 +34,6 @@ Distribution Distribution::parse(const YAML::Node& node, const YamlContext& ctx,
     d.a_ = as_double(node, ctx, lower, upper);
     return d;
   }
-  static constexpr std::string_view kFamilies[] = {"fixed", "uniform",     "normal", "lognormal",
-                                                   "gamma", "exponential", "zipf",   "empirical"};
   if (!node.IsMap())
     throw yaml_error(
         node, ctx,
@@ -116,46 +119,43 @@ Distribution Distribution::parse(const YAML::Node& node, const YamlContext& ctx,
 
 YAML::Node Distribution::to_yaml() const {
   YAML::Node out(YAML::NodeType::Map);
+  const std::string family(kFamilies[static_cast<std::size_t>(kind_)]);
   YAML::Node p(YAML::NodeType::Map);
+  const auto params = [&](const char* a_key, const char* b_key) {
+    p[a_key] = number_node(a_);
+    if (b_key) p[b_key] = number_node(b_);
+  };
   switch (kind_) {
     case Kind::kFixed:
-      out["fixed"] = number_node(a_);
       break;
     case Kind::kUniform:
-      p["min"] = number_node(a_);
-      p["max"] = number_node(b_);
-      out["uniform"] = p;
+      params("min", "max");
       break;
     case Kind::kNormal:
-      p["mean"] = number_node(a_);
-      p["std"] = number_node(b_);
-      out["normal"] = p;
+      params("mean", "std");
       break;
     case Kind::kLognormal:
-      p["mean"] = number_node(a_);
-      p["sigma"] = number_node(b_);
-      out["lognormal"] = p;
+      params("mean", "sigma");
       break;
     case Kind::kGamma:
-      p["mean"] = number_node(a_);
-      p["cv"] = number_node(b_);
-      out["gamma"] = p;
+      params("mean", "cv");
       break;
     case Kind::kExponential:
-      p["mean"] = number_node(a_);
-      out["exponential"] = p;
+      params("mean", nullptr);
       break;
     case Kind::kZipf:
       p["n"] = zipf_->n();
       p["s"] = number_node(zipf_->s());
-      out["zipf"] = p;
       break;
     case Kind::kEmpirical:
       p["file"] = empirical_file_;
       p["column"] = empirical_column_;
-      out["empirical"] = p;
       break;
   }
+  if (kind_ == Kind::kFixed)
+    out[family] = number_node(a_);
+  else
+    out[family] = p;
   if (min_ != -kDoubleMax) out["min"] = number_node(min_);
   if (max_ != kDoubleMax) out["max"] = number_node(max_);
   out.SetStyle(YAML::EmitterStyle::Flow);

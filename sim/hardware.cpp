@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cmath>
@@ -38,16 +39,14 @@ std::string gib(std::int64_t bytes) {
 std::span<const GpuPreset> gpu_presets() { return presets(); }
 
 const GpuPreset* find_gpu_preset(std::string_view name) {
-  for (const GpuPreset& p : presets())
-    if (p.name == name) return &p;
-  // A case-insensitive spelling ("h100-80gb") names the same preset.
-  auto lower = [](std::string_view s) {
-    std::string out(s);
-    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return out;
+  // Any spelling of the case ("h100-80gb") names the preset (no two presets differ only by case).
+  const auto same = [](std::string_view a, std::string_view b) {
+    return std::ranges::equal(a, b, [](unsigned char x, unsigned char y) {
+      return std::tolower(x) == std::tolower(y);
+    });
   };
   for (const GpuPreset& p : presets())
-    if (lower(p.name) == lower(name)) return &p;
+    if (same(p.name, name)) return &p;
   return nullptr;
 }
 

@@ -42,7 +42,10 @@ bool JsonLine::parse(std::string_view line) {
   const char* p = parse_value(skip_ws(begin_), 0);
   if (!p) return false;
   p = skip_ws(p);
-  if (p != end_) return fail(p, "unexpected text after the JSON value") != nullptr;
+  if (p != end_) {
+    fail(p, "unexpected text after the JSON value");
+    return false;
+  }
   return true;
 }
 
@@ -259,21 +262,20 @@ const char* JsonLine::parse_value(const char* p, std::uint32_t depth) {
       break;
     }
     case 't':
-      if (std::string_view(p, static_cast<std::size_t>(end_ - p)).substr(0, 4) != "true")
+      if (!std::string_view(p, static_cast<std::size_t>(end_ - p)).starts_with("true"))
         return fail(p, "bad literal");
       p += 4;
       values_[self].type = Type::kBool;
       values_[self].b = true;
-      values_[self].i = 1;
       break;
     case 'f':
-      if (std::string_view(p, static_cast<std::size_t>(end_ - p)).substr(0, 5) != "false")
+      if (!std::string_view(p, static_cast<std::size_t>(end_ - p)).starts_with("false"))
         return fail(p, "bad literal");
       p += 5;
       values_[self].type = Type::kBool;
       break;
     case 'n':
-      if (std::string_view(p, static_cast<std::size_t>(end_ - p)).substr(0, 4) != "null")
+      if (!std::string_view(p, static_cast<std::size_t>(end_ - p)).starts_with("null"))
         return fail(p, "bad literal");
       p += 4;
       break;
@@ -310,7 +312,7 @@ JsonWriter& JsonWriter::value(double v) {
   const std::string_view s(buf, static_cast<std::size_t>(r.ptr - buf));
   out_.put(s);
   // Keep a float recognisable as a float (Python prints 0.0, not 0).
-  if (s.find_first_of(".eEn") == std::string_view::npos) out_.put(".0", 2);
+  if (s.find_first_of(".eE") == std::string_view::npos) out_.put(".0", 2);
   return *this;
 }
 

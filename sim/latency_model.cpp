@@ -13,6 +13,9 @@ namespace kvsim {
 
 namespace {
 
+// The `model:` names, in LatencyConfig::Kind's order.
+constexpr std::string_view kModelNames[] = {"roofline", "fitted", "constant"};
+
 SimTimeNs us_to_ns(double us) {
   if (!(us >= 1.0)) us = 1.0;  // also catches NaN
   if (us > 9.0e12) us = 9.0e12;
@@ -251,17 +254,15 @@ LatencyFit load_fit_file(const std::string& path) {
 LatencyConfig parse_latency_config(const YAML::Node& latency, const YamlContext& ctx) {
   require_map(latency, ctx);
   LatencyConfig c;
-  const std::string kind =
-      get_choice(latency, "model", ctx, "roofline", {"roofline", "fitted", "constant"});
-  if (kind == "constant") {
+  c.kind = static_cast<LatencyConfig::Kind>(
+      get_choice_index(latency, "model", ctx, "roofline", kModelNames));
+  if (c.kind == LatencyConfig::Kind::kConstant) {
     check_keys(latency, {"model", "step_time_us"}, ctx);
-    c.kind = LatencyConfig::Kind::kConstant;
     c.step_time_us = get_double(latency, "step_time_us", ctx, std::nullopt, 0.001, 1e12);
     return c;
   }
-  if (kind == "fitted") {
+  if (c.kind == LatencyConfig::Kind::kFitted) {
     check_keys(latency, {"model", "file", "coefficients"}, ctx);
-    c.kind = LatencyConfig::Kind::kFitted;
     const bool has_file = has_key(latency, "file");
     const bool has_coefficients = has_key(latency, "coefficients");
     if (!has_file && !has_coefficients)
@@ -276,16 +277,18 @@ LatencyConfig parse_latency_config(const YAML::Node& latency, const YamlContext&
       const YAML::Node given = latency["coefficients"];
       const YamlContext gctx = ctx.child("coefficients");
       const LatencyFit fit = parse_coefficients(given, gctx);
-      for (std::size_t i = 0; has_file && i < kFitTermNames.size(); ++i) {
-        if (fit.coefficients_us[i] == c.fit.coefficients_us[i]) continue;
-        const YAML::Node at = given[kFitTermNames[i]];
-        throw yaml_error(
-            at.IsDefined() ? at : given, gctx.child(kFitTermNames[i]),
-            fmt::format("{}: {} differs from {} in the fit file '{}' (give file and "
-                        "coefficients together only when they agree)",
-                        gctx.child(kFitTermNames[i]).path, number_text(fit.coefficients_us[i]),
-                        number_text(c.fit.coefficients_us[i]), *c.fit_file));
-      }
+      if (has_file)
+        for (std::size_t i = 0; i < kFitTermNames.size(); ++i) {
+          if (fit.coefficients_us[i] == c.fit.coefficients_us[i]) continue;
+          const YAML::Node at = given[kFitTermNames[i]];
+          const YamlContext term = gctx.child(kFitTermNames[i]);
+          throw yaml_error(
+              at.IsDefined() ? at : given, term,
+              fmt::format("{}: {} differs from {} in the fit file '{}' (give file and "
+                          "coefficients together only when they agree)",
+                          term.path, number_text(fit.coefficients_us[i]),
+                          number_text(c.fit.coefficients_us[i]), *c.fit_file));
+        }
       c.fit = fit;
     }
     return c;
@@ -307,9 +310,9 @@ LatencyConfig parse_latency_config(const YAML::Node& latency, const YamlContext&
 
 YAML::Node latency_config_yaml(const LatencyConfig& c) {
   YAML::Node n(YAML::NodeType::Map);
+  n["model"] = std::string(kModelNames[static_cast<std::size_t>(c.kind)]);
   switch (c.kind) {
     case LatencyConfig::Kind::kRoofline:
-      n["model"] = "roofline";
       n["mfu"] = number_node(c.roofline.mfu);
       n["mbu"] = number_node(c.roofline.mbu);
       n["step_overhead_us"] = number_node(c.roofline.step_overhead_us);
@@ -317,7 +320,6 @@ YAML::Node latency_config_yaml(const LatencyConfig& c) {
       n["allreduce_latency_us"] = number_node(c.roofline.allreduce_latency_us);
       break;
     case LatencyConfig::Kind::kFitted: {
-      n["model"] = "fitted";
       if (c.fit_file) n["file"] = *c.fit_file;
       YAML::Node coefficients(YAML::NodeType::Map);
       for (std::size_t i = 0; i < kFitTermNames.size(); ++i)
@@ -326,7 +328,6 @@ YAML::Node latency_config_yaml(const LatencyConfig& c) {
       break;
     }
     case LatencyConfig::Kind::kConstant:
-      n["model"] = "constant";
       n["step_time_us"] = number_node(c.step_time_us);
       break;
   }

@@ -14,16 +14,16 @@
 //
 // Parameter count, when no num_parameters field is given (biases and norms are left out; they are
 // well under 0.1% of every model above 100M parameters):
-//   embeddings  = vocab * hidden * (tied ? 1 : 2)  (+ max_position_embeddings * hidden for
-//   OPT/GPT-2) attention   = hidden * (H + 2 * Hkv) * d + H * d * hidden            per layer
-//   (MHA/GQA)
-//               = hidden * q_lora + q_lora * H * (nope + rope)             per layer (MLA; without
+// clang-format off
+//   embeddings  = vocab * hidden * (tied ? 1 : 2)  (+ max_position_embeddings * hidden, OPT/GPT-2)
+//   attention   = hidden * (H + 2 * Hkv) * d + H * d * hidden            per layer (MHA/GQA)
+//               = hidden * q_lora + q_lora * H * (nope + rope)           per layer (MLA; without
 //                 + hidden * (kv_lora + rope) + kv_lora * H * (nope + v)   q_lora: hidden * H *
-//                 (nope+rope))
-//                 + H * v * hidden
-//   mlp         = (gated ? 3 : 2) * hidden * intermediate                   per dense layer
-//   moe         = (experts + shared) * 3 * hidden * moe_intermediate + hidden * experts   per MoE
-//   layer
+//                 + H * v * hidden                                         (nope + rope))
+//   mlp         = (gated ? 3 : 2) * hidden * intermediate                per dense layer
+//   moe         = (experts + shared) * 3 * hidden * moe_intermediate + hidden * experts
+//                                                                        per MoE layer
+// clang-format on
 // gated MLP (gate, up, down) for every model_type except opt, gpt2, gpt_neox, gptj, bloom, falcon,
 // phi; override with `gated_mlp`. MoE layers are all layers after the first first_k_dense_replace.
 // Active parameters count only num_experts_per_tok routed experts (plus shared ones) per MoE layer.

@@ -24,11 +24,8 @@ std::string join(std::span<const std::string_view> items) {
 // map[key], or an undefined node when `map` is absent or null. A scalar or a sequence where a
 // mapping belongs is an error, so `cache: 16` never silently reads as "all defaults".
 YAML::Node child_of(const YAML::Node& map, std::string_view key, const YamlContext& ctx) {
+  require_map(map, ctx);
   if (!map.IsDefined() || map.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
-  if (!map.IsMap())
-    throw yaml_error(
-        map, ctx,
-        fmt::format("{} must be a mapping of keys, got {}", ctx.where(), describe_node(map)));
   return map[std::string(key)];
 }
 
