@@ -32,6 +32,15 @@ cudaError_t PagedAttentionByPath(AttentionPath path, const paged_kv_view& kv, co
   return detail::PagedAttentionRun<T>(kv, q, out, num_q_heads, scale, work, workspace, stream);
 }
 
+// The occupancy query of the kernel PagedAttentionByPath launches for this group size.
+template <typename T>
+cudaError_t MaxCtasByPath(AttentionPath path, std::int32_t head_size, std::int32_t block_size,
+                          std::int32_t group_size, std::int64_t* max_ctas) {
+  if (resolve_attention_path(path, group_size) == AttentionPath::kTensorCore)
+    return detail::PagedAttentionMmaMaxCtas<T>(head_size, block_size, max_ctas);
+  return detail::PagedAttentionMaxCtas<T>(head_size, block_size, group_size, max_ctas);
+}
+
 cudaError_t PagedAttentionChecked(const paged_kv_view& kv, const void* q, void* out,
                                   std::int32_t num_q_heads, float scale,
                                   const attention_work_view& work,
@@ -72,17 +81,11 @@ cudaError_t PagedAttentionPrefill(const paged_kv_view& kv, const void* q, void* 
 cudaError_t PagedAttentionMaxResidentCtas(DType dtype, std::int32_t head_size,
                                           std::int32_t block_size, std::int32_t group_size,
                                           std::int64_t* max_ctas, AttentionPath path) {
-  const bool tensor_core = resolve_attention_path(path, group_size) == AttentionPath::kTensorCore;
   switch (dtype) {
     case DType::kF16:
-      return tensor_core ? detail::PagedAttentionMmaMaxCtas<__half>(head_size, block_size, max_ctas)
-                         : detail::PagedAttentionMaxCtas<__half>(head_size, block_size, group_size,
-                                                                 max_ctas);
+      return MaxCtasByPath<__half>(path, head_size, block_size, group_size, max_ctas);
     case DType::kBF16:
-      return tensor_core
-                 ? detail::PagedAttentionMmaMaxCtas<__nv_bfloat16>(head_size, block_size, max_ctas)
-                 : detail::PagedAttentionMaxCtas<__nv_bfloat16>(head_size, block_size, group_size,
-                                                                max_ctas);
+      return MaxCtasByPath<__nv_bfloat16>(path, head_size, block_size, group_size, max_ctas);
     case DType::kF32:
       break;
   }

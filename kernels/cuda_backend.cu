@@ -60,27 +60,15 @@ class CudaBackend final : public AttentionBackend {
     out_.resize(qo_bytes);
     KVSIM_CUDA_CHECK(cudaMemset(out_.get(), 0xff, qo_bytes));  // NaN: unwritten rows show up
 
-    std::int64_t max_ctas = 0;
-    KVSIM_CUDA_CHECK(PagedAttentionMaxResidentCtas(shape_.dtype, shape_.head_size, shape_.block_size,
-                                                   batch.num_q_heads / shape_.num_kv_heads, &max_ctas,
-                                                   path_));
-    const attention_work_plan plan =
-        plan_attention_work(batch.seq_lens, batch.q_indptr, batch.num_seqs, shape_.num_kv_heads,
-                            shape_.block_size, max_ctas, forced_splits_);
-    work_.upload(plan, batch.num_q_heads, shape_.head_size);
-
+    work_.plan(shape_, batch.seq_lens, batch.q_indptr, batch.num_seqs, batch.num_q_heads,
+               forced_splits_, path_);
     paged_kv_view kv = view();
     kv.block_tables = tables_.get();
     kv.max_blocks_per_seq = batch.max_blocks_per_seq;
     kv.seq_lens = lens_.get();
     kv.num_seqs = batch.num_seqs;
-    if (batch.q_indptr == nullptr) {
-      KVSIM_CUDA_CHECK(PagedAttentionDecode(kv, q_.get(), out_.get(), batch.num_q_heads, batch.scale,
-                                            work_.view(), work_.workspace(), nullptr, path_));
-    } else {
-      KVSIM_CUDA_CHECK(PagedAttentionPrefill(kv, q_.get(), out_.get(), batch.num_q_heads, batch.scale,
-                                             work_.view(), work_.workspace(), nullptr, path_));
-    }
+    KVSIM_CUDA_CHECK(
+        work_.launch(kv, q_.get(), out_.get(), batch.num_q_heads, batch.scale, nullptr, path_));
     KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
     out_.download(static_cast<std::byte*>(out), qo_bytes);
   }

@@ -6,6 +6,7 @@
 
 #include "kernels/attention_cuda.h"
 #include "kernels/cuda_utils.h"
+#include "kernels/paged_kv.h"
 #include "kernels/work_plan.h"
 
 namespace kvsim::kernels {
@@ -39,11 +40,38 @@ class DeviceWorkPlan {
   const attention_work_view& view() const { return view_; }
   attention_split_workspace workspace() const { return {o_part_.get(), lse_part_.get()}; }
 
+  /// Plans a batch for the kernel `path` picks (its occupancy on the current device sizes the
+  /// splits; forced_splits 0 = automatic), uploads the plan and returns it. A null q_indptr is a
+  /// decode batch (one query token per sequence).
+  attention_work_plan plan(const kv_pool_shape& shape, const std::int32_t* seq_lens,
+                           const std::int32_t* q_indptr, std::int32_t num_seqs,
+                           std::int32_t num_q_heads, std::int32_t forced_splits,
+                           AttentionPath path) {
+    std::int64_t max_ctas = 0;
+    KVSIM_CUDA_CHECK(PagedAttentionMaxResidentCtas(shape.dtype, shape.head_size, shape.block_size,
+                                                   num_q_heads / shape.num_kv_heads, &max_ctas,
+                                                   path));
+    attention_work_plan p = plan_attention_work(seq_lens, q_indptr, num_seqs, shape.num_kv_heads,
+                                                shape.block_size, max_ctas, forced_splits);
+    upload(p, num_q_heads, shape.head_size);
+    decode_ = q_indptr == nullptr;
+    return p;
+  }
+  /// Launches the planned batch: PagedAttentionDecode or PagedAttentionPrefill, as planned.
+  cudaError_t launch(const paged_kv_view& kv, const void* q, void* out, std::int32_t num_q_heads,
+                     float scale, cudaStream_t stream, AttentionPath path) const {
+    return decode_ ? PagedAttentionDecode(kv, q, out, num_q_heads, scale, view_, workspace(),
+                                          stream, path)
+                   : PagedAttentionPrefill(kv, q, out, num_q_heads, scale, view_, workspace(),
+                                           stream, path);
+  }
+
  private:
   DeviceBuffer<std::int32_t> ints_;
   DeviceBuffer<float> o_part_;    // [num_items, num_q_heads, head_size]
   DeviceBuffer<float> lse_part_;  // [num_items, num_q_heads]
   attention_work_view view_;
+  bool decode_ = true;
 };
 
 }  // namespace kvsim::kernels

@@ -92,28 +92,18 @@ KernelTiming CudaAttentionTimer::time(const kernels::attention_batch& batch, con
   m.lens.upload(batch.seq_lens, static_cast<std::size_t>(batch.num_seqs));
   m.q.upload(static_cast<const std::byte*>(q), qo_bytes);
   m.out.resize(qo_bytes);
-  std::int64_t max_ctas = 0;
-  KVSIM_CUDA_CHECK(
-      kernels::PagedAttentionMaxResidentCtas(m.shape.dtype, m.shape.head_size, m.shape.block_size,
-                                             batch.num_q_heads / m.shape.num_kv_heads, &max_ctas));
-  // The same automatic plan as the backend (forced_splits 0), so the launches are identical.
-  const kernels::attention_work_plan plan =
-      kernels::plan_attention_work(batch.seq_lens, batch.q_indptr, batch.num_seqs,
-                                   m.shape.num_kv_heads, m.shape.block_size, max_ctas, 0);
-  m.work.upload(plan, batch.num_q_heads, m.shape.head_size);
+  // The same automatic plan as the backend (forced_splits 0, the automatic path), so the
+  // launches are identical.
+  m.work.plan(m.shape, batch.seq_lens, batch.q_indptr, batch.num_seqs, batch.num_q_heads, 0,
+              kernels::AttentionPath::kAuto);
   kernels::paged_kv_view kv = m.view();
   kv.block_tables = m.tables.get();
   kv.max_blocks_per_seq = batch.max_blocks_per_seq;
   kv.seq_lens = m.lens.get();
   kv.num_seqs = batch.num_seqs;
   auto launch = [&]() {
-    return batch.q_indptr == nullptr
-               ? kernels::PagedAttentionDecode(kv, m.q.get(), m.out.get(), batch.num_q_heads,
-                                               batch.scale, m.work.view(), m.work.workspace(),
-                                               nullptr)
-               : kernels::PagedAttentionPrefill(kv, m.q.get(), m.out.get(), batch.num_q_heads,
-                                                batch.scale, m.work.view(), m.work.workspace(),
-                                                nullptr);
+    return m.work.launch(kv, m.q.get(), m.out.get(), batch.num_q_heads, batch.scale, nullptr,
+                         kernels::AttentionPath::kAuto);
   };
   for (std::int32_t i = 0; i < warmup; ++i) KVSIM_CUDA_CHECK(launch());
   KVSIM_CUDA_CHECK(cudaDeviceSynchronize());

@@ -166,13 +166,9 @@ result_row run_case(const decode_case& c, const ceilings& ceil, int reps, int wa
   KVSIM_CUDA_CHECK(cudaMemset(out.get(), 0xff, qo_elems * elt));  // NaN: unwritten outputs show
 
   const int group = c.num_q_heads / c.num_kv_heads;
-  std::int64_t max_ctas = 0;
-  KVSIM_CUDA_CHECK(kernels::PagedAttentionMaxResidentCtas(c.dtype, c.head_size, c.block_size, group,
-                                                          &max_ctas, c.path));
-  const kernels::attention_work_plan plan = kernels::plan_attention_work(
-      lens.data(), decode ? nullptr : indptr.data(), c.batch, c.num_kv_heads, c.block_size, max_ctas, 0);
   kernels::DeviceWorkPlan work;
-  work.upload(plan, c.num_q_heads, c.head_size);
+  const kernels::attention_work_plan plan = work.plan(
+      shape, lens.data(), decode ? nullptr : indptr.data(), c.batch, c.num_q_heads, 0, c.path);
 
   kernels::paged_kv_view kv = kernels::make_vllm_v1_view(pool.get(), shape);
   kv.block_tables = d_tables.get();
@@ -181,12 +177,7 @@ result_row run_case(const decode_case& c, const ceilings& ceil, int reps, int wa
   kv.num_seqs = c.batch;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
   auto launch = [&] {
-    const cudaError_t err =
-        decode ? kernels::PagedAttentionDecode(kv, q.get(), out.get(), c.num_q_heads, scale, work.view(),
-                                               work.workspace(), nullptr, c.path)
-               : kernels::PagedAttentionPrefill(kv, q.get(), out.get(), c.num_q_heads, scale, work.view(),
-                                                work.workspace(), nullptr, c.path);
-    KVSIM_CUDA_CHECK(err);
+    KVSIM_CUDA_CHECK(work.launch(kv, q.get(), out.get(), c.num_q_heads, scale, nullptr, c.path));
   };
   const std::vector<double> us = time_us(launch, reps, warmup, flush, flush_bytes);
   std::vector<std::byte> host_out(qo_elems * elt);
