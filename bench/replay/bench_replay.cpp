@@ -148,10 +148,15 @@ double time_cli(const std::string& text, const char* tag) {
   return rc == 0 ? s : -1.0;
 }
 
+// The fastest of `reps` runs; negative (a failed run) if any run failed.
 template <class F>
 double best_of(int reps, F&& f) {
   double best = 1e30;
-  for (int i = 0; i < reps; ++i) best = std::min(best, f());
+  for (int i = 0; i < reps; ++i) {
+    const double t = f();
+    if (t < 0) return t;
+    best = std::min(best, t);
+  }
   return best;
 }
 
@@ -170,6 +175,10 @@ int main(int argc, char** argv) {
     else if (a == "--reps")
       reps = std::atoi(argv[i + 1]);
   }
+  if (reps < 1 || num_ops < 1) {
+    std::fprintf(stderr, "bench_replay: --reps and --ops need positive counts\n");
+    return 2;
+  }
   const KvmTrace kvm = generate_kvm_trace(seed, num_ops);
   const SchedTrace sch = generate_sched_trace(seed, num_ops);
   std::printf("bench_replay: seed %llu, best of %d runs, one core\n",
@@ -184,9 +193,14 @@ int main(int argc, char** argv) {
     const double cli = best_of(reps, [&] { return time_cli(text, mode == 0 ? "kvm" : "sched"); });
     const double core =
         best_of(reps, [&] { return mode == 0 ? time_core_kvm(kvm) : time_core_sched(sch); });
+    if (cli < 0) {
+      std::fprintf(stderr, "bench_replay: kvsim replay failed on the %s trace\n",
+                   mode == 0 ? "kvm" : "sched");
+      return 1;
+    }
     std::printf("%-6s %10.0f %10.1f %14.0f %14.0f %14.0f%s\n", mode == 0 ? "kvm" : "sched", ops,
-                static_cast<double>(text.size()) / 1e6, ops / e2e, cli > 0 ? ops / cli : 0.0,
-                ops / core, errors ? "  (ERROR LINES!)" : "");
+                static_cast<double>(text.size()) / 1e6, ops / e2e, ops / cli, ops / core,
+                errors ? "  (ERROR LINES!)" : "");
     if (errors) return 1;
   }
   return 0;

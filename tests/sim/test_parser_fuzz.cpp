@@ -209,9 +209,9 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
 
 TEST_CASE("mutated measurement and empirical-length CSVs parse or throw ConfigError", "[sim]") {
   RngStream r = make_stream(2027, "fuzz.csv");
-  const auto dir = std::filesystem::temp_directory_path() / "kvsim_test_fuzz";
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "meas.csv").string();
+  const kvsim::test::TempDir dir("fuzz-csv");
+  const std::string path = (dir.path / "meas.csv").string();
+  int fits = 0, dists = 0;  // mutated inputs that parsed all the way
   const std::string text =
       "num_seqs,prefill_tokens,decode_tokens,sum_context_tokens,sum_context_sq,num_prefill_seqs,"
       "step_time_us\n"
@@ -223,8 +223,12 @@ TEST_CASE("mutated measurement and empirical-length CSVs parse or throw ConfigEr
           std::vector<BatchFeatures> b;
           std::vector<double> y;
           read_measurements_csv(path, b, y);
+          REQUIRE(!b.empty());
+          REQUIRE(y.size() == b.size());
+          for (double v : y) REQUIRE(v >= 0);
           const LatencyFit fit = fit_latency(b, y);
           REQUIRE(fit.rows == static_cast<std::int64_t>(b.size()));
+          ++fits;
         }))
       break;
     YAML::Node d = YAML::Load("{empirical: {file: '" + path + "', column: step_time_us}}");
@@ -233,7 +237,11 @@ TEST_CASE("mutated measurement and empirical-length CSVs parse or throw ConfigEr
               Distribution::parse(d, YamlContext{"s.yaml", "x"}, 1, 1e9, true);
           RngStream s = make_stream(1, "e");
           REQUIRE(dist.sample_int(s) >= 1);
+          ++dists;
         }))
       break;
   }
+  // Some mutations must survive, or the loops above checked only the error path.
+  CHECK(fits > 0);
+  CHECK(dists > 0);
 }

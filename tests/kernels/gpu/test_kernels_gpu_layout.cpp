@@ -285,11 +285,11 @@ TEST_CASE("cuda launchers reject unsupported shapes and the occupancy query work
   for (const AttentionPath path : kBothPaths)
     CHECK(PagedAttentionDecode(kv, qo.get(), qo.get(), 1, 1.0f, work, {}, nullptr, path) ==
           cudaErrorInvalidValue);  // head size 96
+  kv.head_size = 64;  // a supported head size, so only the dtype can refuse the next launch
   kv.dtype = DType::kF32;
   CHECK(PagedAttentionDecode(kv, qo.get(), qo.get(), 1, 1.0f, work, {}, nullptr) ==
-        cudaErrorInvalidValue);
+        cudaErrorInvalidValue);  // fp32: CPU only
   kv.dtype = DType::kF16;
-  kv.head_size = 64;
   // G = 32 does not fit the 16 MMA rows: refused when forced (auto takes the cuda-core kernel).
   CHECK(PagedAttentionDecode(kv, qo.get(), qo.get(), 32, 1.0f, work, {}, nullptr,
                              AttentionPath::kTensorCore) == cudaErrorInvalidValue);
