@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -33,6 +35,35 @@ inline std::optional<RequestSpec> next_made(RequestSource& src) {
     if (!r->deferred.empty() || r->deferred_tokens != 0) throw std::logic_error("still deferred");
   }
   return r;
+}
+
+/// The kvsim executable of this build tree. A missing binary fails the test (test_sim depends on
+/// kvsim, so it is always built first) rather than skipping it.
+inline std::string kvsim_exe() {
+  const std::filesystem::path p = std::filesystem::path(KVSIM_BINARY_DIR) / "kvsim";
+  if (!std::filesystem::exists(p)) throw std::runtime_error("kvsim not built: " + p.string());
+  return p.string();
+}
+
+/// A real trace of ../shared/traces; a missing one fails the test.
+inline std::string shared_trace(const std::string& name) {
+  const std::filesystem::path p = std::filesystem::path(KVSIM_SHARED_DIR) / "traces" / name;
+  if (!std::filesystem::exists(p)) throw std::runtime_error("trace not found: " + p.string());
+  return p.string();
+}
+
+/// The whole file as text ("" when it cannot be read).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// Writes `text` to `p`, creating its folder.
+inline void write_file(const std::filesystem::path& p, const std::string& text) {
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
 }
 
 /// A fresh empty folder under the system temp dir (named by `tag` and the pid), removed at scope

@@ -18,6 +18,7 @@ using kvsim::CheckRule;
 using kvsim::CheckStatus;
 using kvsim::test::error_of;
 using kvsim::test::TempDir;
+using kvsim::test::write_file;
 
 namespace {
 
@@ -41,11 +42,6 @@ nlohmann::json sample_summary() {
     "kv_breakdown": {"token_states": 0.55, "reservation": 0.03, "internal_fragmentation": 0.01,
                      "external_fragmentation": 0.0, "cached_free": 0.2, "free": 0.21}
   })");
-}
-
-void write_file(const fs::path& p, const std::string& text) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << text;
 }
 
 /// Writes a run folder holding `summary` and returns its path.
@@ -248,8 +244,7 @@ TEST_CASE("a malformed baseline is a ConfigError naming file and line and column
 }
 
 TEST_CASE("kvsim check exits 0 on a match and 1 on a regression and 2 on bad input", "[sim]") {
-  const fs::path kvsim_bin = fs::path(KVSIM_BINARY_DIR) / "kvsim";
-  REQUIRE(fs::exists(kvsim_bin));
+  const fs::path kvsim_bin = kvsim::test::kvsim_exe();
   TempDir tmp("check");
   auto changed = sample_summary();
   changed["num_preemptions"] = 4;

@@ -1,27 +1,20 @@
 // Determinism: the same scenario and seed give byte-identical run folders; another seed does not.
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "sim/scenario.h"
 #include "sim/simulator.h"
+#include "sim_test_util.h"
 
 using namespace kvsim;
+using kvsim::test::slurp;
+using kvsim::test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 const std::string kScenario =
     "name: det\n"
@@ -52,8 +45,8 @@ fs::path run_into(const fs::path& dir, const std::vector<std::string>& sets) {
 }  // namespace
 
 TEST_CASE("two runs of the same scenario and seed write byte-identical files", "[sim]") {
-  const fs::path base = fs::temp_directory_path() / ("kvsim-det-" + std::to_string(::getpid()));
-  fs::remove_all(base);
+  const TempDir tmp("det");
+  const fs::path& base = tmp.path;
   const fs::path a = run_into(base / "a", {});
   const fs::path b = run_into(base / "b", {});
   const char* files[] = {"summary.json",         "requests.csv", "steps.csv",
@@ -69,12 +62,11 @@ TEST_CASE("two runs of the same scenario and seed write byte-identical files", "
   CHECK(std::count(rows.begin(), rows.end(), '\n') > 1 + 150);  // header + open-loop + follow-ups
   const fs::path c = run_into(base / "c", {"seed=12"});
   CHECK(slurp(a / "requests.csv") != slurp(c / "requests.csv"));
-  fs::remove_all(base);
 }
 
 TEST_CASE("two cache_only runs write byte-identical files", "[sim]") {
-  const fs::path base = fs::temp_directory_path() / ("kvsim-det-co-" + std::to_string(::getpid()));
-  fs::remove_all(base);
+  const TempDir tmp("det-co");
+  const fs::path& base = tmp.path;
   const std::vector<std::string> sets = {"engine.mode=cache_only", "cache.block_size=32"};
   const fs::path a = run_into(base / "a", sets);
   const fs::path b = run_into(base / "b", sets);
@@ -83,5 +75,4 @@ TEST_CASE("two cache_only runs write byte-identical files", "[sim]") {
     REQUIRE(fs::exists(a / f));
     CHECK(slurp(a / f) == slurp(b / f));
   }
-  fs::remove_all(base);
 }

@@ -7,6 +7,7 @@
 #include "core/kv_sizing.h"
 #include "sim/hardware.h"
 #include "sim/model_config.h"
+#include "sim_test_util.h"
 
 using namespace kvsim;
 
@@ -115,13 +116,9 @@ TEST_CASE("an unknown GPU name suggests the closest preset", "[sim]") {
 }
 
 TEST_CASE("kvsim kv-size prints the sizing as JSON and rejects a bad flag with status 2", "[sim]") {
-  const std::string exe = std::string(KVSIM_BINARY_DIR) + "/kvsim";
-  if (!std::filesystem::exists(exe)) {
-    WARN("kvsim not built; skipping the command-line check");
-    return;
-  }
-  const auto dir = std::filesystem::temp_directory_path() / "kvsim_test_kv_size";
-  std::filesystem::create_directories(dir);
+  const std::string exe = kvsim::test::kvsim_exe();
+  const kvsim::test::TempDir tmp("kv-size");
+  const auto& dir = tmp.path;
   const std::string out = (dir / "out.json").string(), err = (dir / "err.txt").string();
   const std::string cmd = exe + " kv-size --model " + model_path("qwen2-1.5b") +
                           " --kv-cache-memory-bytes 41318436454 --json > " + out;

@@ -8,6 +8,7 @@
 #include "sim/latency_model.h"
 #include "sim/rng.h"
 #include "sim/samplers.h"
+#include "sim_test_util.h"
 
 using namespace kvsim;
 
@@ -118,13 +119,9 @@ TEST_CASE("the roofline model is memory-bound in decode and compute-bound in lon
 }
 
 TEST_CASE("kvsim calibrate writes a model file and rejects bad input", "[sim]") {
-  const std::string exe = std::string(KVSIM_BINARY_DIR) + "/kvsim";
-  if (!std::filesystem::exists(exe)) {
-    WARN("kvsim not built; skipping the command-line check");
-    return;
-  }
-  const auto dir = std::filesystem::temp_directory_path() / "kvsim_test_calibrate";
-  std::filesystem::create_directories(dir);
+  const std::string exe = kvsim::test::kvsim_exe();
+  const kvsim::test::TempDir tmp("calibrate");
+  const auto& dir = tmp.path;
   std::vector<double> y;
   const auto batches = random_batches(100, y, 0.0);
   {

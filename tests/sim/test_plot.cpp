@@ -31,13 +31,6 @@ bool have_matplotlib() {
          shell(kPython + " -c 'import matplotlib, numpy' > /dev/null 2>&1") == 0;
 }
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 /// Fixtures generated afresh for each test case into a temporary folder (fx.root/fx).
 struct Fixtures {
   kvsim::test::TempDir dir{"plot"};
@@ -62,7 +55,7 @@ void require_figure(const fs::path& out, const std::string& stem) {
     REQUIRE(fs::exists(p));
     CHECK(fs::file_size(p) > 1000);
   }
-  CHECK(read_file(out / "index.html").find(stem + ".png") != std::string::npos);
+  CHECK(kvsim::test::slurp(out / "index.html").find(stem + ".png") != std::string::npos);
 }
 
 }  // namespace
@@ -76,13 +69,13 @@ TEST_CASE("one run folder renders its five figures and an index", "[sim][plots]"
   const fs::path out = fx.root / "single";
   const int rc =
       plot((fx.root / "fx/runs/chat-a").string() + " -o " + out.string(), fx.root / "log.txt");
-  INFO(read_file(fx.root / "log.txt"));
+  INFO(kvsim::test::slurp(fx.root / "log.txt"));
   REQUIRE(rc == 0);
   for (const char* stem : {"kv_breakdown", "kv_usage_queue", "prefix_hit_rate", "latency_cdf",
                            "preemptions_evictions"}) {
     require_figure(out, stem);
   }
-  const std::string index = read_file(out / "index.html");
+  const std::string index = kvsim::test::slurp(out / "index.html");
   CHECK(index.find("prefix_cache_hit_rate") != std::string::npos);  // the summary table
   CHECK(index.find("Not drawn") == std::string::npos);
 
@@ -92,7 +85,7 @@ TEST_CASE("one run folder renders its five figures and an index", "[sim][plots]"
                fx.root / "log.txt") == 0);
   for (const auto& entry : fs::directory_iterator(out)) {
     INFO(entry.path().filename());
-    CHECK(read_file(entry.path()) == read_file(again / entry.path().filename()));
+    CHECK(kvsim::test::slurp(entry.path()) == kvsim::test::slurp(again / entry.path().filename()));
   }
 }
 
@@ -104,13 +97,13 @@ TEST_CASE("a sweep folder renders the comparison figures and a heatmap", "[sim][
   Fixtures fx;
   const fs::path out = fx.root / "sweep-out";
   const int rc = plot((fx.root / "fx/sweep").string() + " -o " + out.string(), fx.root / "log.txt");
-  INFO(read_file(fx.root / "log.txt"));
+  INFO(kvsim::test::slurp(fx.root / "log.txt"));
   REQUIRE(rc == 0);
   for (const char* stem : {"hit_rate_vs_capacity", "kv_breakdown_bars", "latency_table",
                            "latency_cdf_overlay", "heatmap_sweep"}) {
     require_figure(out, stem);
   }
-  const std::string table = read_file(out / "latency_table.csv");
+  const std::string table = kvsim::test::slurp(out / "latency_table.csv");
   CHECK(table.rfind("run,completed,p50_ttft_ms", 0) == 0);
   CHECK(std::count(table.begin(), table.end(), '\n') == 17);  // header + 16 runs
 }
@@ -128,7 +121,7 @@ TEST_CASE("several run folders are compared and a missing optional file skips it
   int rc = plot((fx.root / "fx/runs/chat-a").string() + " " +
                     (fx.root / "fx/runs/chat-b").string() + " -o " + out.string(),
                 fx.root / "log.txt");
-  INFO(read_file(fx.root / "log.txt"));
+  INFO(kvsim::test::slurp(fx.root / "log.txt"));
   REQUIRE(rc == 0);
   require_figure(out, "kv_breakdown_bars");
   require_figure(out, "latency_cdf_overlay");  // chat-a still has requests.csv
@@ -137,7 +130,7 @@ TEST_CASE("several run folders are compared and a missing optional file skips it
   rc = plot((fx.root / "fx/runs/chat-b").string() + " -o " + single.string(), fx.root / "log.txt");
   REQUIRE(rc == 0);
   CHECK_FALSE(fs::exists(single / "kv_breakdown.png"));
-  const std::string index = read_file(single / "index.html");
+  const std::string index = kvsim::test::slurp(single / "index.html");
   CHECK(index.find("no steps.csv") != std::string::npos);
   CHECK(index.find("no requests.csv") != std::string::npos);
 }
@@ -150,9 +143,9 @@ TEST_CASE("a folder that is not a run is refused with status 2", "[sim][plots]")
   Fixtures fx;
   fs::create_directories(fx.root / "empty");
   CHECK(plot((fx.root / "empty").string(), fx.root / "log.txt") == 2);
-  CHECK(read_file(fx.root / "log.txt").find("not a run folder") != std::string::npos);
+  CHECK(kvsim::test::slurp(fx.root / "log.txt").find("not a run folder") != std::string::npos);
   std::ofstream(fx.root / "fx/runs/chat-a/summary.json") << "{\"name\": \"x\",\n";
   CHECK(plot((fx.root / "fx/runs/chat-a").string(), fx.root / "log.txt") == 2);
-  CHECK(read_file(fx.root / "log.txt").find("summary.json:2:1: malformed JSON") !=
+  CHECK(kvsim::test::slurp(fx.root / "log.txt").find("summary.json:2:1: malformed JSON") !=
         std::string::npos);
 }

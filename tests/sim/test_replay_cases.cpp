@@ -124,7 +124,7 @@ TEST_CASE("the structural comparison rejects a planted wrong result", "[sim][cas
 }
 
 TEST_CASE("kvsim replay on the command line reproduces a generated sched case", "[sim][cases]") {
-  const fs::path kvsim = fs::path(KVSIM_BINARY_DIR) / "kvsim";
+  const fs::path kvsim = kvsim::test::kvsim_exe();
   const kvsim::test::TempDir dir("replay-cli");
   const fs::path out = dir.path / "out.jsonl";
   const std::string cmd = kvsim.string() + " replay " +

@@ -15,23 +15,14 @@
 #include "sim_test_util.h"
 
 using namespace kvsim;
+using kvsim::test::slurp;
 using kvsim::test::TempDir;
+using kvsim::test::write_file;
 namespace fs = std::filesystem;
 
 namespace {
 
 constexpr std::int64_t kMaxTestRequests = 1000;  // cap on a shipped scenario's requests
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void write_file(const fs::path& p, const std::string& text) {
-  std::ofstream(p, std::ios::binary) << text;
-}
 
 /// Runs from `dir` until destroyed (relative paths in scenarios resolve as from a shell there).
 struct ScopedCwd {

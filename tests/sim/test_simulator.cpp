@@ -478,28 +478,16 @@ TEST_CASE("a planted wrong configuration misses the Mooncake table", "[sim]") {
 
 namespace {
 
-/// Runs the kvsim binary (when it has been built) and returns its exit status; "" skips.
+/// Runs the kvsim binary with `args` (its output into `log`) and returns its exit status.
 int kvsim_cli(const std::string& args, const fs::path& log) {
-  const std::string cmd =
-      std::string(KVSIM_BINARY_DIR) + "/kvsim " + args + " > " + log.string() + " 2>&1";
+  const std::string cmd = kvsim::test::kvsim_exe() + " " + args + " > " + log.string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-std::string slurp_text(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 }  // namespace
 
 TEST_CASE("kvsim run and sweep exit 0 on success, 1 on a run failure, 2 on bad input", "[sim]") {
-  if (!fs::exists(fs::path(KVSIM_BINARY_DIR) / "kvsim")) {
-    WARN("kvsim not built; skipping the command-line checks");
-    return;
-  }
   TempDir tmp("cli");
   const fs::path log = tmp.path / "log.txt";
   const fs::path yaml = tmp.path / "s.yaml";
@@ -517,23 +505,23 @@ TEST_CASE("kvsim run and sweep exit 0 on success, 1 on a run failure, 2 on bad i
   CHECK(kvsim_cli("run " + base, log) == 0);
   CHECK(fs::exists(out / "t" / "summary.json"));
   CHECK(kvsim_cli("run " + base + " --set cache.blok_size=8", log) == 2);
-  CHECK_THAT(slurp_text(log), Catch::Contains("did you mean 'block_size'"));
+  CHECK_THAT(kvsim::test::slurp(log), Catch::Contains("did you mean 'block_size'"));
   CHECK(kvsim_cli("run " + base + " --set name=bad --set cache.num_gpu_blocks_override=2", log) ==
         1);
-  CHECK_THAT(slurp_text(log), Catch::Contains("can never be scheduled"));
+  CHECK_THAT(kvsim::test::slurp(log), Catch::Contains("can never be scheduled"));
   CHECK_FALSE(fs::exists(out / "bad"));
   CHECK(kvsim_cli("run " + base + " --seed abc", log) == 2);
   CHECK(kvsim_cli("run " + base + " --set name=ti --check-invariants", log) == 0);
 
   CHECK(kvsim_cli("sweep " + base + " --jobs 2", log) == 0);
-  const std::string csv = slurp_text(out / "t" / "sweep.csv");
+  const std::string csv = kvsim::test::slurp(out / "t" / "sweep.csv");
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 3);
   CHECK(csv.rfind("cache.block_size,cache.enable_prefix_caching,name,", 0) == 0);
   CHECK(
       fs::exists(out / "t" / "cache.block_size=8,cache.enable_prefix_caching=true" / "steps.csv"));
   const fs::path jobs = tmp.path / "jobs.txt";
   CHECK(kvsim_cli("sweep " + base + " --emit-jobs " + jobs.string(), log) == 0);
-  const std::string lines = slurp_text(jobs);
+  const std::string lines = kvsim::test::slurp(jobs);
   CHECK(std::count(lines.begin(), lines.end(), '\n') == 2);
   CHECK(kvsim_cli("merge " + (out / "t").string(), log) == 0);
   CHECK(kvsim_cli("merge " + tmp.path.string() + "/nope", log) == 2);
@@ -542,11 +530,11 @@ TEST_CASE("kvsim run and sweep exit 0 on success, 1 on a run failure, 2 on bad i
   const std::string run_dir = (out / "t").string();
   CHECK(kvsim_cli("check " + run_dir + " --baseline " + run_dir, log) == 0);
   CHECK(kvsim_cli("check " + run_dir + " --basline " + run_dir, log) == 2);
-  CHECK_THAT(slurp_text(log), Catch::Contains("did you mean '--baseline'"));
+  CHECK_THAT(kvsim::test::slurp(log), Catch::Contains("did you mean '--baseline'"));
   CHECK(kvsim_cli("check " + run_dir + " " + run_dir + " --baseline=" + run_dir, log) == 2);
-  CHECK_THAT(slurp_text(log), Catch::Contains("unexpected argument"));
+  CHECK_THAT(kvsim::test::slurp(log), Catch::Contains("unexpected argument"));
   CHECK(kvsim_cli("replay --check-invariant x", log) == 2);
-  CHECK_THAT(slurp_text(log), Catch::Contains("did you mean '--check-invariants'"));
+  CHECK_THAT(kvsim::test::slurp(log), Catch::Contains("did you mean '--check-invariants'"));
   CHECK(kvsim_cli("replay a b", log) == 2);
 }
 
