@@ -1,5 +1,7 @@
 #include "trace_generator.h"
 
+#include <fmt/format.h>
+
 #include <memory>
 #include <random>
 
@@ -40,7 +42,9 @@ KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops) {
   Rng rng(seed);
   KvmTrace t{16, 512, 4096, {}, {}};
   KVCacheManager kv(KVCacheConfig{t.block_size, t.num_gpu_blocks, t.max_model_len, true, 64});
-  t.text = "{\"op\":\"init\",\"block_size\":16,\"num_gpu_blocks\":512,\"max_model_len\":4096}\n";
+  t.text = fmt::format(R"({{"op":"init","block_size":{},"num_gpu_blocks":{},"max_model_len":{}}})"
+                       "\n",
+                       t.block_size, t.num_gpu_blocks, t.max_model_len);
   std::vector<std::vector<std::int32_t>> prefixes;
   for (int i = 0; i < 6; ++i) {
     std::vector<std::int32_t> p(static_cast<std::size_t>(rng.uniform(16, 96)));
@@ -152,16 +156,19 @@ KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops) {
 SchedTrace generate_sched_trace(std::uint64_t seed, std::int64_t num_ops) {
   Rng rng(seed);
   SchedTrace t{8, 96, 256, 16, 96, 96, 42, 50, {}, {}};
-  t.text =
-      "{\"op\":\"sched_init\",\"block_size\":8,\"num_gpu_blocks\":96,\"max_model_len\":256,"
-      "\"max_num_seqs\":16,\"max_num_batched_tokens\":96}\n";
+  t.text = fmt::format(
+      R"({{"op":"sched_init","block_size":{},"num_gpu_blocks":{},"max_model_len":{},)"
+      R"("max_num_seqs":{},"max_num_batched_tokens":{}}})"
+      "\n",
+      t.block_size, t.num_gpu_blocks, t.max_model_len, t.max_num_seqs, t.max_num_batched_tokens);
   std::vector<std::vector<std::int32_t>> prefixes;
   for (int i = 0; i < 4; ++i) {
     std::vector<std::int32_t> p(static_cast<std::size_t>(rng.uniform(8, 40)));
     for (auto& x : p) x = static_cast<std::int32_t>(rng.g() % 50);
     prefixes.push_back(p);
   }
-  const std::string rule = "{\"op\":\"update\",\"rule\":{\"mul\":96,\"add\":42,\"mod\":50}}";
+  const std::string rule = fmt::format(R"({{"op":"update","rule":{{"mul":{},"add":{},"mod":{}}}}})",
+                                       t.rule_mul, t.rule_add, t.rule_mod);
   std::int32_t next_slot = 0;
   std::vector<std::int32_t> recent;
   while (static_cast<std::int64_t>(t.ops.size()) < num_ops) {
