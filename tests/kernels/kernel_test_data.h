@@ -196,4 +196,13 @@ inline void make_spike(paged_problem& p, int s, int t, std::int64_t row, int h, 
   }
 }
 
+/// A view of `pool` in vLLM's newer (num_blocks, 2, block_size, Hkv, D) layout: the K and V
+/// pages of a block are adjacent (make_vllm_v1_view's layout is (2, num_blocks, ...)).
+inline paged_kv_view make_nb2_view(void* pool, const kv_pool_shape& shape) {
+  paged_kv_view v = make_vllm_v1_view(pool, shape);
+  v.stride_kv = std::int64_t{shape.block_size} * shape.num_kv_heads * shape.head_size;
+  v.stride_block = 2 * v.stride_kv;
+  return v;
+}
+
 }  // namespace kvsim::kernels::testing

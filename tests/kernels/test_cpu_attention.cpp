@@ -137,16 +137,11 @@ TEST_CASE("non-default pool layouts work through the strides", "[kernels]") {
   const paged_problem p = make_problem(shape, {{1, 50}, {6, 40}, {1, 16}}, 21);
   const std::int64_t hd = shape.head_size;
   const std::int64_t bs = shape.block_size;
-  const std::int64_t hkv = shape.num_kv_heads;
   for (const bool hnd : {false, true}) {
     // Layout A: vLLM's newer (num_blocks, 2, bs, Hkv, D). Layout B: HND (2, nb, Hkv, bs, D).
-    paged_kv_view layout = make_vllm_v1_view(nullptr, p.pool_shape());
-    if (!hnd) {
-      layout.stride_kv = bs * hkv * hd;
-      layout.stride_block = 2 * bs * hkv * hd;
-      layout.stride_token = hkv * hd;
-      layout.stride_head = hd;
-    } else {
+    paged_kv_view layout = hnd ? make_vllm_v1_view(nullptr, p.pool_shape())
+                               : make_nb2_view(nullptr, p.pool_shape());
+    if (hnd) {
       layout.stride_head = bs * hd;
       layout.stride_token = hd;
     }

@@ -16,6 +16,21 @@
 namespace kvsim::kernels::testing {
 namespace {
 
+/// Writes the new tokens' K/V of `p` (new_tokens) into the device pool of `kv` with
+/// ReshapeAndCache through p's slot mapping.
+void device_write_kv(const paged_kv_view& kv, const paged_problem& p) {
+  const auto keys = new_tokens(p, 0);
+  const auto values = new_tokens(p, 1);
+  DeviceBuffer<std::byte> d_keys(keys.size()), d_values(values.size());
+  DeviceBuffer<std::int64_t> d_slots(p.slot_mapping.size());
+  d_keys.upload(keys.data(), keys.size());
+  d_values.upload(values.data(), values.size());
+  d_slots.upload(p.slot_mapping.data(), p.slot_mapping.size());
+  KVSIM_CUDA_CHECK(ReshapeAndCache(kv, d_keys.get(), d_values.get(), d_slots.get(),
+                                   static_cast<std::int64_t>(p.slot_mapping.size()), nullptr));
+  KVSIM_CUDA_CHECK(cudaDeviceSynchronize());  // the buffers go out of scope
+}
+
 /// The pool of `backend` as raw bytes.
 std::vector<std::byte> read_pool(const AttentionBackend& backend) {
   const kv_pool_shape& shape = backend.pool_shape();
@@ -79,9 +94,7 @@ TEST_CASE("the raw cuda write kernel matches cpu_write_kv on a strided fp32 pool
   const paged_problem p = make_problem({DType::kF32, 4, 2, 64, 16}, {{1, 70}, {2, 33}}, 35);
   const kv_pool_shape shape = p.pool_shape();
   const std::int64_t n = shape.num_elements();
-  paged_kv_view host = make_vllm_v1_view(nullptr, shape);
-  host.stride_kv = std::int64_t{shape.block_size} * shape.num_kv_heads * shape.head_size;
-  host.stride_block = 2 * host.stride_kv;
+  paged_kv_view host = make_nb2_view(nullptr, shape);
   std::vector<float> expect(static_cast<std::size_t>(n), std::numeric_limits<float>::quiet_NaN());
   host.pool = expect.data();
   const auto keys = new_tokens(p, 0);
@@ -91,15 +104,9 @@ TEST_CASE("the raw cuda write kernel matches cpu_write_kv on a strided fp32 pool
 
   DeviceBuffer<float> pool(static_cast<std::size_t>(n));
   KVSIM_CUDA_CHECK(cudaMemset(pool.get(), 0xff, pool.size_bytes()));
-  DeviceBuffer<std::byte> d_keys(keys.size()), d_values(values.size());
-  DeviceBuffer<std::int64_t> d_slots(p.slot_mapping.size());
-  d_keys.upload(keys.data(), keys.size());
-  d_values.upload(values.data(), values.size());
-  d_slots.upload(p.slot_mapping.data(), p.slot_mapping.size());
   paged_kv_view dev = host;
   dev.pool = pool.get();
-  KVSIM_CUDA_CHECK(ReshapeAndCache(dev, d_keys.get(), d_values.get(), d_slots.get(),
-                                   static_cast<std::int64_t>(p.slot_mapping.size()), nullptr));
+  device_write_kv(dev, p);
   KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> got(static_cast<std::size_t>(n));
   pool.download(got.data(), got.size());
@@ -215,23 +222,10 @@ TEST_CASE("the raw cuda launchers work on a (num_blocks, 2, bs, Hkv, D) pool thr
       const paged_problem p =
           make_problem({DType::kBF16, 8, 2, 128, 16}, {{1, 700}, {1, 15}, {5, 200}, {1, 0}}, 81);
       const kv_pool_shape shape = p.pool_shape();
-      const std::int64_t hd = shape.head_size;
-      const std::int64_t bs = shape.block_size;
-      const std::int64_t hkv = shape.num_kv_heads;
       DeviceBuffer<std::byte> pool(static_cast<std::size_t>(shape.num_elements()) * 2);
       KVSIM_CUDA_CHECK(cudaMemset(pool.get(), 0xff, pool.size_bytes()));
-      paged_kv_view kv = make_vllm_v1_view(pool.get(), shape);
-      kv.stride_kv = bs * hkv * hd;
-      kv.stride_block = 2 * bs * hkv * hd;
-      const auto keys = new_tokens(p, 0);
-      const auto values = new_tokens(p, 1);
-      DeviceBuffer<std::byte> d_keys(keys.size()), d_values(values.size());
-      DeviceBuffer<std::int64_t> d_slots(p.slot_mapping.size());
-      d_keys.upload(keys.data(), keys.size());
-      d_values.upload(values.data(), values.size());
-      d_slots.upload(p.slot_mapping.data(), p.slot_mapping.size());
-      KVSIM_CUDA_CHECK(ReshapeAndCache(kv, d_keys.get(), d_values.get(), d_slots.get(),
-                                       static_cast<std::int64_t>(p.slot_mapping.size()), nullptr));
+      paged_kv_view kv = make_nb2_view(pool.get(), shape);
+      device_write_kv(kv, p);
       DeviceBuffer<std::int32_t> tables(p.block_tables.size()), lens(p.seq_lens.size());
       tables.upload(p.block_tables.data(), p.block_tables.size());
       lens.upload(p.seq_lens.data(), p.seq_lens.size());
