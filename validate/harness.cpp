@@ -217,9 +217,11 @@ void ValidationHarness::Impl::load_batch(const StepView& view) {
     const Request& r = *sr.request;
     SeqWork& s = seqs[i];
     s.request = &r;
-    s.request_id = view.request_id_of_index.empty()
-                       ? static_cast<std::uint64_t>(r.index())
-                       : view.request_id_of_index[static_cast<std::size_t>(r.index())];
+    // The request id tells a reused index (slot) from the request that held it before, whose
+    // cached keys must not carry over: the simulator always passes the map.
+    KVSIM_ASSERT(static_cast<std::size_t>(r.index()) < view.request_id_of_index.size(),
+                 "the step view has no request id for a scheduled request");
+    s.request_id = view.request_id_of_index[static_cast<std::size_t>(r.index())];
     s.kind = sr.kind;
     s.computed = sr.num_computed_tokens;
     s.num_tokens = sr.num_tokens;
