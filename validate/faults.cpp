@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "core/block_pool.h"
+#include "core/v1/block_pool.h"
 #include "validate/step_batch.h"
 
 namespace kvsim::validate::detail {

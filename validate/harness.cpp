@@ -9,10 +9,10 @@
 #include <fstream>
 #include <limits>
 
-#include "core/assert.h"
+#include "core/common/assert.h"
 #include "kernels/dense_reference.h"
-#include "sim/errors.h"
-#include "sim/rng.h"
+#include "sim/common/errors.h"
+#include "sim/common/rng.h"
 #include "validate/cuda_timer.h"
 #include "validate/kv_content.h"
 #include "validate/step_batch.h"

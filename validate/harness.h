@@ -31,8 +31,8 @@
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
 #include "kernels/metrics.h"
-#include "sim/observer.h"
-#include "sim/scenario.h"
+#include "sim/engine/observer.h"
+#include "sim/config/scenario.h"
 
 namespace kvsim::validate {
 

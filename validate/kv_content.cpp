@@ -1,7 +1,7 @@
 #include "validate/kv_content.h"
 
-#include "core/assert.h"
-#include "sim/rng.h"
+#include "core/common/assert.h"
+#include "sim/common/rng.h"
 
 namespace kvsim::validate {
 namespace {

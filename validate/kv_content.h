@@ -15,7 +15,7 @@
 #include <span>
 #include <vector>
 
-#include "core/types.h"
+#include "core/common/types.h"
 #include "kernels/dtype.h"
 
 namespace kvsim::validate {

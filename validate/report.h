@@ -3,7 +3,7 @@
 //   validation.csv   one row per sampled step (columns in kValidationCsvHeader)
 //   validation.json  the summary: what was validated (backend, device, dtype, shapes, tolerance),
 //                    steps sampled and failed, the largest errors, pass/fail
-// and, on request, a measurements CSV for `kvsim calibrate` (sim/latency_model.h).
+// and, on request, a measurements CSV for `kvsim calibrate` (sim/engine/latency_model.h).
 // Latencies are measured, so these files are not byte-identical across runs; the errors are
 // (for one backend and build).
 
@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <string>
 
-#include "sim/scenario.h"
+#include "sim/config/scenario.h"
 #include "validate/harness.h"
 
 namespace kvsim::validate {

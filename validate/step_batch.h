@@ -7,9 +7,9 @@
 #include <span>
 #include <vector>
 
-#include "core/block_pool.h"
-#include "core/request.h"
-#include "core/scheduler.h"
+#include "core/v1/block_pool.h"
+#include "core/common/request.h"
+#include "core/v1/scheduler.h"
 
 namespace kvsim::validate::detail {
 

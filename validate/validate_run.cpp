@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "sim/errors.h"
+#include "sim/common/errors.h"
 
 namespace kvsim::validate {
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "kernels/dtype.h"
-#include "sim/scenario.h"
-#include "sim/simulator.h"
+#include "sim/config/scenario.h"
+#include "sim/run/run_scenario.h"
 #include "validate/harness.h"
 #include "validate/report.h"
 

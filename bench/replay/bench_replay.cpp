@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/scheduler.h"
-#include "sim/replay.h"
+#include "core/v1/scheduler.h"
+#include "sim/replay/replay.h"
 #include "trace_generator.h"
 
 using namespace kvsim;

@@ -5,7 +5,7 @@
 #include <memory>
 #include <random>
 
-#include "core/scheduler.h"
+#include "core/v1/scheduler.h"
 
 namespace kvsim::bench {
 namespace {

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "sim/errors.h"
-#include "sim/scenario.h"
-#include "sim/simulator.h"
+#include "sim/common/errors.h"
+#include "sim/config/scenario.h"
+#include "sim/run/run_scenario.h"
 
 namespace {
 namespace fs = std::filesystem;

@@ -5,8 +5,8 @@
 #include <numeric>
 #include <vector>
 
-#include "core/kv_cache_manager.h"
-#include "core/request.h"
+#include "core/v1/kv_cache_manager.h"
+#include "core/common/request.h"
 
 namespace kvsim::test {
 

@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "sim/errors.h"
-#include "sim/workload.h"
+#include "sim/common/errors.h"
+#include "sim/workload/workload.h"
 
 namespace kvsim::test {
 

@@ -9,9 +9,9 @@
 #include <sstream>
 
 #include "kernels/backend.h"
-#include "sim/errors.h"
-#include "sim/latency_model.h"
-#include "sim/scenario.h"
+#include "sim/common/errors.h"
+#include "sim/engine/latency_model.h"
+#include "sim/config/scenario.h"
 #include "validate/kv_content.h"
 #include "validate/validate_run.h"
 #include "validate_test_util.h"

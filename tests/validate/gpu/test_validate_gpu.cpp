@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "kernels/metrics.h"
-#include "sim/scenario.h"
+#include "sim/config/scenario.h"
 #include "tests/validate/validate_test_util.h"
 #include "validate/validate_run.h"
 

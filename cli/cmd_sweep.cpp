@@ -1,0 +1,337 @@
+// kvsim sweep SCENARIO.yaml [-o DIR] [--jobs N | --emit-jobs FILE] [--set k=v ...] [--seed N]
+//   Expands the scenario's `sweep:` grid (cartesian product, first key slowest) into one run per
+//   point, DIR/<name>/<key>=<value>,.../, run by N local `kvsim run` processes (fork/exec of
+//   /proc/self/exe), then merges them into DIR/<name>/sweep.csv. With --emit-jobs, writes one
+//   `kvsim run ...` command per line instead (for GNU parallel or a Slurm array) and runs nothing.
+// kvsim merge SWEEP_DIR [-o FILE]
+//   One row per run folder of a sweep (the swept keys, parsed from the folder names, then the
+//   summary.json scalars, kv_breakdown flattened as kv_breakdown.<part>) into SWEEP_DIR/sweep.csv.
+
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/cli_args.h"
+#include "cli/commands.h"
+#include "sim/common/errors.h"
+#include "sim/config/scenario.h"
+#include "sim/metrics/writers.h"
+
+namespace kvsim::cli {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr const char* kSweepUsage =
+    "usage: kvsim sweep SCENARIO.yaml [-o DIR] [--jobs N | --emit-jobs FILE] [--set k=v ...]\n"
+    "                   [--seed N] [--quiet]\n"
+    "  -o DIR            parent folder; runs go to DIR/<name>/<point>/ (default: results)\n"
+    "  --jobs N          local processes (default: the number of cores)\n"
+    "  --emit-jobs FILE  write one 'kvsim run' command per line and run nothing\n";
+
+constexpr const char* kMergeUsage = "usage: kvsim merge SWEEP_DIR [-o FILE]\n";
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "kvsim";
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+/// Single-quotes `s` for a POSIX shell.
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+/// A YAML single-quoted scalar.
+std::string yaml_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+/// "a.b=1,c=[1, 2]" -> {(a.b, 1), (c, [1, 2])}: a comma starts a new pair only when the text
+/// after it up to the next '=' has no comma, bracket or brace.
+std::vector<std::pair<std::string, std::string>> parse_point_name(const std::string& name) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<std::string> parts;
+  std::string cur;
+  int depth = 0;
+  for (char c : name) {
+    if (c == '[' || c == '{') ++depth;
+    if (c == ']' || c == '}') --depth;
+    if (c == ',' && depth == 0) {
+      parts.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  parts.push_back(cur);
+  for (const std::string& p : parts) {
+    const std::size_t eq = p.find('=');
+    if (eq == std::string::npos) {
+      if (out.empty()) return {};
+      out.back().second += "," + p;
+    } else {
+      out.emplace_back(p.substr(0, eq), p.substr(eq + 1));
+    }
+  }
+  return out;
+}
+
+bool less_value(const std::string& a, const std::string& b) {
+  char* ea = nullptr;
+  char* eb = nullptr;
+  const double da = std::strtod(a.c_str(), &ea);
+  const double db = std::strtod(b.c_str(), &eb);
+  const bool na = !a.empty() && *ea == '\0', nb = !b.empty() && *eb == '\0';
+  if (na && nb && da != db) return da < db;
+  if (na != nb) return na;
+  return a < b;
+}
+
+void flatten(const nlohmann::ordered_json& j, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
+    if (it->is_object()) {
+      flatten(*it, key, out);
+    } else if (it->is_string()) {
+      out.emplace_back(key, it->get<std::string>());
+    } else if (!it->is_array()) {
+      out.emplace_back(key, it->dump());
+    }
+  }
+}
+
+/// Writes sweep.csv for `dir`; returns the number of rows.
+std::size_t merge_dir(const fs::path& dir, const fs::path& out_file) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw ConfigError(dir.string() + ": not a folder");
+  struct Row {
+    std::vector<std::pair<std::string, std::string>> params, values;
+  };
+  std::vector<Row> rows;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.find(".tmp-") != std::string::npos) continue;
+    const fs::path summary = entry.path() / "summary.json";
+    if (!fs::exists(summary)) continue;
+    std::ifstream f(summary);
+    nlohmann::ordered_json j;
+    try {
+      j = nlohmann::ordered_json::parse(f);
+    } catch (const std::exception& e) {
+      throw ConfigError(fmt::format("{}: not valid JSON: {}", summary.string(), e.what()));
+    }
+    Row r;
+    r.params = parse_point_name(name);
+    flatten(j, "", r.values);
+    rows.push_back(std::move(r));
+  }
+  if (rows.empty())
+    throw ConfigError(dir.string() + ": no run folders (with a summary.json) to merge");
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    const std::size_t n = std::min(a.params.size(), b.params.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      if (a.params[i].first != b.params[i].first) return a.params[i].first < b.params[i].first;
+      if (a.params[i].second != b.params[i].second)
+        return less_value(a.params[i].second, b.params[i].second);
+    }
+    return a.params.size() < b.params.size();
+  });
+  std::vector<std::string> keys, cols;
+  for (const Row& r : rows) {
+    for (const auto& [k, v] : r.params)
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+    for (const auto& [k, v] : r.values)
+      if (std::find(cols.begin(), cols.end(), k) == cols.end()) cols.push_back(k);
+  }
+  std::string text;
+  for (std::size_t i = 0; i < keys.size() + cols.size(); ++i)
+    text += (i ? "," : "") + csv_field(i < keys.size() ? keys[i] : cols[i - keys.size()]);
+  text += '\n';
+  for (const Row& r : rows) {
+    std::map<std::string, std::string> p(r.params.begin(), r.params.end());
+    std::map<std::string, std::string> v(r.values.begin(), r.values.end());
+    for (std::size_t i = 0; i < keys.size() + cols.size(); ++i) {
+      const std::string& k = i < keys.size() ? keys[i] : cols[i - keys.size()];
+      const auto& m = i < keys.size() ? p : v;
+      const auto it = m.find(k);
+      text += (i ? "," : "") + (it == m.end() ? std::string() : csv_field(it->second));
+    }
+    text += '\n';
+  }
+  const fs::path tmp = out_file.string() + fmt::format(".tmp-{}", static_cast<long>(::getpid()));
+  write_text_file(tmp, text);
+  fs::rename(tmp, out_file);
+  return rows.size();
+}
+
+}  // namespace
+
+int sweep(const Args& args) {
+  static constexpr std::string_view kFlags[] = {"--output", "--set",       "--seed", "--quiet",
+                                                "--jobs",   "--emit-jobs", "--help"};
+  ArgParser cli(args, "sweep", kFlags);
+  ScenarioArgs args_in;
+  std::optional<std::string> emit;
+  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
+  while (cli.next()) {
+    if (cli.is("-h", "--help")) {
+      std::fputs(kSweepUsage, stdout);
+      return 0;
+    }
+    if (take_scenario_arg(cli, args_in)) continue;
+    if (cli.is("--jobs", "-j")) {
+      const std::string v = cli.value();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || n < 1 || n > 4096)
+        throw ConfigError(fmt::format("--jobs: expected a positive integer, got '{}'", v));
+      jobs = static_cast<unsigned>(n);
+    } else if (cli.is("--emit-jobs")) {
+      emit = cli.value();
+    } else {
+      cli.unknown();
+    }
+  }
+  if (!args_in.path) throw ConfigError("missing SCENARIO.yaml (kvsim sweep --help)");
+  const std::optional<std::string>& path = args_in.path;
+  const std::string& out_dir = args_in.out_dir;
+  const std::vector<std::string>& sets = args_in.sets;
+  const std::optional<std::string>& seed = args_in.seed;
+  const bool quiet = args_in.quiet;
+  std::vector<std::string> base_sets = sets;
+  if (seed) base_sets.push_back("seed=" + *seed);
+  const Scenario scenario = load_scenario(*path, base_sets);
+  const auto points = sweep_points(scenario);
+  if (points.empty())
+    throw ConfigError(*path + ": sweep: the scenario has no `sweep:` section to expand");
+
+  // Validate every point before anything runs (bad values fail the whole sweep with status 2).
+  std::vector<std::vector<std::string>> point_sets;
+  for (const auto& p : points) {
+    std::vector<std::string> s = base_sets;
+    for (const auto& [k, v] : p) s.push_back(k + "=" + v);
+    s.push_back("name=" + yaml_quote(sweep_point_name(p)));
+    (void)load_scenario(*path, s);
+    point_sets.push_back(std::move(s));
+  }
+  const fs::path sweep_dir = fs::path(out_dir) / scenario.name;
+  const std::string exe = self_exe();
+  auto argv_of = [&](const std::vector<std::string>& s) {
+    std::vector<std::string> a = {exe, "run", *path, "-o", sweep_dir.string(), "--quiet"};
+    for (const std::string& x : s) {
+      a.push_back("--set");
+      a.push_back(x);
+    }
+    return a;
+  };
+
+  if (emit) {
+    // Each line starts in this working directory: scenario, output and trace paths stay valid
+    // wherever GNU parallel or Slurm runs it.
+    std::string text;
+    const std::string cd = "cd " + shell_quote(fs::current_path().string()) + " &&";
+    for (const auto& s : point_sets) {
+      std::string line = cd;
+      for (const std::string& a : argv_of(s)) line += (line.empty() ? "" : " ") + shell_quote(a);
+      text += line + "\n";
+    }
+    write_text_file(*emit, text);
+    std::printf("%zu runs written to %s; afterwards: %s merge %s\n", point_sets.size(),
+                emit->c_str(), exe.c_str(), sweep_dir.c_str());
+    return 0;
+  }
+
+  fs::create_directories(sweep_dir);
+  std::size_t next = 0, done = 0;
+  int failed = 0;
+  std::map<pid_t, std::size_t> running;
+  while (done < point_sets.size()) {
+    while (next < point_sets.size() && running.size() < jobs) {
+      const std::vector<std::string> a = argv_of(point_sets[next]);
+      std::vector<char*> argv;
+      for (const std::string& x : a) argv.push_back(const_cast<char*>(x.c_str()));
+      argv.push_back(nullptr);
+      std::fflush(nullptr);
+      const pid_t pid = ::fork();
+      if (pid < 0) throw std::runtime_error(fmt::format("fork failed: {}", std::strerror(errno)));
+      if (pid == 0) {
+        ::execv(exe.c_str(), argv.data());
+        std::fprintf(stderr, "kvsim sweep: cannot exec %s: %s\n", exe.c_str(),
+                     std::strerror(errno));
+        ::_exit(127);
+      }
+      running[pid] = next++;
+    }
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) throw std::runtime_error(fmt::format("waitpid failed: {}", std::strerror(errno)));
+    const auto it = running.find(pid);
+    if (it == running.end()) continue;
+    const std::string name = sweep_point_name(points[it->second]);
+    running.erase(it);
+    ++done;
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok) ++failed;
+    if (!quiet || !ok)
+      std::fprintf(stderr, "[%zu/%zu] %s %s\n", done, point_sets.size(), name.c_str(),
+                   ok ? "done" : "FAILED");
+  }
+  const std::size_t rows = merge_dir(sweep_dir, sweep_dir / "sweep.csv");
+  std::printf("%zu runs (%d failed) in %s; %zu rows in %s\n", point_sets.size(), failed,
+              sweep_dir.c_str(), rows, (sweep_dir / "sweep.csv").c_str());
+  return failed ? 1 : 0;
+}
+
+int merge(const Args& args) {
+  std::optional<std::string> dir, out;
+  for (std::size_t k = 0; k < args.size(); ++k) {
+    const std::string& a = args[k];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kMergeUsage, stdout);
+      return 0;
+    } else if (a == "-o" || a == "--output") {
+      if (k + 1 >= args.size()) throw ConfigError("-o: missing value");
+      out = args[++k];
+    } else if (!a.empty() && a[0] == '-') {
+      throw ConfigError(fmt::format("merge: unknown option '{}'\n{}", a, kMergeUsage));
+    } else if (!dir) {
+      dir = a;
+    } else {
+      throw ConfigError(fmt::format("merge: unexpected argument '{}'", a));
+    }
+  }
+  if (!dir) throw ConfigError(std::string("merge: missing SWEEP_DIR\n") + kMergeUsage);
+  const fs::path out_file = out ? fs::path(*out) : fs::path(*dir) / "sweep.csv";
+  const std::size_t rows = merge_dir(*dir, out_file);
+  std::printf("%zu rows in %s\n", rows, out_file.c_str());
+  return 0;
+}
+
+}  // namespace kvsim::cli

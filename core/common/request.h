@@ -1,0 +1,88 @@
+#pragma once
+// Request: vLLM v1's Request (vllm/v1/request.py) as the core needs it: tokens, progress, sampling
+// limits, multimodal placeholders, the per-request block-hash list and the block table.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/common/types.h"
+
+namespace kvsim {
+
+enum class RequestStatus : std::uint8_t {
+  kWaiting,
+  kRunning,
+  kPreempted,
+  kFinishedStopped,
+  kFinishedLengthCapped,
+  kFinishedAborted,
+};
+
+/// vLLM's status name (WAITING, RUNNING, PREEMPTED, FINISHED_STOPPED, ...).
+const char* status_name(RequestStatus s);
+/// vLLM's finish reason for a finished status ("stop", "length", "abort"), nullptr otherwise.
+const char* finish_reason(RequestStatus s);
+inline bool is_finished(RequestStatus s) { return s >= RequestStatus::kFinishedStopped; }
+
+/// A multimodal placeholder: prompt positions [offset, offset + length) and its content hash.
+struct MMPlaceholder {
+  std::int64_t offset = 0;
+  std::int64_t length = 0;
+  std::string hash;
+};
+
+/// Sampling limits checked after each generated token (vLLM's SamplingParams subset).
+struct SamplingLimits {
+  std::int64_t max_tokens = 16;
+  std::optional<Token> eos_token_id;
+  bool ignore_eos = false;
+  std::vector<Token> stop_token_ids;
+};
+
+class Request {
+ public:
+  /// `index` is a dense caller-chosen id (the simulator's request number, the replay's slot).
+  /// The token list gets room for `output_capacity` generated tokens, so decoding does not
+  /// reallocate it; -1 means min(limits.max_tokens, 2^16).
+  Request(std::int64_t index, std::vector<Token> prompt, SamplingLimits limits,
+          std::vector<MMPlaceholder> mm = {}, std::int64_t output_capacity = -1);
+
+  std::int64_t index() const { return index_; }
+  std::int64_t num_tokens() const { return static_cast<std::int64_t>(all_token_ids_.size()); }
+  std::int64_t num_prompt_tokens() const { return num_prompt_tokens_; }
+  std::int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }
+  const std::vector<Token>& all_token_ids() const { return all_token_ids_; }
+  void append_output_token(Token t) { all_token_ids_.push_back(t); }
+  /// Moves the tokens out (prompt then outputs) of a request that is done: afterwards it has no
+  /// tokens and must not be scheduled again.
+  std::vector<Token> take_token_ids() { return std::move(all_token_ids_); }
+
+  std::int64_t num_computed_tokens = 0;
+  RequestStatus status = RequestStatus::kWaiting;
+  std::optional<Token> stop_reason;  // the stop token that finished it, if any
+  SamplingLimits limits;
+  std::vector<MMPlaceholder> mm_positions;  // sorted by offset
+
+  /// vLLM's request.kv_block_hashes: computed once (when empty) by get_computed_blocks, extended
+  /// by caching, never truncated. Each entry holds a BlockHashTable reference (owned by the
+  /// KVCacheManager that created it; call KVCacheManager::release_request before dropping it).
+  std::vector<HashId> block_hashes;
+  /// vLLM's req_to_blocks[request_id]: the block table. Only KVCacheManager mutates it.
+  std::vector<BlockId> blocks;
+
+  /// Scheduler bookkeeping for the step in flight: tokens scheduled (0 = not scheduled) and the
+  /// token the model sampled for it, set by the caller before Scheduler::update_from_output.
+  std::int64_t num_scheduled_tokens = 0;
+  Token sampled_token = 0;
+  /// Times this request was preempted.
+  std::int32_t num_preemptions = 0;
+
+ private:
+  std::int64_t index_;
+  std::int64_t num_prompt_tokens_;
+  std::vector<Token> all_token_ids_;
+};
+
+}  // namespace kvsim

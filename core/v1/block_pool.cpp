@@ -1,0 +1,190 @@
+#include "core/v1/block_pool.h"
+
+#include <algorithm>
+
+#include "core/common/assert.h"
+
+namespace kvsim {
+
+BlockPool::BlockPool(std::int32_t num_blocks, bool enable_caching, BlockHashTable& hashes)
+    : enable_caching_(enable_caching),
+      hashes_(hashes),
+      blocks_(static_cast<std::size_t>(num_blocks)) {
+  KVSIM_ASSERT(num_blocks > 0);
+  for (std::int32_t i = 0; i < num_blocks; ++i) {
+    free_queue_.push_back(blocks_[static_cast<std::size_t>(i)]);
+  }
+}
+
+BlockPool::~BlockPool() {
+  free_queue_.clear();
+  for (KVCacheBlock& b : blocks_)
+    if (b.block_hash != kNoHash) hashes_.release(b.block_hash);
+}
+
+BlockId BlockPool::get_cached_block(HashId h) const {
+  const std::size_t s = head_slot(h);
+  return s < hash_head_.size() ? hash_head_[s] : kNoBlock;
+}
+
+void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
+  KVSIM_ASSERT(n <= num_free_blocks(), "not enough free blocks");
+  // Evict in pop order. Releasing a hash node reads the node and then its bucket, two dependent
+  // misses: pipeline them, block i being popped (its node prefetched) while block i - kLag / 2's
+  // bucket is prefetched and block i - kLag is evicted.
+  constexpr std::size_t kLag = 8;
+  const std::size_t first = out.size();
+  const auto evict_at = [&](std::size_t k) {
+    KVCacheBlock& blk = block(out[k]);
+    if (blk.block_hash != kNoHash) evict(blk);
+  };
+  for (std::int32_t i = 0; i < n; ++i) {
+    KVCacheBlock& blk = free_queue_.front();
+    free_queue_.pop_front();
+    KVSIM_ASSERT(blk.ref_cnt == 0);
+    blk.ref_cnt = 1;
+    out.push_back(id_of(blk));
+    if (!enable_caching_) continue;
+    if (blk.block_hash != kNoHash) hashes_.prefetch_node(blk.block_hash);
+    const std::size_t k = out.size() - 1;
+    if (k >= first + kLag / 2)
+      if (const HashId h = block(out[k - kLag / 2]).block_hash; h != kNoHash)
+        hashes_.prefetch_bucket(h);
+    if (k >= first + kLag) evict_at(k - kLag);
+  }
+  if (enable_caching_) {  // the last min(n, kLag) popped blocks
+    const std::size_t rest = std::min<std::size_t>(kLag, static_cast<std::size_t>(n));
+    for (std::size_t k = out.size() - rest; k < out.size(); ++k) evict_at(k);
+  }
+  stats_.blocks_allocated += n;
+}
+
+void BlockPool::touch(std::span<const BlockId> blocks) {
+  for (BlockId b : blocks) {
+    KVCacheBlock& blk = block(b);
+    if (blk.ref_cnt == 0) free_queue_.erase(free_queue_.iterator_to(blk));
+    ++blk.ref_cnt;
+  }
+}
+
+void BlockPool::free_block(BlockId b) {
+  KVCacheBlock& blk = block(b);
+  KVSIM_ASSERT(blk.ref_cnt > 0, "freeing a block that is not in use");
+  if (--blk.ref_cnt == 0) free_queue_.push_back(blk);
+}
+
+void BlockPool::cache_block(BlockId b, HashId h) {
+  KVCacheBlock& blk = block(b);
+  KVSIM_ASSERT(blk.block_hash == kNoHash, "block already has a hash");
+  hashes_.retain(h);
+  blk.block_hash = h;
+  const std::size_t s = head_slot(h);
+  if (s >= hash_head_.size()) {
+    hash_head_.resize(s + 1 + s / 2, kNoBlock);
+    hash_tail_.resize(hash_head_.size(), kNoBlock);
+  }
+  blk.hash_next = kNoBlock;
+  blk.hash_prev = hash_tail_[s];
+  if (hash_tail_[s] == kNoBlock) {
+    hash_head_[s] = b;
+    ++num_cached_hashes_;
+  } else {
+    block(hash_tail_[s]).hash_next = b;
+  }
+  hash_tail_[s] = b;
+  ++num_cached_blocks_;
+}
+
+// vLLM's _maybe_evict_cached_block: the block leaves its hash group; an emptied group is deleted.
+void BlockPool::evict(KVCacheBlock& blk) {
+  const std::size_t s = head_slot(blk.block_hash);
+  if (blk.hash_prev == kNoBlock)
+    hash_head_[s] = blk.hash_next;
+  else
+    block(blk.hash_prev).hash_next = blk.hash_next;
+  if (blk.hash_next == kNoBlock)
+    hash_tail_[s] = blk.hash_prev;
+  else
+    block(blk.hash_next).hash_prev = blk.hash_prev;
+  if (hash_head_[s] == kNoBlock) --num_cached_hashes_;
+  --num_cached_blocks_;
+  blk.hash_prev = blk.hash_next = kNoBlock;
+  const HashId h = blk.block_hash;
+  blk.block_hash = kNoHash;
+  hashes_.release(h);
+  ++stats_.evictions;
+}
+
+bool BlockPool::reset_prefix_cache() {
+  if (num_free_blocks() != num_blocks()) return false;
+  for (KVCacheBlock& blk : blocks_) {
+    if (blk.block_hash == kNoHash) continue;
+    const std::size_t s = head_slot(blk.block_hash);
+    hash_head_[s] = hash_tail_[s] = kNoBlock;
+    blk.hash_prev = blk.hash_next = kNoBlock;
+    const HashId h = blk.block_hash;
+    blk.block_hash = kNoHash;
+    hashes_.release(h);
+  }
+  num_cached_hashes_ = 0;
+  num_cached_blocks_ = 0;
+  return true;
+}
+
+void BlockPool::cached_blocks_of(HashId h, std::vector<BlockId>& out) const {
+  for (BlockId b = get_cached_block(h); b != kNoBlock; b = block(b).hash_next) out.push_back(b);
+}
+
+std::string BlockPool::find_violation() const {
+  std::vector<char> queued(blocks_.size(), 0);
+  std::int64_t queue_len = 0;
+  for (const KVCacheBlock& blk : free_queue_) {
+    const std::size_t i = static_cast<std::size_t>(to_int(id_of(blk)));
+    KVSIM_CHECK(i < blocks_.size() && &blocks_[i] == &blk, "free queue holds a foreign block");
+    KVSIM_CHECK(!queued[i], "block queued twice");
+    queued[i] = 1;
+    ++queue_len;
+  }
+  KVSIM_CHECK(queue_len == static_cast<std::int64_t>(free_queue_.size()), "queue size mismatch");
+  std::int64_t cached_blocks = 0;
+  std::int64_t heads = 0;
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    const KVCacheBlock& blk = blocks_[i];
+    KVSIM_CHECK(to_int(id_of(blk)) == static_cast<std::int32_t>(i), "block id mismatch");
+    KVSIM_CHECK(blk.ref_cnt >= 0, "negative ref count");
+    KVSIM_CHECK((blk.ref_cnt == 0) == static_cast<bool>(queued[i]),
+                "a block must be queued iff its ref count is 0");
+    if (blk.block_hash == kNoHash) {
+      KVSIM_CHECK(blk.hash_prev == kNoBlock && blk.hash_next == kNoBlock, "stale hash links");
+      continue;
+    }
+    KVSIM_CHECK(enable_caching_, "a block has a hash while caching is disabled");
+    KVSIM_CHECK(hashes_.ref_count(blk.block_hash) > 0, "cached block with a dead hash");
+    ++cached_blocks;
+    const std::size_t s = head_slot(blk.block_hash);
+    if (blk.hash_prev == kNoBlock) {
+      KVSIM_CHECK(hash_head_[s] == id_of(blk), "chain head mismatch");
+      ++heads;
+    } else {
+      KVSIM_CHECK(block(blk.hash_prev).hash_next == id_of(blk), "broken hash chain");
+      KVSIM_CHECK(block(blk.hash_prev).block_hash == blk.block_hash, "chain mixes hashes");
+    }
+    if (blk.hash_next == kNoBlock)
+      KVSIM_CHECK(hash_tail_[s] == id_of(blk), "chain tail mismatch");
+  }
+  KVSIM_CHECK(cached_blocks == num_cached_blocks_, "cached block count mismatch");
+  KVSIM_CHECK(heads == num_cached_hashes_, "cached hash count mismatch");
+  for (std::size_t s = 0; s < hash_head_.size(); ++s) {
+    if (hash_head_[s] == kNoBlock) {
+      KVSIM_CHECK(hash_tail_[s] == kNoBlock, "tail without head");
+      continue;
+    }
+    KVSIM_CHECK(to_int(block(hash_head_[s]).block_hash) == static_cast<std::int32_t>(s),
+                "index entry points at a block with another hash");
+  }
+  return {};
+}
+
+void BlockPool::check_invariants() const { KVSIM_ASSERT_NO_VIOLATION(find_violation()); }
+
+}  // namespace kvsim

@@ -1,0 +1,125 @@
+#pragma once
+// BlockPool: the KV cache blocks, their reference counts, the free-block queue (eviction order) and
+// the prefix-cache index (hash -> blocks in insertion order). The vLLM v0.7.2 manager keeps these
+// in KVCacheManager; kvsim splits them out the way vLLM v0.8 does (vllm/v1/core/block_pool.py).
+
+#include <boost/intrusive/list.hpp>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/common/block_hash.h"
+#include "core/common/types.h"
+
+namespace kvsim {
+
+#ifdef NDEBUG
+using FreeListLinkMode = boost::intrusive::link_mode<boost::intrusive::normal_link>;
+#else
+using FreeListLinkMode = boost::intrusive::link_mode<boost::intrusive::safe_link>;
+#endif
+
+/// One KV cache block (vLLM's KVCacheBlock). Lives in BlockPool for the pool's lifetime.
+struct alignas(32) KVCacheBlock {
+  boost::intrusive::list_member_hook<FreeListLinkMode>
+      free_hook;  // in the free queue iff ref_cnt == 0
+  std::int32_t ref_cnt = 0;
+  HashId block_hash = kNoHash;  // set once the block is full and cached; holds a table reference
+  // Neighbours among the cached blocks that share block_hash, in insertion order.
+  BlockId hash_prev = kNoBlock;
+  BlockId hash_next = kNoBlock;
+};
+// Two blocks per cache line, none straddling one: popping the free queue is a walk over blocks
+// freed long ago, one miss per block. A block's id is its index (BlockPool::id_of).
+static_assert(sizeof(KVCacheBlock) == 32);
+
+class BlockPool {
+ public:
+  /// The free queue: head = next block to reuse (evict), tail = most recently freed. O(1) unlink.
+  using FreeQueue =
+      boost::intrusive::list<KVCacheBlock,
+                             boost::intrusive::member_hook<
+                                 KVCacheBlock, boost::intrusive::list_member_hook<FreeListLinkMode>,
+                                 &KVCacheBlock::free_hook>,
+                             boost::intrusive::constant_time_size<true>>;
+
+  /// Statistics since construction. Every field is a running total.
+  struct Stats {
+    std::int64_t blocks_allocated = 0;  // blocks popped from the free queue by get_new_blocks
+    std::int64_t evictions = 0;         // popped blocks that carried a cached hash (evicted)
+  };
+
+  /// All `num_blocks` blocks start free, queued in id order. `hashes` must outlive the pool.
+  BlockPool(std::int32_t num_blocks, bool enable_caching, BlockHashTable& hashes);
+  ~BlockPool();
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  std::int32_t num_blocks() const { return static_cast<std::int32_t>(blocks_.size()); }
+  std::int32_t num_free_blocks() const { return static_cast<std::int32_t>(free_queue_.size()); }
+  bool enable_caching() const { return enable_caching_; }
+  KVCacheBlock& block(BlockId b) { return blocks_[static_cast<std::size_t>(to_int(b))]; }
+  const KVCacheBlock& block(BlockId b) const {
+    return blocks_[static_cast<std::size_t>(to_int(b))];
+  }
+  const FreeQueue& free_queue() const { return free_queue_; }
+  /// The id of a block of this pool (its index).
+  BlockId id_of(const KVCacheBlock& blk) const {
+    return BlockId{static_cast<std::int32_t>(&blk - blocks_.data())};
+  }
+  /// Starts loading block `b` (for walks over a block table).
+  void prefetch_block(BlockId b) const { __builtin_prefetch(&block(b)); }
+  const Stats& stats() const { return stats_; }
+
+  /// vLLM's _get_cached_block: the first-inserted live block carrying `h`, or kNoBlock. O(1).
+  BlockId get_cached_block(HashId h) const;
+
+  /// Pops `n` blocks from the head of the free queue, evicting any cached hash, ref_cnt = 1 each,
+  /// and appends their ids to `out` in pop order. Precondition: n <= num_free_blocks(). O(n).
+  void get_new_blocks(std::int32_t n, std::vector<BlockId>& out);
+
+  /// vLLM's _touch: takes each block out of the free queue if its ref_cnt is 0, then ref_cnt += 1.
+  void touch(std::span<const BlockId> blocks);
+
+  /// Drops one reference; a block reaching 0 is appended to the free-queue tail (kept cached).
+  /// O(1).
+  void free_block(BlockId b);
+
+  /// Marks a full block as cached under `h` (takes a new reference on `h`) and appends it to the
+  /// index behind any block already cached with the same hash. Precondition: block has no hash.
+  void cache_block(BlockId b, HashId h);
+
+  /// vLLM's reset_prefix_cache: false (and no change) if any block is in use; else every hash is
+  /// dropped and the free-queue order is kept.
+  bool reset_prefix_cache();
+
+  /// Number of distinct hashes in the index, and of blocks in it (>= hashes when duplicated).
+  std::int64_t num_cached_hashes() const { return num_cached_hashes_; }
+  std::int64_t num_cached_blocks() const { return num_cached_blocks_; }
+  /// Blocks of one hash in insertion order (for snapshots and tests).
+  void cached_blocks_of(HashId h, std::vector<BlockId>& out) const;
+
+  /// Verifies: every block either free (ref 0, queued once) or used (ref > 0, not queued); queue
+  /// length agrees; the index holds exactly the blocks with a hash, each under its own hash, with
+  /// consistent chains and counts. Returns the first violation ("" if none). O(num_blocks).
+  std::string find_violation() const;
+  /// Aborts with the violation's message if find_violation() finds one.
+  void check_invariants() const;
+
+ private:
+  void evict(KVCacheBlock& blk);
+  std::size_t head_slot(HashId h) const { return static_cast<std::size_t>(to_int(h)); }
+
+  bool enable_caching_;
+  BlockHashTable& hashes_;
+  std::vector<KVCacheBlock> blocks_;
+  FreeQueue free_queue_;
+  std::vector<BlockId> hash_head_;  // by HashId: first cached block with that hash
+  std::vector<BlockId> hash_tail_;  // by HashId: last cached block with that hash
+  std::int64_t num_cached_hashes_ = 0;
+  std::int64_t num_cached_blocks_ = 0;
+  Stats stats_;
+};
+
+}  // namespace kvsim

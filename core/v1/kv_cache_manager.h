@@ -1,0 +1,128 @@
+#pragma once
+// KVCacheManager: vLLM v0.7.2's vllm/v1/core/kv_cache_manager.py, exactly (see
+// shared/spec/vllm-kv-cache-semantics.md §1-§8): prefix-cache lookup, slot allocation with
+// preallocation, caching of newly full blocks, tail-first freeing, usage, prefix-cache reset.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/common/block_hash.h"
+#include "core/v1/block_pool.h"
+#include "core/common/request.h"
+#include "core/common/types.h"
+
+namespace kvsim {
+
+struct KVCacheConfig {
+  std::int32_t block_size = 16;
+  std::int32_t num_gpu_blocks = 0;
+  std::int64_t max_model_len = 8192;
+  bool enable_caching = true;
+  std::int64_t num_preallocate_tokens = 64;  // vLLM v0.7.x; the scheduler always uses 64
+};
+
+/// Outcome of allocate_slots. kOk and kNoFreeBlocks are the expected results; the others mirror
+/// the assertion/ValueError paths of vLLM (state may be partly changed, exactly as in vLLM).
+enum class AllocStatus : std::uint8_t {
+  kOk,
+  kNoFreeBlocks,      // vLLM returns None; nothing changed
+  kZeroTokens,        // ValueError: num_tokens must be greater than 0; nothing changed
+  kHitsWithoutCache,  // assertion: computed blocks given while caching is disabled; nothing changed
+  kBeyondMaxBlocks,   // assertion num_new_blocks > 0 (request beyond max_model_len); hits touched
+  kMissingTokens,     // assertion: a block to cache has fewer than block_size tokens
+  kBadPrevBlock,      // assertion in _cache_full_blocks: the previous block has no hash, or a
+                      // block after the first unhashed candidate already has one
+};
+
+struct AllocResult {
+  AllocStatus status = AllocStatus::kOk;
+  /// The newly allocated blocks are the last num_new_blocks entries of request.blocks.
+  std::int32_t num_new_blocks = 0;
+  bool ok() const { return status == AllocStatus::kOk; }
+};
+
+class KVCacheManager {
+ public:
+  /// `hash_fn` picks hash buckets only (equality is exact); tests inject a colliding one.
+  explicit KVCacheManager(const KVCacheConfig& config,
+                          BlockHashTable::BucketHashFn hash_fn = nullptr);
+
+  const KVCacheConfig& config() const { return config_; }
+  std::int32_t block_size() const { return config_.block_size; }
+  std::int32_t num_preallocate_blocks() const { return num_preallocate_blocks_; }
+  std::int64_t max_num_blocks_per_req() const { return max_num_blocks_per_req_; }
+
+  /// get_computed_blocks: computes the request's hash list if empty, then the longest run of cached
+  /// blocks from the start. Replaces `hits`; returns the number of hit tokens. No state changes
+  /// besides the hash list. O(blocks of the request).
+  std::int64_t get_computed_blocks(Request& request, std::vector<BlockId>& hits);
+
+  /// allocate_slots(request, num_tokens, new_computed_blocks) (spec §4). Allocates nothing on the
+  /// heap once the request's table has grown to its final size.
+  AllocResult allocate_slots(Request& request, std::int64_t num_tokens,
+                             std::span<const BlockId> new_computed_blocks = {}) {
+    // Most calls are a decode step inside the last block: no hit, no new block, no block
+    // completed. Exactly what the full path returns for them, without its work.
+    if (num_tokens > 0 && new_computed_blocks.empty()) {
+      const std::int64_t computed = request.num_computed_tokens;
+      const std::int64_t end = computed + num_tokens;
+      if (blocks_for(end) <= static_cast<std::int64_t>(request.blocks.size()) &&
+          (!config_.enable_caching || full_blocks(end) == full_blocks(computed)))
+        return {AllocStatus::kOk, 0};
+    }
+    return allocate_slots_full(request, num_tokens, new_computed_blocks);
+  }
+
+  /// free(request): releases the block table, tail first when caching. The hash list is kept.
+  void free(Request& request);
+
+  /// Drops the request's hash-list references; call when the request object is forgotten
+  /// (after free). The request must not be used with this manager afterwards.
+  void release_request(Request& request);
+
+  /// 1 - num_free_blocks / num_gpu_blocks (cached-but-free blocks count as free).
+  double usage() const;
+  bool reset_prefix_cache() { return pool_.reset_prefix_cache(); }
+  /// Leading blocks of the request's table whose ref_cnt == num_running.
+  std::int32_t get_num_common_prefix_blocks(const Request& request, std::int64_t num_running) const;
+
+  const BlockPool& pool() const { return pool_; }
+  const BlockHashTable& hashes() const { return hashes_; }
+
+  /// Full consistency walk: pool and hash-table invariants, and `live` (every request that may
+  /// hold blocks or hashes) agrees with the ref counts: each block's ref_cnt equals its number of
+  /// occurrences in their tables, each hash node's count equals its holders. Returns the first
+  /// violation ("" if none). O(blocks + hash nodes + table entries).
+  std::string find_violation(std::span<const Request* const> live) const;
+  /// Aborts with the violation's message if find_violation() finds one.
+  void check_invariants(std::span<const Request* const> live) const;
+
+ private:
+  AllocResult allocate_slots_full(Request& request, std::int64_t num_tokens,
+                                  std::span<const BlockId> new_computed_blocks);
+  void hash_request_tokens(Request& request);
+  /// vLLM's generate_block_hash_extra_keys; `mm_idx` is the cursor (-1: the last placeholder).
+  ExtraKeysId extra_keys(const Request& request, std::int64_t start, std::int64_t end,
+                         std::int64_t& mm_idx);
+  AllocStatus cache_full_blocks(Request& request, std::int64_t first, std::int64_t end);
+  /// floor(tokens / block_size) and ceil(...) for tokens >= 0: a shift when the block size is a
+  /// power of two (every step divides; a 64-bit idiv costs tens of cycles).
+  std::int64_t full_blocks(std::int64_t tokens) const {
+    return block_shift_ >= 0 ? tokens >> block_shift_ : tokens / config_.block_size;
+  }
+  std::int64_t blocks_for(std::int64_t tokens) const {
+    return full_blocks(tokens + config_.block_size - 1);
+  }
+
+  KVCacheConfig config_;
+  int block_shift_;  // log2(block_size), or -1 when it is not a power of two
+  std::int32_t num_preallocate_blocks_;
+  std::int64_t max_num_blocks_per_req_;
+  BlockHashTable hashes_;
+  BlockPool pool_;
+  std::vector<std::string> mm_scratch_;
+};
+
+}  // namespace kvsim

@@ -1,0 +1,222 @@
+#include "core/v1/scheduler.h"
+
+#include <algorithm>
+
+#include "core/common/assert.h"
+
+namespace kvsim {
+
+Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config,
+                     BlockHashTable::BucketHashFn hash_fn)
+    : config_(config), kv_(kv_config, hash_fn) {
+  KVSIM_ASSERT(config.max_num_seqs > 0 && config.max_num_batched_tokens > 0);
+  // At most max_num_seqs requests finish in one step (aborts aside): no growth on the hot path.
+  const auto seqs = static_cast<std::size_t>(std::min<std::int64_t>(config.max_num_seqs, 1 << 16));
+  finished_ids_.reserve(seqs);
+  next_running_.reserve(seqs);
+}
+
+void Scheduler::add_request(Request& request) {
+  request.status = RequestStatus::kWaiting;
+  waiting_.push_back(&request);
+}
+
+void Scheduler::preempt_last(SchedulerOutput& out) {
+  Request* victim = running_.back();
+  running_.pop_back();
+  kv_.free(*victim);
+  victim->status = RequestStatus::kPreempted;
+  victim->num_computed_tokens = 0;
+  ++victim->num_preemptions;
+  waiting_.push_front(victim);
+  out.preempted.push_back(victim);
+  ++stats_.num_preemptions;
+}
+
+namespace {
+// Fills the entry in place: a temporary built field by field and then copied with wide loads
+// stalls on store-to-load forwarding, once per scheduled request and step.
+void add_scheduled(SchedulerOutput& out, Request& req, std::int64_t num_tokens,
+                   std::int64_t num_computed, std::int32_t num_new_blocks,
+                   ScheduledRequest::Kind kind) {
+  ScheduledRequest& s = out.scheduled.emplace_back();
+  s.request = &req;
+  s.num_tokens = num_tokens;
+  s.num_computed_tokens = num_computed;
+  s.num_new_blocks = num_new_blocks;
+  s.kind = kind;
+}
+}  // namespace
+
+void Scheduler::schedule(SchedulerOutput& out) {
+  out.scheduled.clear();
+  out.preempted.clear();
+  out.finished.assign(finished_ids_.begin(), finished_ids_.end());
+  finished_ids_.clear();
+  out.prefix_queries_tokens = out.prefix_hits_tokens = 0;
+  if (scheduled_unconsumed_)  // a schedule() without update(): its counts do not carry over
+    for (Request* r : running_) r->num_scheduled_tokens = 0;
+  scheduled_unconsumed_ = true;
+  const std::int64_t bs = kv_.block_size();
+  std::int64_t budget = config_.max_num_batched_tokens;
+
+  // 1. Running requests, in priority order; victims come from the back of the list.
+  for (std::size_t i = 0; i < running_.size() && budget > 0;) {
+    Request& req = *running_[i];
+    const std::int64_t n = std::min(req.num_tokens() - req.num_computed_tokens, budget);
+    KVSIM_ASSERT(n > 0, "a running request has nothing to compute");
+    AllocResult res;
+    bool scheduled = true;
+    while (true) {
+      res = kv_.allocate_slots(req, n);
+      if (res.status != AllocStatus::kNoFreeBlocks) break;
+      const bool self = running_.back() == &req;
+      preempt_last(out);
+      if (self) {
+        scheduled = false;
+        break;
+      }
+    }
+    if (!scheduled) break;
+    KVSIM_ASSERT(res.ok(), "allocate_slots failed for a running request");
+    req.num_scheduled_tokens = n;
+    add_scheduled(out, req, n, req.num_computed_tokens, res.num_new_blocks,
+                  ScheduledRequest::Kind::kRunning);
+    budget -= n;
+    ++i;
+  }
+
+  // 2. Waiting requests (FCFS), only when nothing was preempted in this step.
+  if (out.preempted.empty()) {
+    while (!waiting_.empty() && budget > 0) {
+      if (static_cast<std::int64_t>(running_.size()) >= config_.max_num_seqs) break;
+      Request& req = *waiting_.front();
+      std::int64_t num_computed = kv_.get_computed_blocks(req, hits_);
+      std::int64_t n = req.num_tokens() - num_computed;
+      if (n == 0) {
+        // Every block hit: recompute the whole last block (allocate_slots needs block-aligned
+        // computed tokens).
+        num_computed -= bs;
+        n = bs;
+        hits_.pop_back();
+      }
+      stats_.prefix_queries_tokens += req.num_tokens();
+      stats_.prefix_hits_tokens += num_computed;
+      out.prefix_queries_tokens += req.num_tokens();
+      out.prefix_hits_tokens += num_computed;
+      n = std::min(n, budget);
+      const AllocResult res = kv_.allocate_slots(req, n, hits_);
+      if (res.status == AllocStatus::kNoFreeBlocks) break;
+      KVSIM_ASSERT(res.ok(), "allocate_slots failed for a waiting request");
+      waiting_.pop_front();
+      running_.push_back(&req);
+      const auto kind = req.status == RequestStatus::kPreempted ? ScheduledRequest::Kind::kResumed
+                                                                : ScheduledRequest::Kind::kNew;
+      req.status = RequestStatus::kRunning;
+      req.num_computed_tokens = num_computed;
+      req.num_scheduled_tokens = n;
+      add_scheduled(out, req, n, num_computed, res.num_new_blocks, kind);
+      budget -= n;
+    }
+  }
+
+  out.total_num_scheduled_tokens = config_.max_num_batched_tokens - budget;
+  out.num_common_prefix_blocks =
+      running_.empty() ? 0
+                       : kv_.get_num_common_prefix_blocks(
+                             *running_.front(), static_cast<std::int64_t>(running_.size()));
+  ++stats_.num_steps;
+}
+
+bool Scheduler::check_stop(Request& req) {
+  if (req.num_tokens() >= config_.max_model_len ||
+      req.num_output_tokens() >= req.limits.max_tokens) {
+    finish(req, RequestStatus::kFinishedLengthCapped);
+    return true;
+  }
+  const Token last = req.all_token_ids().back();
+  if (!req.limits.ignore_eos && req.limits.eos_token_id && last == *req.limits.eos_token_id) {
+    finish(req, RequestStatus::kFinishedStopped);
+    return true;
+  }
+  const auto& stops = req.limits.stop_token_ids;
+  if (std::find(stops.begin(), stops.end(), last) != stops.end()) {
+    req.stop_reason = last;
+    finish(req, RequestStatus::kFinishedStopped);
+    return true;
+  }
+  return false;
+}
+
+void Scheduler::finish(Request& req, RequestStatus status) {
+  req.status = status;
+  kv_.free(req);
+  kv_.release_request(req);
+  finished_ids_.push_back(req.index());
+}
+
+void Scheduler::update_from_output(std::vector<RequestOutput>& outputs) {
+  scheduled_unconsumed_ = false;
+  outputs.clear();
+  next_running_.clear();
+  for (Request* r : running_) {
+    Request& req = *r;
+    const std::int64_t n = req.num_scheduled_tokens;
+    req.num_scheduled_tokens = 0;
+    req.num_computed_tokens += n;
+    KVSIM_ASSERT(req.num_computed_tokens <= req.num_tokens());
+    if (n > 0 && req.num_computed_tokens == req.num_tokens()) {
+      req.append_output_token(req.sampled_token);
+      const bool stopped = check_stop(req);
+      outputs.push_back({&req, req.sampled_token, stopped});
+      if (stopped) continue;
+    }
+    next_running_.push_back(&req);
+  }
+  running_.swap(next_running_);
+}
+
+bool Scheduler::abort_request(Request& req) {
+  if (is_finished(req.status)) return false;
+  if (req.status == RequestStatus::kRunning) {
+    auto it = std::find(running_.begin(), running_.end(), &req);
+    if (it == running_.end()) return false;
+    running_.erase(it);
+  } else {
+    std::size_t i = 0;
+    while (i < waiting_.size() && waiting_[i] != &req) ++i;
+    if (i == waiting_.size()) return false;
+    waiting_.erase_at(i);
+  }
+  req.num_scheduled_tokens = 0;
+  finish(req, RequestStatus::kFinishedAborted);
+  return true;
+}
+
+std::string Scheduler::find_violation() const {
+  std::vector<const Request*> live;
+  live.reserve(running_.size() + waiting_.size());
+  for (const Request* r : running_) {
+    KVSIM_CHECK(r->status == RequestStatus::kRunning, "a running request is not RUNNING");
+    live.push_back(r);
+  }
+  for (const Request* r : waiting_) {
+    KVSIM_CHECK(r->status == RequestStatus::kWaiting || r->status == RequestStatus::kPreempted ||
+                    r->status == RequestStatus::kRunning,
+                "a waiting request has a finished status");
+    KVSIM_CHECK(r->blocks.empty(), "a waiting request holds blocks");
+    KVSIM_CHECK(r->num_computed_tokens == 0, "a waiting request has computed tokens");
+    live.push_back(r);
+  }
+  std::vector<const Request*> sorted = live;
+  std::sort(sorted.begin(), sorted.end());
+  KVSIM_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+              "a request is queued twice");
+  KVSIM_CHECK(static_cast<std::int64_t>(running_.size()) <= config_.max_num_seqs,
+              "more running requests than max_num_seqs");
+  return kv_.find_violation(live);
+}
+
+void Scheduler::check_invariants() const { KVSIM_ASSERT_NO_VIOLATION(find_violation()); }
+
+}  // namespace kvsim

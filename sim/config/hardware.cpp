@@ -1,0 +1,153 @@
+#include "sim/config/hardware.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+
+namespace kvsim {
+
+namespace {
+
+constexpr std::int64_t MiB(std::int64_t n) { return n << 20; }
+
+// Memory: nvidia-smi totals. Compute: NVIDIA datasheets, dense BF16 tensor-core peak (half the
+// "with sparsity" figure). Bandwidth: datasheet peak.
+const std::array<GpuPreset, 8>& presets() {
+  static const std::array<GpuPreset, 8> kPresets = {{
+      {"H100-80GB", MiB(81559), 989.4e12, 3.35e12},   // H100 SXM5 80GB HBM3
+      {"H100-PCIe", MiB(81559), 756.0e12, 2.0e12},    // H100 PCIe 80GB HBM2e
+      {"H200-141GB", MiB(143771), 989.4e12, 4.8e12},  // H200 SXM 141GB HBM3e
+      {"A100-80GB", MiB(81920), 312.0e12, 2.039e12},  // A100 SXM4 80GB HBM2e
+      {"A100-40GB", MiB(40960), 312.0e12, 1.555e12},  // A100 SXM4 40GB HBM2
+      {"L40S", MiB(46068), 362.05e12, 864.0e9},       // L40S 48GB GDDR6
+      {"L4", MiB(23034), 121.0e12, 300.0e9},          // L4 24GB GDDR6
+      {"A10G", MiB(23028), 70.0e12, 600.0e9},         // A10G 24GB GDDR6 (AWS g5)
+  }};
+  return kPresets;
+}
+
+std::string gib(std::int64_t bytes) {
+  return fmt::format("{:.2f} GiB",
+                     static_cast<double>(bytes) / static_cast<double>(std::int64_t{1} << 30));
+}
+
+}  // namespace
+
+std::span<const GpuPreset> gpu_presets() { return presets(); }
+
+const GpuPreset* find_gpu_preset(std::string_view name) {
+  // Any spelling of the case ("h100-80gb") names the preset (no two presets differ only by case).
+  const auto same = [](std::string_view a, std::string_view b) {
+    return std::ranges::equal(a, b, [](unsigned char x, unsigned char y) {
+      return std::tolower(x) == std::tolower(y);
+    });
+  };
+  for (const GpuPreset& p : presets())
+    if (same(p.name, name)) return &p;
+  return nullptr;
+}
+
+GpuPreset gpu_preset(std::string_view name) {
+  if (const GpuPreset* p = find_gpu_preset(name)) return *p;
+  std::vector<std::string_view> names;
+  for (const GpuPreset& p : presets()) names.push_back(p.name);
+  std::string msg = fmt::format("unknown GPU '{}'", name);
+  if (auto s = did_you_mean(name, names)) msg += fmt::format(" (did you mean '{}'?)", *s);
+  std::string all;
+  for (auto n : names) all += (all.empty() ? "" : ", ") + std::string(n);
+  throw ConfigError(msg + " (known: " + all + ")");
+}
+
+HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx) {
+  check_keys(
+      hardware,
+      {"gpu", "tensor_parallel_size", "gpu_memory_bytes", "peak_flops_per_s", "hbm_bytes_per_s"},
+      ctx);
+  HardwareConfig hw;
+  const std::string name = get_string(hardware, "gpu", ctx, std::string(kDefaultGpu));
+  if (const GpuPreset* p = find_gpu_preset(name)) {
+    hw.gpu = *p;
+  } else {
+    try {
+      hw.gpu = gpu_preset(name);
+    } catch (const ConfigError& e) {
+      throw yaml_error(hardware["gpu"], ctx,
+                       fmt::format("{}: {}", ctx.child("gpu").path, e.what()));
+    }
+  }
+  hw.tensor_parallel_size = get_int(hardware, "tensor_parallel_size", ctx, 1, 1, 1024);
+  hw.gpu.memory_bytes =
+      get_int(hardware, "gpu_memory_bytes", ctx, hw.gpu.memory_bytes, 1, std::int64_t{1} << 50);
+  hw.gpu.peak_flops_per_s =
+      get_double(hardware, "peak_flops_per_s", ctx, hw.gpu.peak_flops_per_s, 1.0);
+  hw.gpu.hbm_bytes_per_s =
+      get_double(hardware, "hbm_bytes_per_s", ctx, hw.gpu.hbm_bytes_per_s, 1.0);
+  return hw;
+}
+
+CacheSizingConfig load_cache_sizing(const YAML::Node& cache, const YamlContext& ctx) {
+  require_map(cache, ctx);
+  CacheSizingConfig c;
+  c.block_size = get_int(cache, "block_size", ctx, 16, 1, 1 << 16);
+  c.gpu_memory_utilization = get_double(cache, "gpu_memory_utilization", ctx, 0.9, 1e-6, 1.0);
+  c.kv_cache_memory_bytes =
+      get_optional_int(cache, "kv_cache_memory_bytes", ctx, 1, std::int64_t{1} << 60);
+  c.num_gpu_blocks_override = get_optional_int(cache, "num_gpu_blocks_override", ctx, 1);
+  c.activation_reserve_bytes = get_int(cache, "activation_reserve_bytes", ctx,
+                                       kDefaultActivationReserveBytes, 0, std::int64_t{1} << 50);
+  c.cache_dtype =
+      get_choice(cache, "cache_dtype", ctx, "auto",
+                 {"auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2"});
+  return c;
+}
+
+KVCachePlan plan_kv_cache(const ModelConfig& model, const HardwareConfig& hardware,
+                          const CacheSizingConfig& cache, const std::string& file) {
+  const std::string prefix = file.empty() ? "" : file + ": ";
+  const std::int64_t kv_dtype_bytes =
+      cache.cache_dtype == "auto" ? 0 : dtype_bytes_of(cache.cache_dtype).value_or(0);
+  KVCachePlan plan;
+  plan.spec = model.kv_cache_spec(cache.block_size, hardware.tensor_parallel_size, kv_dtype_bytes);
+  MemoryBudget& b = plan.budget;
+  b.total_bytes = hardware.gpu.memory_bytes;
+  b.usable_bytes = static_cast<std::int64_t>(
+      std::floor(static_cast<double>(b.total_bytes) * cache.gpu_memory_utilization));
+  b.weight_bytes = model.weight_bytes() / hardware.tensor_parallel_size;
+  b.activation_reserve_bytes = cache.activation_reserve_bytes;
+  if (cache.kv_cache_memory_bytes) {
+    b.available_kv_bytes = *cache.kv_cache_memory_bytes;
+  } else {
+    b.available_kv_bytes = b.usable_bytes - b.weight_bytes - b.activation_reserve_bytes;
+    if (b.available_kv_bytes <= 0 && !cache.num_gpu_blocks_override)
+      throw ConfigError(fmt::format(
+          "{}model does not fit: needs {} more. {} on {} x{} has {} usable (gpu_memory_utilization "
+          "{}) for {} of weights per GPU + {} activation reserve; raise tensor_parallel_size or "
+          "gpu_memory_utilization, or pick a larger GPU",
+          prefix, gib(-b.available_kv_bytes), model.name, hardware.gpu.name,
+          hardware.tensor_parallel_size, gib(b.usable_bytes), cache.gpu_memory_utilization,
+          gib(b.weight_bytes), gib(b.activation_reserve_bytes)));
+  }
+  if (cache.num_gpu_blocks_override) {
+    if (*cache.num_gpu_blocks_override >
+        (std::int64_t{1} << 62) / plan.spec.page_bytes_all_layers())
+      throw ConfigError(
+          fmt::format("{}num_gpu_blocks_override {} blocks of {} B is more memory than "
+                      "kvsim can count",
+                      prefix, *cache.num_gpu_blocks_override, plan.spec.page_bytes_all_layers()));
+    plan.sizing = size_kv_cache_blocks(plan.spec, *cache.num_gpu_blocks_override);
+  } else {
+    plan.sizing = size_kv_cache(plan.spec, b.available_kv_bytes);
+    if (plan.sizing.num_gpu_blocks == 0)
+      throw ConfigError(
+          fmt::format("{}no KV cache block fits: {} available, one block needs {} "
+                      "(page {} B x {} layers)",
+                      prefix, gib(b.available_kv_bytes), gib(plan.spec.page_bytes_all_layers()),
+                      plan.spec.page_bytes_per_layer(), plan.spec.num_layers));
+  }
+  return plan;
+}
+
+}  // namespace kvsim

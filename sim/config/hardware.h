@@ -1,0 +1,97 @@
+#pragma once
+// GPU presets and the KV cache memory budget, computed as vLLM does:
+//   available KV bytes per GPU = total_memory * gpu_memory_utilization
+//                                - weight bytes per GPU (num_parameters * weight bytes / tp)
+//                                - activation_reserve_bytes
+// vLLM measures the last term by profiling a dummy forward pass (peak activations, CUDA graphs,
+// non-torch allocations); kvsim takes it as `cache.activation_reserve_bytes`, default
+// kDefaultActivationReserveBytes (2 GiB), which is the size vLLM's profile reports for 1-10B
+// models at max_num_batched_tokens 8192. `cache.kv_cache_memory_bytes` replaces the whole formula
+// and `cache.num_gpu_blocks_override` replaces the block count (neither checks that the model
+// fits).
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/common/kv_sizing.h"
+#include "sim/config/model_config.h"
+#include "sim/common/yaml_util.h"
+
+namespace kvsim {
+
+/// One GPU model. Memory is what nvidia-smi reports as total (MiB * 2^20).
+struct GpuPreset {
+  std::string name;
+  std::int64_t memory_bytes = 0;
+  double peak_flops_per_s = 0;  // dense bf16/fp16 tensor-core peak, no sparsity
+  double hbm_bytes_per_s = 0;   // peak memory bandwidth
+};
+
+/// All presets, in a fixed order: H100-80GB, H100-PCIe, H200-141GB, A100-80GB, A100-40GB, L40S,
+/// L4, A10G.
+[[nodiscard]] std::span<const GpuPreset> gpu_presets();
+/// The preset named `name` (exact, else case-insensitive), or nullptr.
+[[nodiscard]] const GpuPreset* find_gpu_preset(std::string_view name);
+/// The preset named `name`; throws ConfigError "unknown GPU 'H10' (did you mean 'H100-80GB'?)".
+[[nodiscard]] GpuPreset gpu_preset(std::string_view name);
+
+/// The scenario's `hardware:` section.
+///   gpu: NAME (default H100-80GB), tensor_parallel_size: 1,
+///   gpu_memory_bytes / peak_flops_per_s / hbm_bytes_per_s: override the preset's figures.
+struct HardwareConfig {
+  GpuPreset gpu;
+  std::int64_t tensor_parallel_size = 1;
+};
+inline constexpr std::string_view kDefaultGpu = "H100-80GB";
+/// Reads and validates (all keys) the `hardware:` section; an absent section gives the defaults.
+[[nodiscard]] HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx);
+
+inline constexpr std::int64_t kDefaultActivationReserveBytes = std::int64_t{2} << 30;
+
+/// The sizing keys of the scenario's `cache:` section (the section has other keys, read elsewhere).
+struct CacheSizingConfig {
+  std::int64_t block_size = 16;
+  double gpu_memory_utilization = 0.9;
+  std::optional<std::int64_t> kv_cache_memory_bytes;    // per GPU; replaces the budget formula
+  std::optional<std::int64_t> num_gpu_blocks_override;  // replaces the block count
+  std::int64_t activation_reserve_bytes = kDefaultActivationReserveBytes;
+  std::string cache_dtype = "auto";  // auto = the model's dtype
+};
+/// The keys load_cache_sizing reads, for the cache section's check_keys.
+inline constexpr std::string_view kCacheSizingKeys[] = {"block_size",
+                                                        "gpu_memory_utilization",
+                                                        "kv_cache_memory_bytes",
+                                                        "num_gpu_blocks_override",
+                                                        "activation_reserve_bytes",
+                                                        "cache_dtype"};
+/// Reads the sizing keys of `cache:` (does not reject other keys).
+[[nodiscard]] CacheSizingConfig load_cache_sizing(const YAML::Node& cache, const YamlContext& ctx);
+
+/// Where the KV bytes of one GPU come from.
+struct MemoryBudget {
+  std::int64_t total_bytes = 0;   // the GPU's memory
+  std::int64_t usable_bytes = 0;  // total * gpu_memory_utilization
+  std::int64_t weight_bytes = 0;  // this GPU's share of the weights
+  std::int64_t activation_reserve_bytes = 0;
+  std::int64_t available_kv_bytes = 0;  // usable - weights - reserve (or the override)
+};
+
+/// The KV cache of one GPU: shape, budget and resulting pool.
+struct KVCachePlan {
+  KVCacheSpec spec;
+  MemoryBudget budget;
+  KVCacheSizing sizing;
+};
+
+/// Sizes the KV cache. Throws ConfigError "model does not fit: needs X GiB more ..." when the
+/// weights and reserve exceed the usable memory, and when no block fits. `file` prefixes messages.
+[[nodiscard]] KVCachePlan plan_kv_cache(const ModelConfig& model, const HardwareConfig& hardware,
+                                        const CacheSizingConfig& cache,
+                                        const std::string& file = "");
+
+}  // namespace kvsim

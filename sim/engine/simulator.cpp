@@ -1,0 +1,456 @@
+#include "sim/engine/simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/common/assert.h"
+
+namespace kvsim {
+
+struct Simulator::Live {
+  RequestSpec spec;  // prompt moved into `request` while live
+  std::unique_ptr<Request> request;
+  SimTimeNs first_scheduled_ns = -1;
+  SimTimeNs first_token_ns = -1;
+  SimTimeNs last_token_ns = -1;
+  std::int64_t first_lookup_hit_tokens = 0;
+  std::vector<Token> outputs;  // the tokens it will generate, made at admission
+};
+
+Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn step_time)
+    : scenario_(scenario),
+      source_(source),
+      step_time_(std::move(step_time)),
+      vocab_size_(scenario_vocab_size(scenario)) {
+  scheduler_ = std::make_unique<Scheduler>(scenario.scheduler, scenario.kv_cache_config());
+  view_.scheduler = scheduler_.get();
+  view_.out = &out_;
+  view_.final_kv_tokens = &final_kv_tokens_;
+}
+
+Simulator::~Simulator() = default;
+
+void Simulator::run() {
+  if (scenario_.engine.mode == EngineConfig::Mode::kCacheOnly)
+    run_cache_only();
+  else
+    run_timed();
+  for (StepObserver* o : observers_) o->on_simulation_end(engine_.now(), *scheduler_);
+}
+
+// ---- arrivals -------------------------------------------------------------------------------
+
+void Simulator::queue_arrival(RequestSpec spec, bool open_loop) {
+  std::int64_t slot;
+  if (!free_pending_.empty()) {
+    slot = free_pending_.back();
+    free_pending_.pop_back();
+    pending_[static_cast<std::size_t>(slot)] = std::move(spec);
+    pending_open_loop_[static_cast<std::size_t>(slot)] = open_loop;
+  } else {
+    slot = static_cast<std::int64_t>(pending_.size());
+    pending_.push_back(std::move(spec));
+    pending_open_loop_.push_back(open_loop);
+  }
+  const SimTimeNs t = std::max(pending_[static_cast<std::size_t>(slot)].arrival_ns, engine_.now());
+  engine_.schedule(t, kPriorityArrival, EventKind::kArrival, slot);
+}
+
+void Simulator::pull_next_open_loop() {
+  if (open_loop_done_) return;
+  std::optional<RequestSpec> next = source_.next();
+  if (!next) {
+    open_loop_done_ = true;
+    return;
+  }
+  queue_arrival(std::move(*next), true);
+}
+
+namespace {
+bool stops_at_eos(const RequestSpec& spec) { return !spec.ignore_eos && spec.eos_token_id; }
+}  // namespace
+
+std::int64_t Simulator::final_output_tokens(const RequestSpec& spec) const {
+  const std::int64_t n =
+      std::min<std::int64_t>(spec.max_tokens, scenario_.scheduler.max_model_len -
+                                                  spec.num_prompt_tokens());
+  return std::max<std::int64_t>(n, 1);
+}
+
+FinishReason Simulator::final_reason(const RequestSpec& spec) const {
+  // vLLM checks the length cap before EOS: an EOS that lands on max_model_len is a "length".
+  const bool capped = spec.num_prompt_tokens() + final_output_tokens(spec) >=
+                      scenario_.scheduler.max_model_len;
+  return stops_at_eos(spec) && !capped ? FinishReason::kStop : FinishReason::kLength;
+}
+
+SamplingLimits Simulator::sampling_limits(const RequestSpec& spec) const {
+  SamplingLimits limits;
+  // Stopping at EOS: no client max_tokens, so vLLM's default (the rest of the context).
+  limits.max_tokens = stops_at_eos(spec) ? scenario_.scheduler.max_model_len -
+                                               spec.num_prompt_tokens()
+                                         : spec.max_tokens;
+  limits.ignore_eos = spec.ignore_eos;
+  limits.eos_token_id = spec.eos_token_id;
+  return limits;
+}
+
+void Simulator::generated_tokens(const RequestSpec& spec, std::int64_t n,
+                                 std::vector<Token>& out) const {
+  out.resize(static_cast<std::size_t>(n));
+  fill_output_tokens(out.data(), spec.output_seed, n, vocab_size_, spec.eos_token_id.value_or(-1));
+  if (stops_at_eos(spec) && n >= spec.max_tokens)
+    out[static_cast<std::size_t>(spec.max_tokens - 1)] = *spec.eos_token_id;
+}
+
+bool Simulator::reject_if_invalid(const RequestSpec& spec) {
+  const auto prompt = spec.num_prompt_tokens();
+  if (prompt > 0 && spec.max_tokens >= 1 &&
+      prompt + spec.max_tokens <= scenario_.scheduler.max_model_len)
+    return false;
+  RequestRecord rec;
+  rec.request_id = spec.id;
+  rec.arrival_ns = spec.arrival_ns;
+  rec.prompt_tokens = prompt;
+  rec.reason = FinishReason::kRejected;
+  request_done(rec);
+  return true;
+}
+
+void Simulator::request_done(const RequestRecord& rec) {
+  ++requests_done_;
+  for (StepObserver* o : observers_) o->on_request_done(rec);
+}
+
+void Simulator::on_arrival(std::int64_t pending_slot) {
+  RequestSpec spec = std::move(pending_[static_cast<std::size_t>(pending_slot)]);
+  free_pending_.push_back(pending_slot);
+  if (!reject_if_invalid(spec)) {
+    std::int64_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      slot = static_cast<std::int64_t>(live_.size());
+      live_.emplace_back();
+      final_kv_tokens_.push_back(0);
+      request_ids_.push_back(0);
+    }
+    const auto s = static_cast<std::size_t>(slot);
+    Live& l = live_[s];
+    final_kv_tokens_[s] = spec.num_prompt_tokens() + final_output_tokens(spec) - 1;
+    request_ids_[s] = spec.id;
+    l.spec = std::move(spec);
+    l.request.reset();
+    l.first_scheduled_ns = l.first_token_ns = l.last_token_ns = -1;
+    l.first_lookup_hit_tokens = 0;
+    unadmitted_.push_back(slot);  // the scheduler's waiting queue gets it in admit_waiting()
+  }
+  if (!step_in_flight_ && !schedule_queued_) {
+    schedule_queued_ = true;
+    engine_.schedule(engine_.now(), kPriorityScheduleStep, EventKind::kScheduleStep);
+  }
+}
+
+void Simulator::admit(std::int64_t slot) {
+  const auto s = static_cast<std::size_t>(slot);
+  Live& l = live_[s];
+  RequestSpec& spec = l.spec;
+  spec.materialize_prompt();
+  const std::int64_t num_outputs = final_output_tokens(spec);
+  generated_tokens(spec, num_outputs, l.outputs);
+  SamplingLimits limits = sampling_limits(spec);  // before the prompt moves
+  // Room for exactly the tokens it will generate (a stop-at-EOS request's max_tokens is the
+  // rest of the context).
+  l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits),
+                                        std::vector<MMPlaceholder>{}, num_outputs);
+  // Size the block table and hash list once: the step loop then never grows them.
+  const auto max_blocks =
+      static_cast<std::size_t>(cdiv(final_kv_tokens_[s] + 1, scenario_.cache.sizing.block_size) +
+                               scheduler_->kv_cache_manager().num_preallocate_blocks());
+  l.request->blocks.reserve(max_blocks);
+  l.request->block_hashes.reserve(max_blocks);
+  spec.prompt.clear();
+  scheduler_->add_request(*l.request);
+}
+
+void Simulator::admit_waiting() {
+  // One schedule() looks at most at the first max_num_seqs - running waiting requests: it stops
+  // before looking at one more once running reaches max_num_seqs, and at the first that does not
+  // fit (which is then within that count too). Arrivals beyond those wait here, in arrival order,
+  // with their prompts unmade.
+  const Scheduler& sched = *scheduler_;
+  const auto examined = static_cast<std::size_t>(std::max<std::int64_t>(
+      scenario_.scheduler.max_num_seqs - static_cast<std::int64_t>(sched.running().size()), 0));
+  while (!unadmitted_.empty() && sched.waiting().size() < examined) {
+    admit(unadmitted_.front());
+    unadmitted_.pop_front();
+  }
+}
+
+std::int64_t Simulator::num_waiting() const {
+  return static_cast<std::int64_t>(scheduler_->waiting().size() + unadmitted_.size());
+}
+
+// ---- timed mode -----------------------------------------------------------------------------
+
+void Simulator::fail_cannot_fit(const Request& r) const {
+  const std::int64_t bs = scenario_.cache.sizing.block_size;
+  const std::int64_t idx = r.index();
+  throw RunError(
+      fmt::format("request {} can never be scheduled: it needs {} blocks of {} tokens ({} prompt + "
+                  "{} generated "
+                  "tokens) and the pool has {} blocks in all; raise the KV cache "
+                  "(cache.num_gpu_blocks_override, "
+                  "gpu_memory_utilization) or lower scheduler.max_model_len",
+                  request_ids_[static_cast<std::size_t>(idx)], cdiv(r.num_tokens(), bs), bs,
+                  r.num_prompt_tokens(), r.num_output_tokens(), scenario_.num_gpu_blocks));
+}
+
+void Simulator::start_step() {
+  schedule_queued_ = false;
+  if (step_in_flight_) return;
+  Scheduler& sched = *scheduler_;
+  admit_waiting();
+  if (sched.running().empty() && sched.waiting().empty()) return;
+  sched.schedule(out_);
+  if (out_.scheduled.empty()) {
+    KVSIM_ASSERT(sched.running().empty(), "running requests but nothing scheduled");
+    fail_cannot_fit(*sched.waiting().front());
+  }
+  const SimTimeNs now = engine_.now();
+  StepView& v = view_;
+  v.step = step_;
+  v.start_ns = now;
+  v.prefill_tokens = v.decode_tokens = v.num_prefill_seqs = v.sum_context_tokens = 0;
+  v.sum_context_sq = 0;
+  v.attention_pairs = 0;
+  v.outputs = {};
+  v.prev_token_ns = {};
+  v.request_id_of_index = request_ids_;
+  v.num_waiting = num_waiting();
+  for (const ScheduledRequest& sr : out_.scheduled) {
+    Request& r = *sr.request;
+    Live& l = live_[static_cast<std::size_t>(r.index())];
+    // What the model samples at this step's end for a request whose tokens are then all
+    // computed (read by update_from_output).
+    if (sr.num_computed_tokens + sr.num_tokens == r.num_tokens())
+      r.sampled_token = l.outputs[static_cast<std::size_t>(r.num_output_tokens())];
+    if (l.first_scheduled_ns < 0) {
+      l.first_scheduled_ns = now;
+      l.first_lookup_hit_tokens = sr.num_computed_tokens;
+    }
+    const bool decode = sr.num_tokens == 1 && r.num_output_tokens() > 0 &&
+                        sr.num_computed_tokens == r.num_tokens() - 1;
+    if (decode) {
+      ++v.decode_tokens;
+    } else {
+      v.prefill_tokens += sr.num_tokens;
+      ++v.num_prefill_seqs;
+    }
+    const std::int64_t ctx = sr.num_computed_tokens + sr.num_tokens;
+    v.sum_context_tokens += ctx;
+    v.sum_context_sq += static_cast<double>(ctx) * static_cast<double>(ctx);
+    // Query token k (1-based) of the n new ones attends to c + k keys.
+    const auto n = static_cast<double>(sr.num_tokens);
+    v.attention_pairs += n * static_cast<double>(sr.num_computed_tokens) + n * (n + 1) / 2;
+  }
+  SimTimeNs dur = step_time_ ? step_time_(v) : 1;
+  if (dur < 1) dur = 1;  // time must advance for the run to make progress
+  v.end_ns = now + dur;
+  step_start_ns_ = now;
+  for (StepObserver* o : observers_) o->on_step_begin(v);
+  step_in_flight_ = true;
+  engine_.schedule(v.end_ns, kPriorityStepEnd, EventKind::kStepEnd);
+}
+
+void Simulator::end_step() {
+  Scheduler& sched = *scheduler_;
+  const SimTimeNs now = engine_.now();
+  sched.update_from_output(outputs_);
+  prev_token_ns_.clear();
+  for (const RequestOutput& o : outputs_) {
+    Live& l = live_[static_cast<std::size_t>(o.request->index())];
+    prev_token_ns_.push_back(l.last_token_ns);
+    if (l.first_token_ns < 0) l.first_token_ns = now;
+    l.last_token_ns = now;
+  }
+  StepView& v = view_;
+  v.outputs = outputs_;
+  v.prev_token_ns = prev_token_ns_;
+  v.request_id_of_index = request_ids_;
+  v.num_waiting = num_waiting();
+  for (StepObserver* o : observers_) o->on_step(v);
+  step_in_flight_ = false;
+  ++step_;
+  if (check_invariants_) sched.check_invariants();
+  for (const RequestOutput& o : outputs_) {
+    if (!o.finished) continue;
+    const RequestStatus st = o.request->status;
+    finish_request(o.request->index(), st == RequestStatus::kFinishedStopped ? FinishReason::kStop
+                                       : st == RequestStatus::kFinishedAborted
+                                           ? FinishReason::kAbort
+                                           : FinishReason::kLength);
+  }
+  // The next step starts now, after whatever else is due at this instant (arrivals): when
+  // nothing is, start it here instead of through the queue (the same order, one event less).
+  if (engine_.empty() || engine_.peek().time_ns > now) {
+    start_step();
+    return;
+  }
+  schedule_queued_ = true;
+  engine_.schedule(now, kPriorityScheduleStep, EventKind::kScheduleStep);
+}
+
+void Simulator::finish_request(std::int64_t slot, FinishReason reason) {
+  const auto s = static_cast<std::size_t>(slot);
+  Live& l = live_[s];
+  Request& r = *l.request;
+  RequestRecord rec;
+  rec.request_id = l.spec.id;
+  rec.arrival_ns = l.spec.arrival_ns;
+  rec.prompt_tokens = r.num_prompt_tokens();
+  rec.output_tokens = r.num_output_tokens();
+  rec.first_scheduled_ns = l.first_scheduled_ns;
+  rec.first_token_ns = l.first_token_ns;
+  rec.finish_ns = engine_.now();
+  rec.first_lookup_hit_tokens = l.first_lookup_hit_tokens;
+  rec.num_preemptions = r.num_preemptions;
+  rec.reason = reason;
+  request_done(rec);
+  // Give the spec its prompt back for the source (multi-turn builds the next turn from it):
+  // the request's own buffer, cut after the prompt once the outputs are copied out.
+  // (Its outputs are the first num_output_tokens of l.outputs, which it sampled.)
+  const auto num_prompt = static_cast<std::size_t>(r.num_prompt_tokens());
+  const auto num_outputs = static_cast<std::size_t>(r.num_output_tokens());
+  std::vector<Token> toks = r.take_token_ids();
+  toks.resize(num_prompt);
+  l.spec.prompt = std::move(toks);
+  std::optional<RequestSpec> follow = source_.on_finished(
+      l.spec, engine_.now(), std::span<const Token>(l.outputs).first(num_outputs));
+  l.request.reset();
+  l.spec = RequestSpec{};
+  free_slots_.push_back(slot);
+  if (follow) queue_arrival(std::move(*follow), false);
+}
+
+void Simulator::check_interrupt() const {
+  if (interrupt_ && *interrupt_)
+    throw RunError(fmt::format("interrupted at simulated time {:.3f} s; no run folder written",
+                               static_cast<double>(engine_.now()) / 1e9));
+}
+
+void Simulator::report_progress() {
+  if (!progress_) return;
+  SimProgress p;
+  p.now_ns = engine_.now();
+  p.requests_done = requests_done_;
+  p.num_steps = step_;
+  p.num_running = static_cast<std::int64_t>(scheduler_->running().size());
+  p.num_waiting = num_waiting();
+  progress_(p);
+}
+
+void Simulator::run_timed() {
+  pull_next_open_loop();
+  std::uint64_t n = 0;
+  while (auto ev = engine_.next()) {
+    switch (ev->kind) {
+      case EventKind::kArrival: {
+        // An open-loop arrival pulls the next one, so exactly one is queued at a time.
+        const bool open_loop = pending_open_loop_[static_cast<std::size_t>(ev->payload)];
+        on_arrival(ev->payload);
+        if (open_loop) pull_next_open_loop();
+        break;
+      }
+      case EventKind::kStepEnd:
+        end_step();
+        break;
+      case EventKind::kScheduleStep:
+        start_step();
+        break;
+      case EventKind::kUser:
+        break;
+    }
+    if (++n % progress_every_ == 0) report_progress();
+    if ((n & 1023) == 0) check_interrupt();
+  }
+  KVSIM_ASSERT(unadmitted_.empty(), "arrivals left unadmitted after the last step");
+  if (scheduler_->num_unfinished_requests() > 0) {
+    const Request* r = scheduler_->waiting().empty() ? scheduler_->running().front()
+                                                     : scheduler_->waiting().front();
+    fail_cannot_fit(*r);
+  }
+  report_progress();
+}
+
+// ---- cache_only mode ------------------------------------------------------------------------
+
+void Simulator::run_cache_only() {
+  KVCacheManager& kv = scheduler_->kv_cache_manager();
+  const std::int64_t bs = kv.block_size();
+  std::vector<BlockId> hits;
+  std::vector<std::int32_t> outputs;
+  pull_next_open_loop();
+  std::uint64_t n = 0;
+  while (auto ev = engine_.next()) {
+    if (ev->kind != EventKind::kArrival) continue;
+    const auto ps = static_cast<std::size_t>(ev->payload);
+    const bool open_loop = pending_open_loop_[ps];
+    RequestSpec spec = std::move(pending_[ps]);
+    free_pending_.push_back(ev->payload);
+    if (open_loop) pull_next_open_loop();
+    if (reject_if_invalid(spec)) continue;
+    spec.materialize_prompt();
+    SamplingLimits limits = sampling_limits(spec);  // before the prompt moves
+    Request req(0, std::move(spec.prompt), std::move(limits), {},
+                /*output_capacity=*/0);  // never decodes
+    std::int64_t computed = kv.get_computed_blocks(req, hits);
+    std::int64_t todo = req.num_tokens() - computed;
+    if (todo == 0) {  // the scheduler's full-hit rule: recompute the last block
+      computed -= bs;
+      todo = bs;
+      hits.pop_back();
+    }
+    AllocResult res = kv.allocate_slots(req, todo, hits);
+    if (res.status == AllocStatus::kNoFreeBlocks) {
+      // Larger than the pool: allocate the longest prefix that fits beside its hits.
+      std::int64_t evictable_hits = 0;
+      for (BlockId b : hits)
+        if (kv.pool().block(b).ref_cnt == 0) ++evictable_hits;
+      const std::int64_t fit = (kv.pool().num_free_blocks() - evictable_hits) * bs;
+      const std::int64_t part = std::min(todo, fit);
+      if (part > 0) res = kv.allocate_slots(req, part, hits);
+      KVSIM_ASSERT(part <= 0 || res.ok(), "cache_only: partial allocation failed");
+    } else {
+      KVSIM_ASSERT(res.ok(), "cache_only: allocate_slots failed");
+    }
+    kv.free(req);
+    kv.release_request(req);
+    for (StepObserver* o : observers_) o->on_lookup(req.num_tokens(), computed);
+    spec.prompt = req.take_token_ids();  // nothing was generated: the prompt
+    RequestRecord rec;
+    rec.request_id = spec.id;
+    rec.arrival_ns = spec.arrival_ns;
+    rec.prompt_tokens = spec.num_prompt_tokens();
+    rec.output_tokens = final_output_tokens(spec);
+    rec.first_lookup_hit_tokens = computed;
+    rec.reason = final_reason(spec);
+    request_done(rec);
+    generated_tokens(spec, rec.output_tokens, outputs);
+    std::optional<RequestSpec> follow = source_.on_finished(spec, engine_.now(), outputs);
+    if (follow) queue_arrival(std::move(*follow), false);
+    if (++n % progress_every_ == 0) report_progress();
+    if ((n & 255) == 0) check_interrupt();
+  }
+  report_progress();
+}
+
+std::int32_t scenario_vocab_size(const Scenario& scenario) {
+  return scenario.model
+             ? static_cast<std::int32_t>(std::max<std::int64_t>(scenario.model->vocab_size, 1))
+             : 32000;
+}
+
+}  // namespace kvsim

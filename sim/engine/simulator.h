@@ -1,0 +1,156 @@
+#pragma once
+// Simulator: runs one Scenario on the Engine with the exact vLLM scheduler.
+//
+// Timed mode, each step: Scheduler::schedule() -> step duration from the latency model (batch
+// features of the scheduled requests) -> step-end event -> each request that catches up gets
+// its next generated token (output_token(output_seed, i, vocab), or EOS where the request stops
+// at EOS: see RequestSpec::max_tokens) as its sampled token -> update_from_output() -> observers ->
+// finished requests are reported and may spawn follow-up turns (RequestSource::on_finished).
+// Arrivals during a step join waiting and are seen by the next schedule(); the scheduler's queue
+// gets them (and their prompts get their tokens) only when they come within the first
+// max_num_seqs - running waiting requests, all a schedule() can look at, so a deep queue costs no
+// token memory; observers still count the whole queue (StepView::num_waiting). A request with
+// prompt + max_tokens > max_model_len (or an empty prompt) is rejected at arrival, as vLLM's
+// OpenAI server does. A step that can schedule nothing while requests wait and none run means a
+// request can never fit: the run fails with RunError naming it.
+//
+// cache_only mode (hit-rate studies): requests in arrival order, one at a time, through the same
+// KVCacheManager: lookup (get_computed_blocks, with the scheduler's full-hit last-block rule),
+// allocate_slots for the rest of the prompt with the hits, then free (tail first). No timing.
+// Policy for a request larger than the pool: its lookup counts in full, and the longest prefix of
+// the rest that fits in the pool (after its hits) is allocated and cached before it is freed.
+
+#include <csignal>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "core/common/ring_deque.h"
+#include "core/v1/scheduler.h"
+#include "sim/engine/engine.h"
+#include "sim/engine/observer.h"
+#include "sim/config/scenario.h"
+#include "sim/workload/workload.h"
+
+namespace kvsim {
+
+/// A run that cannot complete (a request that can never fit). main() exits with status 1.
+class RunError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The duration of one step from its batch (StepView's batch fields are set; outputs empty).
+using StepTimeFn = std::function<SimTimeNs(const StepView&)>;
+
+/// Progress of a run, reported about every `progress_every_events` events.
+struct SimProgress {
+  SimTimeNs now_ns = 0;
+  std::int64_t requests_done = 0;  // finished + rejected
+  std::int64_t num_steps = 0;
+  std::int64_t num_running = 0, num_waiting = 0;
+};
+
+class Simulator {
+ public:
+  /// `source` and `step_time` must outlive the simulator; step_time may be empty in cache_only.
+  Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn step_time);
+  ~Simulator();
+
+  /// Observers are called in attachment order; they must outlive run().
+  void attach(StepObserver* observer) { observers_.push_back(observer); }
+  /// Calls Scheduler::check_invariants after every step (kvsim run --check-invariants).
+  void set_check_invariants(bool on) { check_invariants_ = on; }
+  void set_progress(std::function<void(const SimProgress&)> fn, std::uint64_t every_events) {
+    progress_ = std::move(fn);
+    progress_every_ = every_events ? every_events : 1;
+  }
+
+  /// When `*flag` becomes non-zero (a signal handler sets it), run() throws RunError soon after.
+  void set_interrupt_flag(const volatile std::sig_atomic_t* flag) { interrupt_ = flag; }
+
+  /// Runs to completion. Throws RunError when a request can never be scheduled.
+  void run();
+
+  const Scheduler& scheduler() const { return *scheduler_; }
+  SimTimeNs now() const { return engine_.now(); }
+  std::int64_t num_steps() const { return step_; }
+  std::int64_t requests_done() const { return requests_done_; }
+  /// By Request::index(): final K/V positions (for MetricsCollector).
+  const std::vector<std::int64_t>& final_kv_tokens() const { return final_kv_tokens_; }
+
+ private:
+  struct Live;
+  void run_timed();
+  void run_cache_only();
+  void queue_arrival(RequestSpec spec, bool open_loop);
+  void pull_next_open_loop();
+  void on_arrival(std::int64_t pending_slot);
+  /// Makes the request of live slot `slot` (its prompt's tokens too) and appends it to the
+  /// scheduler's waiting queue.
+  void admit(std::int64_t slot);
+  /// Admits arrivals, in order, until the waiting queue holds every request schedule() may look at.
+  void admit_waiting();
+  /// Waiting requests: the scheduler's and those not yet admitted.
+  std::int64_t num_waiting() const;
+  void start_step();
+  void end_step();
+  void finish_request(std::int64_t slot, FinishReason reason);
+  void request_done(const RequestRecord& rec);
+  bool reject_if_invalid(const RequestSpec& spec);
+  std::int64_t final_output_tokens(const RequestSpec& spec) const;
+  FinishReason final_reason(const RequestSpec& spec) const;
+  /// The request's SamplingLimits (a stop-at-EOS request gets vLLM's default max_tokens).
+  SamplingLimits sampling_limits(const RequestSpec& spec) const;
+  /// The first n tokens `spec` generates, into `out`: output_token's, with the EOS token last
+  /// where the request stops at EOS.
+  void generated_tokens(const RequestSpec& spec, std::int64_t n, std::vector<Token>& out) const;
+  [[noreturn]] void fail_cannot_fit(const Request& r) const;
+  void report_progress();
+
+  const Scenario& scenario_;
+  RequestSource& source_;
+  StepTimeFn step_time_;
+  std::int32_t vocab_size_;  // generated tokens lie in [0, vocab_size_)
+  std::vector<StepObserver*> observers_;
+  bool check_invariants_ = false;
+  std::function<void(const SimProgress&)> progress_;
+  std::uint64_t progress_every_ = 1 << 16;
+  const volatile std::sig_atomic_t* interrupt_ = nullptr;
+  void check_interrupt() const;
+
+  Engine engine_;
+  std::unique_ptr<Scheduler> scheduler_;
+  SchedulerOutput out_;
+  std::vector<RequestOutput> outputs_;
+  std::vector<SimTimeNs> prev_token_ns_;
+
+  std::vector<Live> live_;  // by slot = Request::index()
+  std::vector<std::int64_t> free_slots_;
+  std::vector<std::int64_t> final_kv_tokens_;  // by slot
+  std::vector<std::uint64_t> request_ids_;     // by slot
+  std::vector<RequestSpec> pending_;           // arrivals not yet happened
+  std::vector<bool> pending_open_loop_;        // from source.next() (else a follow-up turn)
+  std::vector<std::int64_t> free_pending_;
+  RingDeque<std::int64_t> unadmitted_;  // live slots that arrived, behind the waiting queue
+  bool open_loop_done_ = false;
+
+  bool step_in_flight_ = false;
+  bool schedule_queued_ = false;
+  std::int64_t step_ = 0;
+  SimTimeNs step_start_ns_ = 0;
+  StepView view_;
+  std::int64_t requests_done_ = 0;
+};
+
+/// The step-time function of the scenario's `latency:` section (sim/engine/latency_model.h).
+[[nodiscard]] StepTimeFn make_step_time(const Scenario& scenario);
+
+/// The vocabulary generated and synthetic tokens are drawn from: the model's, else 32,000.
+std::int32_t scenario_vocab_size(const Scenario& scenario);
+
+
+}  // namespace kvsim

@@ -1,0 +1,441 @@
+#include "sim/metrics/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "core/common/assert.h"
+
+namespace kvsim {
+namespace {
+
+constexpr int kMantissaBits = 10;  // 1024 sub-buckets per power of two
+constexpr std::size_t kNumBuckets = std::size_t{64} << kMantissaBits;
+
+double ns_to_ms(double ns) { return ns / 1e6; }
+
+std::vector<double> build_1_2_5(std::int64_t max_value) {
+  std::vector<double> out;
+  for (std::int64_t m = 1;; m *= 10)
+    for (std::int64_t k : {1, 2, 5}) {
+      if (k * m > max_value) return out;
+      out.push_back(static_cast<double>(k * m));
+    }
+}
+
+std::string prom_num(double v) {
+  if (std::isinf(v)) return "+Inf";
+  return fmt::format("{}", v);
+}
+
+}  // namespace
+
+// ---- QuantileSketch -------------------------------------------------------------------------
+
+std::size_t QuantileSketch::bucket_of(std::int64_t v) {
+  const auto u = static_cast<std::uint64_t>(std::max<std::int64_t>(v, 0));
+  if (u < (std::uint64_t{1} << kMantissaBits)) return static_cast<std::size_t>(u);
+  const int exp = 63 - std::countl_zero(u);  // >= kMantissaBits
+  const int shift = exp - kMantissaBits;
+  const std::uint64_t mant = (u >> shift) & ((std::uint64_t{1} << kMantissaBits) - 1);
+  return (static_cast<std::size_t>(shift + 1) << kMantissaBits) + static_cast<std::size_t>(mant);
+}
+
+double QuantileSketch::bucket_mid(std::size_t b) {
+  const std::size_t hi = b >> kMantissaBits;
+  const std::size_t mant = b & ((std::size_t{1} << kMantissaBits) - 1);
+  if (hi == 0) return static_cast<double>(mant);
+  const int shift = static_cast<int>(hi) - 1;
+  const double lo =
+      std::ldexp(static_cast<double>((std::uint64_t{1} << kMantissaBits) | mant), shift);
+  return lo + std::ldexp(0.5, shift);
+}
+
+void QuantileSketch::add(std::int64_t v, std::int64_t n) {
+  KVSIM_ASSERT(n >= 1);
+  count_ += n;
+  sum_ += static_cast<Int128>(v) * n;
+  sum_sq_ += static_cast<Int128>(v) * v * n;
+  if (hist_.empty()) {
+    exact_.insert(exact_.end(), static_cast<std::size_t>(n), v);
+    sorted_ = false;
+    if (exact_.size() > kExactLimit) {
+      hist_.assign(kNumBuckets, 0);
+      for (std::int64_t e : exact_) ++hist_[bucket_of(e)];
+      std::vector<std::int64_t>().swap(exact_);
+    }
+  } else {
+    hist_[bucket_of(v)] += n;
+  }
+}
+
+double QuantileSketch::mean() const {
+  return count_ ? static_cast<double>(sum_) / static_cast<double>(count_) : 0.0;
+}
+
+double QuantileSketch::stddev() const {
+  if (count_ == 0) return 0.0;
+  // n^2 var = n * sum_sq - sum^2, exact in 128-bit integers while it cannot overflow (count
+  // below 2^31 and sum_sq below 2^95); beyond that, long double moments.
+  const long double n2 = static_cast<long double>(count_) * static_cast<long double>(count_);
+  long double var;
+  if (count_ < (std::int64_t{1} << 31) && sum_sq_ < (static_cast<Int128>(1) << 95)) {
+    const Int128 num = static_cast<Int128>(count_) * sum_sq_ - sum_ * sum_;
+    var = static_cast<long double>(num) / n2;
+  } else {
+    const long double m = static_cast<long double>(sum_) / static_cast<long double>(count_);
+    var = static_cast<long double>(sum_sq_) / static_cast<long double>(count_) - m * m;
+  }
+  return var > 0 ? static_cast<double>(std::sqrt(var)) : 0.0;
+}
+
+double QuantileSketch::percentile(double p) {
+  if (count_ == 0) return 0.0;
+  if (hist_.empty()) {
+    if (!sorted_) {
+      std::sort(exact_.begin(), exact_.end());
+      sorted_ = true;
+    }
+    const double rank = p / 100.0 * static_cast<double>(exact_.size() - 1);
+    const auto lo = static_cast<std::size_t>(std::floor(rank));
+    const std::size_t hi = std::min(lo + 1, exact_.size() - 1);
+    const double frac = rank - static_cast<double>(lo);
+    return static_cast<double>(exact_[lo]) + frac * static_cast<double>(exact_[hi] - exact_[lo]);
+  }
+  const auto target =
+      static_cast<std::int64_t>(std::floor(p / 100.0 * static_cast<double>(count_ - 1)));
+  std::int64_t seen = 0;
+  for (std::size_t b = 0; b < hist_.size(); ++b) {
+    seen += hist_[b];
+    if (seen > target) return bucket_mid(b);
+  }
+  return bucket_mid(hist_.size() - 1);
+}
+
+void PromHistogram::observe(double v, std::int64_t n) {
+  // The first bound >= v (Prometheus' le). A forward scan: observations mostly fall in the first
+  // few of vLLM's buckets, where it beats a binary search's unpredictable branches.
+  std::size_t i = 0;
+  while (i < bounds.size() && bounds[i] < v) ++i;
+  counts[i] += n;
+  for (std::int64_t k = 0; k < n; ++k) sum += v;  // the sum n separate observations give
+  count += n;
+}
+
+// ---- KV breakdown ---------------------------------------------------------------------------
+
+KVBreakdown compute_kv_breakdown(const Scheduler& scheduler,
+                                 const std::vector<std::int64_t>& final_kv_tokens,
+                                 std::vector<std::uint32_t>& stamp, std::uint32_t& epoch) {
+  const KVCacheManager& kv = scheduler.kv_cache_manager();
+  const BlockPool& pool = kv.pool();
+  const std::int64_t bs = kv.block_size();
+  if (stamp.size() < static_cast<std::size_t>(pool.num_blocks()))
+    stamp.assign(static_cast<std::size_t>(pool.num_blocks()), 0);
+  if (++epoch == 0) {  // wrapped: clear the stamps once every 2^32 calls
+    std::fill(stamp.begin(), stamp.end(), 0);
+    epoch = 1;
+  }
+  KVBreakdown b;
+  std::int64_t used_blocks = 0, used_hashed = 0;
+  const bool caching = pool.enable_caching();
+  for (const Request* r : scheduler.running()) {
+    const auto nb = static_cast<std::int64_t>(r->blocks.size());
+    // Shared blocks (ref_cnt > 1) are a prefix of the table, full and computed: count each once.
+    std::int64_t ks = 0;
+    while (ks < nb && pool.block(r->blocks[static_cast<std::size_t>(ks)]).ref_cnt > 1) {
+      std::uint32_t& st =
+          stamp[static_cast<std::size_t>(to_int(r->blocks[static_cast<std::size_t>(ks)]))];
+      if (st != epoch) {
+        st = epoch;
+        b.token_states += bs;
+        ++used_blocks;
+        ++used_hashed;
+      }
+      ++ks;
+    }
+    const std::int64_t base = ks * bs;
+    const std::int64_t own = (nb - ks) * bs;
+    const std::int64_t c = std::clamp<std::int64_t>(r->num_computed_tokens - base, 0, own);
+    const std::int64_t idx = r->index();
+    const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()
+                                 ? final_kv_tokens[static_cast<std::size_t>(idx)]
+                                 : r->num_tokens();
+    const std::int64_t f = std::clamp<std::int64_t>(fin - base, c, own);
+    b.token_states += c;
+    b.reservation += f - c;
+    b.internal_fragmentation += own - f;
+    used_blocks += nb - ks;
+    if (caching)
+      used_hashed += std::max<std::int64_t>(0, std::min(r->num_computed_tokens / bs, nb) - ks);
+  }
+  const std::int64_t num_free = pool.num_free_blocks();
+  KVSIM_ASSERT(used_blocks == pool.num_blocks() - num_free,
+               "KV breakdown: blocks in running tables disagree with the free count");
+  const std::int64_t cached_free_blocks = caching ? pool.num_cached_blocks() - used_hashed : 0;
+  b.cached_free = cached_free_blocks * bs;
+  b.free = (num_free - cached_free_blocks) * bs;
+  b.external_fragmentation = 0;
+  return b;
+}
+
+// ---- MetricsCollector -----------------------------------------------------------------------
+
+MetricsCollector::MetricsCollector(const std::vector<std::int64_t>* final_kv_tokens,
+                                   std::int64_t steps_every, std::int64_t max_model_len,
+                                   RecordSink* sink)
+    : final_kv_tokens_(final_kv_tokens),
+      steps_every_(std::max<std::int64_t>(1, steps_every)),
+      sink_(sink) {
+  h_ttft_.init(
+      {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0});
+  h_tpot_.init({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5});
+  h_e2e_.init({1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0});
+  h_queue_.init({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0});
+  h_prompt_.init(build_1_2_5(max_model_len));
+  h_gen_.init(build_1_2_5(max_model_len));
+}
+
+void MetricsCollector::on_step(const StepView& v) {
+  const Scheduler& s = *v.scheduler;
+  const KVCacheManager& kv = s.kv_cache_manager();
+  const BlockPool& pool = kv.pool();
+  const SchedulerOutput& out = *v.out;
+  const double usage = kv.usage();
+  const auto running = static_cast<std::int64_t>(s.running().size());
+  const std::int64_t waiting = v.num_waiting;
+  const auto batch = static_cast<std::int64_t>(out.scheduled.size());
+
+  ++num_steps_;
+  sum_usage_ += usage;
+  max_usage_ = std::max(max_usage_, usage);
+  sum_running_ += static_cast<double>(running);
+  sum_waiting_ += static_cast<double>(waiting);
+  sum_batch_size_ += static_cast<double>(batch);
+  sum_batch_tokens_ += static_cast<double>(out.total_num_scheduled_tokens);
+  max_batch_size_ = std::max(max_batch_size_, batch);
+
+  prefix_queries_ += out.prefix_queries_tokens;
+  prefix_hits_ += out.prefix_hits_tokens;
+  num_preemptions_ += static_cast<std::int64_t>(out.preempted.size());
+  pending_.prefix_queries += out.prefix_queries_tokens;
+  pending_.prefix_hits += out.prefix_hits_tokens;
+  pending_.preemptions += static_cast<std::int64_t>(out.preempted.size());
+  pending_.evictions += pool.stats().evictions - num_evictions_;
+  pending_.blocks_allocated += pool.stats().blocks_allocated - num_blocks_allocated_;
+  num_evictions_ = pool.stats().evictions;
+  num_blocks_allocated_ = pool.stats().blocks_allocated;
+
+  // Inter-token latencies, one per output that follows an earlier token. Requests that decoded in
+  // the previous step share one value, so runs of equal values are added at once.
+  SimTimeNs run_prev = -1;
+  std::int64_t run = 0;
+  const auto add_itl_run = [&] {
+    if (run == 0) return;
+    itl_.add(v.end_ns - run_prev, run);
+    if (prom_) h_tpot_.observe(static_cast<double>(v.end_ns - run_prev) / 1e9, run);
+  };
+  for (std::size_t i = 0; i < v.outputs.size(); ++i) {
+    const SimTimeNs prev = v.prev_token_ns[i];
+    if (prev < 0) continue;
+    if (prev != run_prev) {
+      add_itl_run();
+      run_prev = prev;
+      run = 0;
+    }
+    ++run;
+  }
+  add_itl_run();
+
+  StepRecord& r = pending_;
+  r.step = v.step;
+  r.time_ns = v.start_ns;
+  r.duration_ns = v.end_ns - v.start_ns;
+  r.num_running = running;
+  r.num_waiting = waiting;
+  r.num_scheduled = batch;
+  r.prefill_tokens = v.prefill_tokens;
+  r.decode_tokens = v.decode_tokens;
+  r.batch_tokens = out.total_num_scheduled_tokens;
+  r.kv_cache_usage_perc = usage;
+  r.num_free_blocks = pool.num_free_blocks();
+  if (v.step % steps_every_ == 0) record_pending(s);
+}
+
+void MetricsCollector::record_pending(const Scheduler& s) {
+  StepRecord& r = pending_;
+  r.slots = compute_kv_breakdown(s, *final_kv_tokens_, stamp_, epoch_);
+  const double total = static_cast<double>(r.slots.total());
+  const std::int64_t parts[6] = {
+      r.slots.token_states,           r.slots.reservation, r.slots.internal_fragmentation,
+      r.slots.external_fragmentation, r.slots.cached_free, r.slots.free};
+  for (int k = 0; k < 6; ++k) sum_breakdown_frac_[k] += static_cast<double>(parts[k]) / total;
+  ++num_recorded_;
+  if (sink_) sink_->on_step_record(r);
+  pending_ = StepRecord{};
+}
+
+void MetricsCollector::on_request_done(const RequestRecord& r) {
+  if (first_arrival_ns_ < 0 || r.arrival_ns < first_arrival_ns_) first_arrival_ns_ = r.arrival_ns;
+  if (sink_) sink_->on_request_record(r);
+  if (r.reason == FinishReason::kRejected) {
+    ++rejected_;
+    return;
+  }
+  if (r.reason == FinishReason::kAbort) {
+    ++aborted_;
+    return;
+  }
+  ++completed_;
+  total_input_ += r.prompt_tokens;
+  total_output_ += r.output_tokens;
+  first_lookup_hits_ += r.first_lookup_hit_tokens;
+  first_lookup_prompt_ += r.prompt_tokens;
+  last_finish_ns_ = std::max(last_finish_ns_, r.finish_ns);
+  if (r.first_token_ns < 0) return;  // cache_only mode: no timing
+  const SimTimeNs ttft = r.first_token_ns - r.arrival_ns;
+  const SimTimeNs e2e = r.finish_ns - r.arrival_ns;
+  ttft_.add(ttft);
+  e2el_.add(e2e);
+  queue_.add(r.first_scheduled_ns - r.arrival_ns);
+  if (r.output_tokens > 1) tpot_.add((e2e - ttft) / (r.output_tokens - 1));
+  if (!prom_) return;
+  h_ttft_.observe(static_cast<double>(ttft) / 1e9);
+  h_e2e_.observe(static_cast<double>(e2e) / 1e9);
+  h_queue_.observe(static_cast<double>(r.first_scheduled_ns - r.arrival_ns) / 1e9);
+  h_prompt_.observe(static_cast<double>(r.prompt_tokens));
+  h_gen_.observe(static_cast<double>(r.output_tokens));
+}
+
+void MetricsCollector::on_lookup(std::int64_t prompt_tokens, std::int64_t hit_tokens) {
+  prefix_queries_ += prompt_tokens;
+  prefix_hits_ += hit_tokens;
+}
+
+void MetricsCollector::on_simulation_end(SimTimeNs, const Scheduler& s) {
+  // The last step is always recorded, so the rows' counters add up to the run's totals. Nothing
+  // changes the cache after the last step's update, so its breakdown is computed now.
+  if (pending_.step >= 0) record_pending(s);
+  const BlockPool& pool = s.kv_cache_manager().pool();
+  num_evictions_ = pool.stats().evictions;
+  num_blocks_allocated_ = pool.stats().blocks_allocated;
+  last_running_ = static_cast<std::int64_t>(s.running().size());
+  last_waiting_ = static_cast<std::int64_t>(s.waiting().size());
+  last_usage_ = s.kv_cache_manager().usage();
+}
+
+std::string MetricsCollector::summary_json(const std::string& header) {
+  std::string o = "{\n" + header;
+  auto i64 = [&](const char* k, std::int64_t v) { o += fmt::format("  \"{}\": {},\n", k, v); };
+  auto f6 = [&](const char* k, double v) { o += fmt::format("  \"{}\": {:.6f},\n", k, v); };
+  auto f9 = [&](const char* k, double v) { o += fmt::format("  \"{}\": {:.9f},\n", k, v); };
+  i64("completed", completed_);
+  i64("rejected", rejected_);
+  i64("aborted", aborted_);
+  i64("total_input_tokens", total_input_);
+  i64("total_output_tokens", total_output_);
+  const double duration_s = completed_ > 0 && last_finish_ns_ > first_arrival_ns_
+                                ? static_cast<double>(last_finish_ns_ - first_arrival_ns_) / 1e9
+                                : 0.0;
+  f6("duration", duration_s);
+  const double inv = duration_s > 0 ? 1.0 / duration_s : 0.0;
+  f6("request_throughput", static_cast<double>(completed_) * inv);
+  f6("output_throughput", static_cast<double>(total_output_) * inv);
+  f6("total_token_throughput", static_cast<double>(total_input_ + total_output_) * inv);
+  struct Named {
+    const char* name;
+    QuantileSketch* q;
+  };
+  for (const Named& n :
+       {Named{"ttft", &ttft_}, Named{"tpot", &tpot_}, Named{"itl", &itl_}, Named{"e2el", &e2el_}}) {
+    QuantileSketch& q = *n.q;
+    f6(fmt::format("mean_{}_ms", n.name).c_str(), ns_to_ms(q.mean()));
+    f6(fmt::format("median_{}_ms", n.name).c_str(), ns_to_ms(q.percentile(50)));
+    f6(fmt::format("std_{}_ms", n.name).c_str(), ns_to_ms(q.stddev()));
+    for (int p : {50, 90, 95, 99})
+      f6(fmt::format("p{}_{}_ms", p, n.name).c_str(), ns_to_ms(q.percentile(p)));
+  }
+  f6("mean_queue_ms", ns_to_ms(queue_.mean()));
+  f6("p99_queue_ms", ns_to_ms(queue_.percentile(99)));
+  i64("prefix_cache_queries", prefix_queries_);
+  i64("prefix_cache_hits", prefix_hits_);
+  f9("prefix_cache_hit_rate",
+     prefix_queries_ ? static_cast<double>(prefix_hits_) / static_cast<double>(prefix_queries_)
+                     : 0.0);
+  f9("first_lookup_hit_rate", first_lookup_prompt_ ? static_cast<double>(first_lookup_hits_) /
+                                                         static_cast<double>(first_lookup_prompt_)
+                                                   : 0.0);
+  i64("num_preemptions", num_preemptions_);
+  i64("num_evictions", num_evictions_);
+  i64("num_blocks_allocated", num_blocks_allocated_);
+  i64("num_steps", num_steps_);
+  const double steps = num_steps_ ? static_cast<double>(num_steps_) : 1.0;
+  f9("mean_kv_cache_usage_perc", sum_usage_ / steps);
+  f9("max_kv_cache_usage_perc", max_usage_);
+  f6("mean_num_running", sum_running_ / steps);
+  f6("mean_num_waiting", sum_waiting_ / steps);
+  f6("mean_batch_size", sum_batch_size_ / steps);
+  i64("max_batch_size", max_batch_size_);
+  f6("mean_batch_tokens", sum_batch_tokens_ / steps);
+  const char* names[6] = {"token_states",           "reservation", "internal_fragmentation",
+                          "external_fragmentation", "cached_free", "free"};
+  o += "  \"kv_breakdown\": {";
+  const double rec = num_recorded_ ? static_cast<double>(num_recorded_) : 1.0;
+  for (int k = 0; k < 6; ++k) {
+    // No recorded step (cache_only mode): the pool is all free.
+    const double frac = num_recorded_ ? sum_breakdown_frac_[k] / rec : (k == 5 ? 1.0 : 0.0);
+    o += fmt::format("{}\"{}\": {:.9f}", k ? ", " : "", names[k], frac);
+  }
+  o += "}\n}\n";
+  return o;
+}
+
+std::string MetricsCollector::prometheus_text(const std::string& model_name) {
+  std::string o;
+  const std::string label = fmt::format("model_name=\"{}\"", model_name);
+  auto scalar = [&](const char* name, const char* type, const char* help, double v) {
+    o += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{{{}}} {}\n", name, help, name, type, name,
+                     label, prom_num(v));
+  };
+  auto hist = [&](const char* name, const char* help, const PromHistogram& h) {
+    o += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+    std::int64_t cum = 0;
+    for (std::size_t i = 0; i <= h.bounds.size(); ++i) {
+      cum += h.counts[i];
+      const std::string le = i < h.bounds.size() ? prom_num(h.bounds[i]) : "+Inf";
+      o += fmt::format("{}_bucket{{le=\"{}\",{}}} {}\n", name, le, label, cum);
+    }
+    o += fmt::format("{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name, label, prom_num(h.sum), name,
+                     label, h.count);
+  };
+  scalar("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+         static_cast<double>(last_running_));
+  scalar("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+         static_cast<double>(last_waiting_));
+  scalar("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage.",
+         last_usage_);
+  scalar("vllm:num_preemptions_total", "counter",
+         "Cumulative number of preemption from the engine.", static_cast<double>(num_preemptions_));
+  scalar("vllm:prefix_cache_queries_total", "counter",
+         "Prefix cache queries, in terms of number of queried tokens.",
+         static_cast<double>(prefix_queries_));
+  scalar("vllm:prefix_cache_hits_total", "counter",
+         "Prefix cache hits, in terms of number of cached tokens.",
+         static_cast<double>(prefix_hits_));
+  scalar("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+         static_cast<double>(completed_));
+  hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", h_ttft_);
+  hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.",
+       h_tpot_);
+  hist("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
+       h_e2e_);
+  hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+       h_queue_);
+  hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", h_prompt_);
+  hist("vllm:request_generation_tokens", "Number of generation tokens processed.", h_gen_);
+  return o;
+}
+
+}  // namespace kvsim

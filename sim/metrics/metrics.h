@@ -1,0 +1,163 @@
+#pragma once
+// MetricsCollector: the StepObserver that turns a run into the numbers of sim/OUTPUTS.md --
+// per-step records (steps.csv), per-request records (requests.csv, through a sink), the KV memory
+// breakdown at recorded steps and the summary statistics (summary.json, metrics.prom).
+// Memory is bounded: latency statistics keep exact samples up to QuantileSketch::kExactLimit and a
+// fixed log-linear histogram beyond.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/engine/observer.h"
+
+namespace kvsim {
+
+__extension__ typedef __int128 Int128;  // exact moment sums (GCC/Clang)
+
+/// Streaming mean / std / percentiles of non-negative integer ns values. Exact (numpy's linear
+/// interpolation) while count <= kExactLimit; afterwards percentiles come from a log-linear
+/// histogram with 1/1024 relative resolution (the bucket's midpoint). Mean and std come from exact
+/// integer sums. add() is O(1) and allocates only while the exact samples grow.
+class QuantileSketch {
+ public:
+  static constexpr std::size_t kExactLimit = std::size_t{1} << 18;
+  /// Adds `n` samples of `value_ns`.
+  void add(std::int64_t value_ns, std::int64_t n = 1);
+  std::int64_t count() const { return count_; }
+  double mean() const;
+  /// Population standard deviation (numpy's np.std), 0 when empty.
+  double stddev() const;
+  /// Percentile p in [0, 100], 0 when empty. Sorts the exact samples on first use after an add.
+  double percentile(double p);
+
+ private:
+  static std::size_t bucket_of(std::int64_t v);
+  static double bucket_mid(std::size_t b);
+  std::int64_t count_ = 0;
+  Int128 sum_ = 0, sum_sq_ = 0;
+  std::vector<std::int64_t> exact_;
+  bool sorted_ = true;
+  std::vector<std::int64_t> hist_;  // allocated when the exact limit is passed
+};
+
+/// A Prometheus histogram with fixed upper bounds (le), in the unit of its observations.
+struct PromHistogram {
+  std::vector<double> bounds;
+  std::vector<std::int64_t> counts;  // one per bound, plus +Inf
+  double sum = 0;
+  std::int64_t count = 0;
+  void init(std::vector<double> b) {
+    bounds = std::move(b);
+    counts.assign(bounds.size() + 1, 0);
+  }
+  /// Records `n` observations of `v`.
+  void observe(double v, std::int64_t n = 1);
+};
+
+/// The KV memory breakdown of one step in token slots of the pool (they sum to num_gpu_blocks *
+/// block_size): the PagedAttention paper's taxonomy, see architecture.md.
+struct KVBreakdown {
+  std::int64_t token_states = 0;
+  std::int64_t reservation = 0;
+  std::int64_t internal_fragmentation = 0;
+  std::int64_t external_fragmentation = 0;  // always 0 for paged allocation
+  std::int64_t cached_free = 0;
+  std::int64_t free = 0;
+  std::int64_t total() const {
+    return token_states + reservation + internal_fragmentation + external_fragmentation +
+           cached_free + free;
+  }
+};
+
+/// One recorded step (a steps.csv row): every steps_every-th step and the last one. Counters are
+/// summed since the previous recorded row, so the rows add up to the run's totals.
+struct StepRecord {
+  std::int64_t step = -1;  // -1: no step
+  SimTimeNs time_ns = 0;   // step start
+  SimTimeNs duration_ns = 0;
+  std::int64_t num_running = 0, num_waiting = 0, num_scheduled = 0;
+  std::int64_t prefill_tokens = 0, decode_tokens = 0, batch_tokens = 0;
+  double kv_cache_usage_perc = 0;
+  std::int64_t num_free_blocks = 0;
+  KVBreakdown slots;
+  std::int64_t prefix_queries = 0, prefix_hits = 0, preemptions = 0, evictions = 0,
+               blocks_allocated = 0;
+};
+
+/// Receives recorded steps and finished requests (the CSV writers).
+class RecordSink {
+ public:
+  virtual ~RecordSink() = default;
+  virtual void on_step_record(const StepRecord&) {}
+  virtual void on_request_record(const RequestRecord&) {}
+};
+
+/// Computes the breakdown of the pool after update_from_output. `final_kv_tokens[i]` is the number
+/// of positions request index i will ever hold K/V for (prompt + outputs - 1). `stamp`/`epoch` are
+/// scratch (one entry per block, never shrinks). O(running + shared blocks).
+KVBreakdown compute_kv_breakdown(const Scheduler& scheduler,
+                                 const std::vector<std::int64_t>& final_kv_tokens,
+                                 std::vector<std::uint32_t>& stamp, std::uint32_t& epoch);
+
+class MetricsCollector : public StepObserver {
+ public:
+  /// `final_kv_tokens` is owned by the simulator (indexed by Request::index()); `steps_every`
+  /// selects recorded steps; `sink` (may be null) receives records.
+  MetricsCollector(const std::vector<std::int64_t>* final_kv_tokens, std::int64_t steps_every,
+                   std::int64_t max_model_len, RecordSink* sink);
+
+  void on_step(const StepView& v) override;
+  void on_request_done(const RequestRecord& r) override;
+  void on_simulation_end(SimTimeNs end_ns, const Scheduler& s) override;
+
+  void on_lookup(std::int64_t query_tokens, std::int64_t hit_tokens) override;
+
+  /// summary.json text (pretty, fixed precision, deterministic). `header` holds the leading keys
+  /// (name, seed, profile, mode, block_size, num_gpu_blocks, enable_prefix_caching) pre-rendered.
+  std::string summary_json(const std::string& header);
+  /// Keep the Prometheus histograms (off by default: they cost a search per generated token).
+  void enable_prometheus(bool on) { prom_ = on; }
+  /// metrics.prom text with vLLM's metric names; `model_name` labels the series.
+  std::string prometheus_text(const std::string& model_name);
+  /// The number of requests completed so far (for progress).
+  std::int64_t completed() const { return completed_; }
+  std::int64_t rejected() const { return rejected_; }
+  std::int64_t num_steps() const { return num_steps_; }
+
+ private:
+  const std::vector<std::int64_t>* final_kv_tokens_;
+  std::int64_t steps_every_;
+  RecordSink* sink_;
+  bool prom_ = false;
+  std::vector<std::uint32_t> stamp_;
+  std::uint32_t epoch_ = 0;
+
+  // Requests.
+  std::int64_t completed_ = 0, rejected_ = 0, aborted_ = 0;
+  std::int64_t total_input_ = 0, total_output_ = 0;
+  std::int64_t first_lookup_hits_ = 0, first_lookup_prompt_ = 0;
+  SimTimeNs first_arrival_ns_ = -1, last_finish_ns_ = -1;
+  QuantileSketch ttft_, tpot_, itl_, e2el_, queue_;
+  PromHistogram h_ttft_, h_tpot_, h_e2e_, h_prompt_, h_gen_, h_queue_;
+
+  // Steps.
+  std::int64_t num_steps_ = 0;
+  double sum_usage_ = 0, max_usage_ = 0;
+  double sum_running_ = 0, sum_waiting_ = 0, sum_batch_size_ = 0, sum_batch_tokens_ = 0;
+  std::int64_t max_batch_size_ = 0;
+  std::int64_t num_recorded_ = 0;
+  std::array<double, 6> sum_breakdown_frac_{};
+  std::int64_t last_running_ = 0, last_waiting_ = 0;
+  double last_usage_ = 0;
+
+  // Counters (totals) and the state at the previous recorded step (for per-row deltas).
+  std::int64_t prefix_queries_ = 0, prefix_hits_ = 0, num_preemptions_ = 0;
+  std::int64_t num_evictions_ = 0, num_blocks_allocated_ = 0;
+  StepRecord pending_;  // the latest step not yet recorded (step -1: none), with
+                        // counters summed since the previous recorded row
+  void record_pending(const Scheduler& s);
+};
+
+}  // namespace kvsim

@@ -1,0 +1,252 @@
+#include "sim/metrics/writers.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <stdexcept>
+#include <system_error>
+
+namespace kvsim {
+namespace fs = std::filesystem;
+namespace {
+
+/// Appends the decimal text of `v` (std::to_chars: no locale, no allocation once `out` is sized).
+template <class Int>
+void append_int(std::string& out, Int v) {
+  char buf[24];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, res.ptr);
+}
+
+/// Integer ns as fixed-point seconds / milliseconds (exact, no floating point).
+void append_fixed(std::string& out, std::int64_t ns, std::int64_t unit_ns, int decimals) {
+  if (ns < 0) {
+    out += '-';
+    ns = -ns;
+  }
+  std::int64_t scale = 1;
+  for (int i = 0; i < decimals; ++i) scale *= 10;
+  // unit_ns / scale is 1 for seconds at 9 decimals and ms at 6 decimals.
+  const std::int64_t ticks = ns / (unit_ns / scale);
+  append_int(out, ticks / scale);
+  out += '.';
+  char frac[24];
+  std::int64_t f = ticks % scale;
+  for (int i = decimals - 1; i >= 0; --i, f /= 10) frac[i] = static_cast<char>('0' + f % 10);
+  out.append(frac, static_cast<std::size_t>(decimals));
+}
+void append_s(std::string& out, SimTimeNs ns) { append_fixed(out, ns, kNsPerSecond, 9); }
+void append_ms(std::string& out, SimTimeNs ns) { append_fixed(out, ns, kNsPerMs, 6); }
+void append_us(std::string& out, SimTimeNs ns) { append_fixed(out, ns, kNsPerUs, 3); }
+
+}  // namespace
+
+RunFolder::RunFolder(const fs::path& out_dir, const std::string& name) {
+  final_ = out_dir / name;
+  tmp_ = out_dir / fmt::format("{}.tmp-{}", name, static_cast<long>(::getpid()));
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec)
+    throw std::runtime_error(fmt::format("cannot create {}: {}", out_dir.string(), ec.message()));
+  fs::remove_all(tmp_, ec);
+  if (!fs::create_directory(tmp_, ec) || ec)
+    throw std::runtime_error(fmt::format("cannot create {}: {}", tmp_.string(), ec.message()));
+}
+
+RunFolder::~RunFolder() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(tmp_, ec);
+}
+
+void RunFolder::commit() {
+  std::error_code ec;
+  if (fs::exists(final_, ec)) fs::remove_all(final_, ec);
+  fs::rename(tmp_, final_, ec);
+  if (ec)
+    throw std::runtime_error(
+        fmt::format("cannot rename {} to {}: {}", tmp_.string(), final_.string(), ec.message()));
+  committed_ = true;
+}
+
+OutFile::OutFile(const fs::path& path) : path_(path.string()) {
+  if (path.empty()) return;
+  f_ = std::fopen(path_.c_str(), "wb");
+  if (!f_)
+    throw std::runtime_error(fmt::format("cannot write {}: {}", path_, std::strerror(errno)));
+  buf_.reserve(1 << 16);
+}
+
+OutFile::~OutFile() {
+  if (f_) std::fclose(f_);
+}
+
+void OutFile::write(std::string_view s) {
+  if (!f_) return;
+  buf_.append(s);
+  if (buf_.size() >= (1 << 16)) {
+    if (std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size())
+      throw std::runtime_error(fmt::format("write error on {}: {}", path_, std::strerror(errno)));
+    buf_.clear();
+  }
+}
+
+void OutFile::close() {
+  if (!f_) return;
+  const bool ok = std::fwrite(buf_.data(), 1, buf_.size(), f_) == buf_.size();
+  buf_.clear();
+  const bool closed = std::fclose(f_) == 0;
+  f_ = nullptr;
+  if (!ok || !closed)
+    throw std::runtime_error(fmt::format("write error on {}: {}", path_, std::strerror(errno)));
+}
+
+void write_text_file(const fs::path& path, std::string_view text) {
+  OutFile f(path);
+  f.write(text);
+  f.close();
+}
+
+CsvRecordWriter::CsvRecordWriter(const fs::path& requests_csv, const fs::path& steps_csv)
+    : requests_(requests_csv), steps_(steps_csv) {
+  requests_.write(
+      "request_id,arrival_s,prompt_tokens,output_tokens,first_scheduled_s,first_token_s,finish_s,"
+      "ttft_ms,tpot_ms,e2el_ms,queue_ms,first_lookup_hit_tokens,num_preemptions,finish_reason\n");
+  steps_.write(
+      "step,time_s,duration_ms,num_running,num_waiting,num_scheduled,prefill_tokens,decode_tokens,"
+      "batch_tokens,kv_cache_usage_perc,num_free_blocks,slots_token_states,slots_reservation,"
+      "slots_internal_fragmentation,slots_external_fragmentation,slots_cached_free,slots_free,"
+      "prefix_queries,prefix_hits,preemptions,evictions,blocks_allocated\n");
+  line_.reserve(512);
+}
+
+void CsvRecordWriter::on_request_record(const RequestRecord& r) {
+  std::string& l = line_;
+  l.clear();
+  append_int(l, r.request_id);
+  l += ',';
+  append_s(l, r.arrival_ns);
+  l += ',';
+  append_int(l, r.prompt_tokens);
+  l += ',';
+  append_int(l, r.output_tokens);
+  l += ',';
+  const bool timed = r.first_token_ns >= 0;
+  if (r.first_scheduled_ns >= 0) append_s(l, r.first_scheduled_ns);
+  l += ',';
+  if (timed) append_s(l, r.first_token_ns);
+  l += ',';
+  if (r.finish_ns >= 0 && r.reason != FinishReason::kRejected) append_s(l, r.finish_ns);
+  l += ',';
+  if (timed) append_ms(l, r.first_token_ns - r.arrival_ns);
+  l += ',';
+  if (timed && r.output_tokens > 1 && r.finish_ns >= 0)
+    append_ms(l, (r.finish_ns - r.first_token_ns) / (r.output_tokens - 1));
+  l += ',';
+  if (timed && r.finish_ns >= 0) append_ms(l, r.finish_ns - r.arrival_ns);
+  l += ',';
+  if (r.first_scheduled_ns >= 0 && timed) append_ms(l, r.first_scheduled_ns - r.arrival_ns);
+  l += ',';
+  append_int(l, r.first_lookup_hit_tokens);
+  l += ',';
+  append_int(l, r.num_preemptions);
+  l += ',';
+  l += finish_reason_name(r.reason);
+  l += '\n';
+  requests_.write(l);
+}
+
+void CsvRecordWriter::on_step_record(const StepRecord& r) {
+  std::string& l = line_;
+  l.clear();
+  append_int(l, r.step);
+  l += ',';
+  append_s(l, r.time_ns);
+  l += ',';
+  append_ms(l, r.duration_ns);
+  for (std::int64_t v : {r.num_running, r.num_waiting, r.num_scheduled, r.prefill_tokens,
+                         r.decode_tokens, r.batch_tokens}) {
+    l += ',';
+    append_int(l, v);
+  }
+  // Usage as a fixed 6-decimal fraction (micro-units, rounded half up).
+  l += ',';
+  append_fixed(l, static_cast<std::int64_t>(r.kv_cache_usage_perc * 1e6 + 0.5), 1'000'000, 6);
+  for (std::int64_t v : {std::int64_t{r.num_free_blocks}, r.slots.token_states, r.slots.reservation,
+                         r.slots.internal_fragmentation, r.slots.external_fragmentation,
+                         r.slots.cached_free, r.slots.free, r.prefix_queries, r.prefix_hits,
+                         r.preemptions, r.evictions, r.blocks_allocated}) {
+    l += ',';
+    append_int(l, v);
+  }
+  l += '\n';
+  steps_.write(l);
+}
+
+void CsvRecordWriter::close() {
+  requests_.close();
+  steps_.close();
+}
+
+TraceJsonWriter::TraceJsonWriter(const fs::path& path) : file_(path) {
+  file_.write("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+  event(R"({"name":"process_name","ph":"M","pid":1,"args":{"name":"kvsim engine"}})");
+  event(R"({"name":"thread_name","ph":"M","pid":1,"tid":1,"args":{"name":"steps"}})");
+}
+
+void TraceJsonWriter::event(const std::string& json) {
+  if (!first_) file_.write(",\n");
+  first_ = false;
+  file_.write(json);
+}
+
+void TraceJsonWriter::on_step_begin(const StepView& v) {
+  const SchedulerOutput& out = *v.out;
+  const Scheduler& s = *v.scheduler;
+  ts_.clear();
+  append_us(ts_, v.start_ns);
+  dur_.clear();
+  append_us(dur_, v.end_ns - v.start_ns);
+  auto put = [this]<class... A>(fmt::format_string<A...> f, A&&... args) {
+    line_.clear();
+    fmt::format_to(std::back_inserter(line_), f, std::forward<A>(args)...);
+    event(line_);
+  };
+  put(R"({{"name":"step","ph":"X","pid":1,"tid":1,"ts":{},"dur":{},"args":{{"step":{},"num_scheduled":{},"prefill_tokens":{},"decode_tokens":{},"preempted":{}}}}})",
+      ts_, dur_, v.step, out.scheduled.size(), v.prefill_tokens, v.decode_tokens,
+      out.preempted.size());
+  put(R"({{"name":"kv_cache_usage_perc","ph":"C","pid":1,"ts":{},"args":{{"usage":{:.6f}}}}})", ts_,
+      s.kv_cache_manager().usage());
+  put(R"({{"name":"queues","ph":"C","pid":1,"ts":{},"args":{{"running":{},"waiting":{}}}}})", ts_,
+      s.running().size(), v.num_waiting);
+  for (const Request* r : out.preempted) {
+    const auto idx = static_cast<std::size_t>(r->index());
+    const std::uint64_t id = idx < v.request_id_of_index.size() ? v.request_id_of_index[idx] : 0;
+    put(R"({{"name":"preemption","ph":"i","s":"t","pid":1,"tid":1,"ts":{},"args":{{"request_id":{}}}}})",
+        ts_, id);
+  }
+}
+
+void TraceJsonWriter::close() {
+  file_.write("\n]}\n");
+  file_.close();
+}
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kRejected:
+      return "rejected";
+  }
+  return "?";
+}
+
+}  // namespace kvsim

@@ -1,0 +1,84 @@
+#pragma once
+// The run folder of sim/OUTPUTS.md: a temporary folder renamed into place when complete, and the
+// writers of its files. CSV rows are streamed through a buffered file, so memory does not grow
+// with the number of requests or steps. Every number has a fixed format: same run => same bytes.
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "sim/metrics/metrics.h"
+#include "sim/engine/observer.h"
+
+namespace kvsim {
+
+/// `<out>/<name>.tmp-<pid>/` while the run writes; commit() renames it to `<out>/<name>/`
+/// (replacing an older folder of that name). Destroyed uncommitted, it removes the temp folder.
+class RunFolder {
+ public:
+  RunFolder(const std::filesystem::path& out_dir, const std::string& name);
+  ~RunFolder();
+  RunFolder(const RunFolder&) = delete;
+  RunFolder& operator=(const RunFolder&) = delete;
+
+  const std::filesystem::path& tmp_path() const { return tmp_; }
+  const std::filesystem::path& final_path() const { return final_; }
+  std::filesystem::path file(std::string_view name) const { return tmp_ / std::string(name); }
+  /// Renames the temp folder into place. Throws std::runtime_error on failure.
+  void commit();
+
+ private:
+  std::filesystem::path tmp_, final_;
+  bool committed_ = false;
+};
+
+/// A buffered output file; write errors surface as std::runtime_error (at the latest in close()).
+class OutFile {
+ public:
+  explicit OutFile(const std::filesystem::path& path);
+  ~OutFile();
+  OutFile(const OutFile&) = delete;
+  OutFile& operator=(const OutFile&) = delete;
+  void write(std::string_view s);
+  void close();
+
+ private:
+  std::FILE* f_ = nullptr;
+  std::string path_;
+  std::string buf_;
+};
+
+/// Writes `text` to `path` in one go; throws std::runtime_error on failure.
+void write_text_file(const std::filesystem::path& path, std::string_view text);
+
+/// requests.csv and steps.csv, streamed (either may be disabled by passing an empty path).
+class CsvRecordWriter : public RecordSink {
+ public:
+  CsvRecordWriter(const std::filesystem::path& requests_csv,
+                  const std::filesystem::path& steps_csv);
+  void on_step_record(const StepRecord& r) override;
+  void on_request_record(const RequestRecord& r) override;
+  void close();
+
+ private:
+  OutFile requests_, steps_;
+  std::string line_;
+};
+
+/// trace.json (Chrome / Perfetto trace events): one complete event per step, counters for KV
+/// usage and queue lengths, an instant event per preemption. Timestamps in microseconds.
+class TraceJsonWriter : public StepObserver {
+ public:
+  explicit TraceJsonWriter(const std::filesystem::path& path);
+  void on_step_begin(const StepView& v) override;
+  void close();
+
+ private:
+  void event(const std::string& json);
+  OutFile file_;
+  bool first_ = true;
+  std::string line_, ts_, dur_;  // reused: no allocation per step
+};
+
+}  // namespace kvsim

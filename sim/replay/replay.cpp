@@ -1,0 +1,459 @@
+#include "sim/replay/replay.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kvsim {
+
+namespace {
+using Index = JsonLine::Index;
+using Type = JsonLine::Type;
+
+const char* alloc_error(AllocStatus s) {
+  switch (s) {
+    case AllocStatus::kZeroTokens:
+      return "ValueError: num_tokens must be greater than 0";
+    case AllocStatus::kHitsWithoutCache:
+      return "AssertionError: Computed blocks should be empty when prefix caching is disabled";
+    case AllocStatus::kBeyondMaxBlocks:
+      return "AssertionError: num_new_blocks > 0 (request beyond max_model_len)";
+    case AllocStatus::kMissingTokens:
+      return "AssertionError: a block to cache has fewer than block_size tokens";
+    case AllocStatus::kBadPrevBlock:
+      return "AssertionError: inconsistent block hashes in _cache_full_blocks";
+    default:
+      return "RuntimeError: allocation failed";
+  }
+}
+
+}  // namespace
+
+OpReplayer::OpReplayer() : OpReplayer(Options{}) {}
+OpReplayer::OpReplayer(Options options) : options_(options) {}
+OpReplayer::~OpReplayer() { reset(); }
+
+bool OpReplayer::process_line(std::string_view line, OutBuf& out) {
+  if (line.find_first_not_of(" \t\r\n") == std::string_view::npos) return false;
+  const std::size_t mark = out.size();
+  JsonWriter w(out);
+  try {
+    if (!json_.parse(line)) throw OpError{"JSONDecodeError: " + json_.error()};
+    if (json_[JsonLine::root()].type != Type::kObject)
+      throw OpError{"TypeError: op is not an object"};
+    const Index op = json_.find(JsonLine::root(), "op");
+    if (op == JsonLine::kNone || json_[op].type != Type::kString)
+      throw OpError{"KeyError: missing string field 'op'"};
+    dispatch(json_[op].s, w);
+    if (options_.check_invariants) check_all_invariants();
+  } catch (const OpError& e) {
+    out.truncate(mark);
+    JsonWriter ew(out);
+    ew.begin_object().key("error").value(std::string_view(e.message)).end_object();
+    ++num_errors_;
+  }
+  out.put('\n');
+  return true;
+}
+
+bool OpReplayer::process_line(std::string_view line, std::string& out) {
+  string_out_.clear();
+  const bool answered = process_line(line, string_out_);
+  out.append(string_out_.view());
+  return answered;
+}
+
+void OpReplayer::dispatch(std::string_view op, JsonWriter& w) {
+  if (op == "allocate_slots") return op_allocate_slots(w);
+  if (op == "set_num_computed_tokens") return op_set_num_computed_tokens(w);
+  if (op == "get_computed_blocks") return op_get_computed_blocks(w);
+  if (op == "add_request") return op_add_request(w);
+  if (op == "append_output") return op_append_output(w);
+  if (op == "schedule") return op_schedule(w);
+  if (op == "update") return op_update(w);
+  if (op == "finish") return op_free(w, true);
+  if (op == "free") return op_free(w, false);
+  if (op == "abort") return op_abort(w);
+  if (op == "snapshot") return op_snapshot(w);
+  if (op == "req_info") return op_req_info(w);
+  if (op == "get_num_common_prefix_blocks") return op_common_prefix(w);
+  if (op == "reset_prefix_cache") return op_reset_prefix_cache(w);
+  if (op == "init") return op_init(w);
+  if (op == "sched_init") return op_sched_init(w);
+  if (op == "comment") {
+    w.begin_object().end_object();
+    return;
+  }
+  throw OpError{"ValueError: unknown op '" + std::string(op) + "'"};
+}
+
+// ---- field access -------------------------------------------------------------------------
+
+Index OpReplayer::field(std::string_view key) const {
+  const Index i = json_.find(JsonLine::root(), key);
+  if (i == JsonLine::kNone) throw OpError{"KeyError: missing field '" + std::string(key) + "'"};
+  return i;
+}
+
+std::int64_t OpReplayer::int_value(Index i, std::string_view what) const {
+  const auto& v = json_[i];
+  if (v.type == Type::kInt) return v.i;
+  if (v.type == Type::kDouble && v.d == static_cast<double>(static_cast<std::int64_t>(v.d)) &&
+      std::abs(v.d) < 9.0e18)
+    return static_cast<std::int64_t>(v.d);
+  throw OpError{"TypeError: '" + std::string(what) + "' must be an integer"};
+}
+
+std::int64_t OpReplayer::get_int(std::string_view key) const { return int_value(field(key), key); }
+
+std::int64_t OpReplayer::get_int_or(std::string_view key, std::int64_t dflt) const {
+  const Index i = json_.find(JsonLine::root(), key);
+  return json_.is_null_or_absent(i) ? dflt : int_value(i, key);
+}
+
+bool OpReplayer::get_bool_or(std::string_view key, bool dflt) const {
+  const Index i = json_.find(JsonLine::root(), key);
+  if (json_.is_null_or_absent(i)) return dflt;
+  if (json_[i].type != Type::kBool)
+    throw OpError{"TypeError: '" + std::string(key) + "' must be a boolean"};
+  return json_[i].b;
+}
+
+std::string_view OpReplayer::get_string(std::string_view key) const {
+  const Index i = field(key);
+  if (json_[i].type != Type::kString)
+    throw OpError{"TypeError: '" + std::string(key) + "' must be a string"};
+  return json_[i].s;
+}
+
+void OpReplayer::read_tokens(Index arr, std::vector<Token>& out) const {
+  out.clear();
+  if (json_[arr].type != Type::kArray) throw OpError{"TypeError: token list must be an array"};
+  for (Index e = JsonLine::first_child(arr), k = 0; k < json_[arr].size; ++k, e = json_.next(e)) {
+    const std::int64_t t = int_value(e, "token");
+    if (t < std::numeric_limits<Token>::min() || t > std::numeric_limits<Token>::max())
+      throw OpError{"ValueError: token id out of the 32-bit range"};
+    out.push_back(static_cast<Token>(t));
+  }
+}
+
+Request& OpReplayer::live_request(std::string_view id) {
+  const auto it = live_.find(id);
+  if (it == live_.end()) throw OpError{"KeyError: unknown request '" + std::string(id) + "'"};
+  return *requests_[static_cast<std::size_t>(it->second)];
+}
+
+// Ops that drive the manager directly would corrupt the scheduler's state in sched mode.
+void OpReplayer::require_kvm_mode(const char* op) const {
+  if (mode_ != Mode::kKvm)
+    throw OpError{std::string("RuntimeError: ") + op + " needs kvm mode (an init op)"};
+}
+
+KVCacheManager& OpReplayer::manager() {
+  if (mode_ == Mode::kKvm) return *kvm_;
+  if (mode_ == Mode::kSched) return sched_->kv_cache_manager();
+  throw OpError{"RuntimeError: no init op yet"};
+}
+
+void OpReplayer::forget(std::int64_t index) {
+  live_.erase(names_[static_cast<std::size_t>(index)]);
+  requests_[static_cast<std::size_t>(index)].reset();
+}
+
+void OpReplayer::write_blocks(JsonWriter& w, const std::vector<BlockId>& blocks) const {
+  w.begin_array();
+  for (BlockId b : blocks) w.value(std::int64_t{to_int(b)});
+  w.end_array();
+}
+
+void OpReplayer::write_queues(JsonWriter& w) const {
+  w.key("running").begin_array();
+  for (const Request* r : sched_->running()) w.value(name_of(*r));
+  w.end_array().key("waiting").begin_array();
+  for (const Request* r : sched_->waiting()) w.value(name_of(*r));
+  w.end_array();
+}
+
+void OpReplayer::check_all_invariants() const {
+  if (mode_ == Mode::kSched) {
+    sched_->check_invariants();
+  } else if (mode_ == Mode::kKvm) {
+    std::vector<const Request*> live;
+    for (const auto& r : requests_)
+      if (r) live.push_back(r.get());
+    kvm_->check_invariants(live);
+  }
+}
+
+// ---- init ---------------------------------------------------------------------------------
+
+KVCacheConfig OpReplayer::read_kv_config() const {
+  const std::int64_t bs = get_int("block_size");
+  const std::int64_t blocks = get_int("num_gpu_blocks");
+  const std::int64_t max_len = get_int("max_model_len");
+  const bool caching = get_bool_or("enable_caching", true);
+  const std::int64_t prealloc = get_int_or("num_preallocate_tokens", 64);
+  if (bs <= 0 || bs > (1 << 20)) throw OpError{"ValueError: block_size must be in 1..2^20"};
+  if (blocks <= 0 || blocks > (1 << 28))
+    throw OpError{"ValueError: num_gpu_blocks must be in 1..2^28"};
+  if (max_len <= 0) throw OpError{"ValueError: max_model_len must be > 0"};
+  if (prealloc < 0) throw OpError{"ValueError: num_preallocate_tokens must be >= 0"};
+  KVCacheConfig c;
+  c.block_size = static_cast<std::int32_t>(bs);
+  c.num_gpu_blocks = static_cast<std::int32_t>(blocks);
+  c.max_model_len = max_len;
+  c.enable_caching = caching;
+  c.num_preallocate_tokens = prealloc;
+  return c;
+}
+
+void OpReplayer::reset() {
+  // Requests hold hash references into the manager: drop them before the manager goes.
+  requests_.clear();
+  names_.clear();
+  live_.clear();
+  kvm_.reset();
+  sched_.reset();
+  schedule_pending_ = false;
+}
+
+void OpReplayer::op_init(JsonWriter& w) {
+  const KVCacheConfig c = read_kv_config();
+  reset();
+  kvm_ = std::make_unique<KVCacheManager>(c);
+  mode_ = Mode::kKvm;
+  w.begin_object().end_object();
+}
+
+void OpReplayer::op_sched_init(JsonWriter& w) {
+  const KVCacheConfig c = read_kv_config();
+  SchedulerConfig sc;
+  sc.max_model_len = c.max_model_len;
+  sc.max_num_seqs = get_int("max_num_seqs");
+  sc.max_num_batched_tokens = get_int("max_num_batched_tokens");
+  if (sc.max_num_seqs <= 0 || sc.max_num_batched_tokens <= 0)
+    throw OpError{"ValueError: max_num_seqs and max_num_batched_tokens must be > 0"};
+  reset();
+  sched_ = std::make_unique<Scheduler>(sc, c);
+  mode_ = Mode::kSched;
+  w.begin_object().end_object();
+}
+
+// ---- requests -----------------------------------------------------------------------------
+
+void OpReplayer::op_add_request(JsonWriter& w) {
+  if (mode_ == Mode::kNone) throw OpError{"RuntimeError: no init op yet"};
+  const std::string_view id = get_string("id");
+  if (live_.count(id)) throw OpError{"ValueError: request '" + std::string(id) + "' is live"};
+  std::vector<Token> prompt;
+  read_tokens(field("prompt"), prompt);
+  SamplingLimits lim;
+  lim.max_tokens = get_int_or("max_tokens", 16);
+  if (lim.max_tokens < 1) throw OpError{"ValueError: max_tokens must be at least 1"};
+  const std::int64_t eos = get_int_or("eos_token_id", std::numeric_limits<std::int64_t>::min());
+  if (eos != std::numeric_limits<std::int64_t>::min()) lim.eos_token_id = static_cast<Token>(eos);
+  lim.ignore_eos = get_bool_or("ignore_eos", false);
+  const Index stops = json_.find(JsonLine::root(), "stop_token_ids");
+  if (!json_.is_null_or_absent(stops)) read_tokens(stops, lim.stop_token_ids);
+
+  std::vector<MMPlaceholder> mm;
+  const Index pos = json_.find(JsonLine::root(), "mm_positions");
+  if (!json_.is_null_or_absent(pos)) {
+    if (json_[pos].type != Type::kArray) throw OpError{"TypeError: mm_positions must be a list"};
+    for (Index e = JsonLine::first_child(pos), k = 0; k < json_[pos].size; ++k, e = json_.next(e)) {
+      const Index off = json_.find(e, "offset");
+      const Index len = json_.find(e, "length");
+      if (off == JsonLine::kNone || len == JsonLine::kNone)
+        throw OpError{"KeyError: mm_positions entries need 'offset' and 'length'"};
+      mm.push_back({int_value(off, "offset"), int_value(len, "length"), {}});
+    }
+    const Index hashes = json_.find(JsonLine::root(), "mm_hashes");
+    if (json_.is_null_or_absent(hashes) || json_[hashes].type != Type::kArray ||
+        json_[hashes].size != mm.size())
+      throw OpError{"ValueError: mm_positions and mm_hashes must have the same length"};
+    std::size_t k = 0;
+    for (Index e = JsonLine::first_child(hashes); k < mm.size(); ++k, e = json_.next(e)) {
+      if (json_[e].type != Type::kString) throw OpError{"TypeError: mm_hashes must be strings"};
+      mm[k].hash = std::string(json_[e].s);
+    }
+  }
+  const auto index = static_cast<std::int64_t>(requests_.size());
+  requests_.push_back(
+      std::make_unique<Request>(index, std::move(prompt), std::move(lim), std::move(mm)));
+  names_.emplace_back(id);
+  live_.emplace(names_.back(), index);
+  if (mode_ == Mode::kSched) sched_->add_request(*requests_.back());
+  w.begin_object().end_object();
+}
+
+void OpReplayer::op_get_computed_blocks(JsonWriter& w) {
+  require_kvm_mode("get_computed_blocks");
+  KVCacheManager& kv = manager();
+  Request& r = live_request(get_string("id"));
+  const std::int64_t n = kv.get_computed_blocks(r, scratch_blocks_);
+  w.begin_object().key("blocks");
+  write_blocks(w, scratch_blocks_);
+  w.key("num_computed_tokens").value(n).end_object();
+}
+
+void OpReplayer::op_allocate_slots(JsonWriter& w) {
+  require_kvm_mode("allocate_slots");
+  KVCacheManager& kv = manager();
+  Request& r = live_request(get_string("id"));
+  const std::int64_t n = get_int("num_tokens");
+  if (n < 0) throw OpError{"ValueError: num_tokens must be greater than 0"};
+  scratch_blocks_.clear();
+  const Index hits = json_.find(JsonLine::root(), "new_computed_blocks");
+  if (!json_.is_null_or_absent(hits)) {
+    if (json_[hits].type != Type::kArray)
+      throw OpError{"TypeError: new_computed_blocks must be a list"};
+    for (Index e = JsonLine::first_child(hits), k = 0; k < json_[hits].size;
+         ++k, e = json_.next(e)) {
+      const std::int64_t b = int_value(e, "block id");
+      if (b < 0 || b >= kv.pool().num_blocks()) throw OpError{"IndexError: block id out of range"};
+      scratch_blocks_.push_back(BlockId{static_cast<std::int32_t>(b)});
+    }
+  }
+  const AllocResult res = kv.allocate_slots(r, n, scratch_blocks_);
+  if (res.status == AllocStatus::kNoFreeBlocks) {
+    w.begin_object().key("blocks").null().end_object();
+    return;
+  }
+  if (!res.ok()) throw OpError{alloc_error(res.status)};
+  w.begin_object().key("blocks").begin_array();
+  const auto& table = r.blocks;
+  for (std::size_t i = table.size() - static_cast<std::size_t>(res.num_new_blocks);
+       i < table.size(); ++i)
+    w.value(std::int64_t{to_int(table[i])});
+  w.end_array().end_object();
+}
+
+void OpReplayer::op_append_output(JsonWriter& w) {
+  require_kvm_mode("append_output");
+  Request& r = live_request(get_string("id"));
+  read_tokens(field("tokens"), scratch_tokens_);
+  for (Token t : scratch_tokens_) r.append_output_token(t);
+  w.begin_object().end_object();
+}
+
+void OpReplayer::op_set_num_computed_tokens(JsonWriter& w) {
+  require_kvm_mode("set_num_computed_tokens");
+  Request& r = live_request(get_string("id"));
+  const std::int64_t n = get_int("n");
+  if (n < 0) throw OpError{"ValueError: n must be >= 0"};
+  r.num_computed_tokens = n;
+  w.begin_object().end_object();
+}
+
+void OpReplayer::op_free(JsonWriter& w, bool forget_request) {
+  require_kvm_mode(forget_request ? "finish" : "free");
+  const std::string_view id = get_string("id");
+  Request& r = live_request(id);
+  kvm_->free(r);
+  if (forget_request) {
+    kvm_->release_request(r);
+    forget(r.index());
+  }
+  w.begin_object().end_object();
+}
+
+void OpReplayer::op_common_prefix(JsonWriter& w) {
+  KVCacheManager& kv = manager();
+  Request& r = live_request(get_string("id"));
+  const std::int64_t num_running = get_int("num_running");
+  r.status = RequestStatus::kRunning;
+  w.begin_object().key("n").value(std::int64_t{kv.get_num_common_prefix_blocks(r, num_running)});
+  w.end_object();
+}
+
+void OpReplayer::op_reset_prefix_cache(JsonWriter& w) {
+  const bool ok = manager().reset_prefix_cache();
+  w.begin_object().key("ok").value(ok).end_object();
+}
+
+void OpReplayer::op_req_info(JsonWriter& w) {
+  KVCacheManager& kv = manager();
+  const Request& r = live_request(get_string("id"));
+  w.begin_object();
+  w.key("num_tokens").value(r.num_tokens());
+  w.key("num_computed_tokens").value(r.num_computed_tokens);
+  w.key("num_output_tokens").value(r.num_output_tokens());
+  w.key("num_block_hashes").value(static_cast<std::int64_t>(r.block_hashes.size()));
+  w.key("block_hash_extra_keys").begin_array();
+  for (HashId h : r.block_hashes) {
+    const ExtraKeysId e = kv.hashes().extra(h);
+    if (e == kExtraNone) {
+      w.null();
+      continue;
+    }
+    w.begin_array();
+    for (const std::string& s : kv.hashes().extra_strings(e)) w.value(std::string_view(s));
+    w.end_array();
+  }
+  w.end_array();
+  w.key("blocks");
+  write_blocks(w, r.blocks);
+  w.end_object();
+}
+
+void OpReplayer::op_snapshot(JsonWriter& w) {
+  KVCacheManager& kv = manager();
+  const BlockPool& pool = kv.pool();
+  const bool brief = get_bool_or("brief", false);
+  w.begin_object();
+  w.key("num_free_blocks").value(std::int64_t{pool.num_free_blocks()});
+  w.key("usage").value(kv.usage());
+  w.key("num_cached_hashes").value(pool.num_cached_hashes());
+  w.key("num_cached_blocks").value(pool.num_cached_blocks());
+  // Groups of blocks sharing one hash (size >= 2), sorted by their first id.
+  std::vector<std::vector<BlockId>> groups;
+  for (std::int32_t b = 0; b < pool.num_blocks(); ++b) {
+    const KVCacheBlock& blk = pool.block(BlockId{b});
+    if (blk.block_hash == kNoHash || blk.hash_prev != kNoBlock || blk.hash_next == kNoBlock)
+      continue;
+    groups.emplace_back();
+    pool.cached_blocks_of(blk.block_hash, groups.back());
+  }
+  std::sort(groups.begin(), groups.end(),
+            [](const auto& a, const auto& b) { return to_int(a.front()) < to_int(b.front()); });
+  w.key("dup_hashes").begin_array();
+  for (const auto& g : groups) write_blocks(w, g);
+  w.end_array();
+  w.key("req_blocks").begin_object();
+  for (std::size_t i = 0; i < requests_.size(); ++i) {
+    if (!requests_[i] || requests_[i]->blocks.empty()) continue;
+    w.key(names_[i]);
+    write_blocks(w, requests_[i]->blocks);
+  }
+  w.end_object();
+  if (!brief) {
+    w.key("free_queue").begin_array();
+    for (const KVCacheBlock& blk : pool.free_queue()) w.value(std::int64_t{to_int(pool.id_of(blk))});
+    w.end_array();
+    w.key("cached_block_ids").begin_array();
+    for (std::int32_t b = 0; b < pool.num_blocks(); ++b)
+      if (pool.block(BlockId{b}).block_hash != kNoHash) w.value(std::int64_t{b});
+    w.end_array();
+    w.key("ref_cnts").begin_array();
+    for (std::int32_t b = 0; b < pool.num_blocks(); ++b)
+      w.value(std::int64_t{pool.block(BlockId{b}).ref_cnt});
+    w.end_array();
+  }
+  if (mode_ == Mode::kSched) {
+    write_queues(w);
+    w.key("requests").begin_object();
+    for (std::size_t i = 0; i < requests_.size(); ++i) {
+      if (!requests_[i]) continue;
+      const Request& r = *requests_[i];
+      w.key(names_[i]).begin_object();
+      w.key("num_tokens").value(r.num_tokens());
+      w.key("num_computed_tokens").value(r.num_computed_tokens);
+      w.key("num_output_tokens").value(r.num_output_tokens());
+      w.key("status").value(status_name(r.status));
+      w.end_object();
+    }
+    w.end_object();
+  }
+  w.end_object();
+}
+
+}  // namespace kvsim

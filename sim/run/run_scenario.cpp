@@ -1,0 +1,87 @@
+// run_scenario: a scenario's run folder from start to end (the latency model, the simulator, its
+// observers and the files they write), and the default step-time function.
+#include "sim/run/run_scenario.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "sim/engine/latency_model.h"
+#include "sim/metrics/metrics.h"
+#include "sim/metrics/writers.h"
+
+namespace kvsim {
+
+StepTimeFn make_step_time(const Scenario& scenario) {
+  if (!scenario.model)
+    throw ConfigError(scenario.file +
+                      ": model: required in timed mode (the latency model needs it)");
+  std::shared_ptr<const LatencyModel> model = make_latency_model(
+      scenario.latency, scenario.ctx().child("latency"), *scenario.model, scenario.hardware.gpu,
+      static_cast<int>(scenario.hardware.tensor_parallel_size));
+  return [model](const StepView& v) {
+    BatchFeatures b;
+    b.num_seqs = static_cast<std::int64_t>(v.out->scheduled.size());
+    b.prefill_tokens = v.prefill_tokens;
+    b.decode_tokens = v.decode_tokens;
+    b.sum_context_tokens = v.sum_context_tokens;
+    b.sum_context_sq = v.sum_context_sq;
+    b.num_prefill_seqs = v.num_prefill_seqs;
+    b.attention_pairs = v.attention_pairs;
+    return model->step_time_ns(b);
+  };
+}
+
+RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& out_dir,
+                       const RunOptions& options) {
+  // Everything that can reject the input happens before the folder exists.
+  std::unique_ptr<RequestSource> source =
+      make_request_source(scenario.workload, scenario.ctx().child("workload"), scenario.seed,
+                          scenario_vocab_size(scenario));
+  StepTimeFn step_time = options.step_time;
+  if (!step_time && scenario.engine.mode == EngineConfig::Mode::kTimed)
+    step_time = make_step_time(scenario);
+
+  RunFolder folder(out_dir, scenario.name);
+  write_text_file(folder.file("config.resolved.yaml"), resolved_yaml(scenario));
+  CsvRecordWriter csv(folder.file("requests.csv"), folder.file("steps.csv"));
+  Simulator sim(scenario, *source, std::move(step_time));
+  MetricsCollector metrics(&sim.final_kv_tokens(), scenario.outputs.steps_every,
+                           scenario.scheduler.max_model_len, &csv);
+  metrics.enable_prometheus(scenario.outputs.metrics_prom);
+  sim.attach(&metrics);
+  std::unique_ptr<TraceJsonWriter> trace;
+  if (scenario.outputs.trace_json) {
+    trace = std::make_unique<TraceJsonWriter>(folder.file("trace.json"));
+    sim.attach(trace.get());
+  }
+  sim.set_check_invariants(options.check_invariants);
+  sim.set_interrupt_flag(options.interrupt);
+  if (options.progress) sim.set_progress(options.progress, options.progress_every_events);
+  sim.run();
+
+  csv.close();
+  if (trace) trace->close();
+  const std::string header = fmt::format(
+      "  \"name\": {},\n  \"seed\": {},\n  \"profile\": \"{}\",\n  \"mode\": \"{}\",\n"
+      "  \"block_size\": {},\n  \"num_gpu_blocks\": {},\n  \"enable_prefix_caching\": {},\n",
+      nlohmann::json(scenario.name).dump(), scenario.seed, scenario.engine.profile,
+      mode_name(scenario.engine.mode), scenario.cache.sizing.block_size, scenario.num_gpu_blocks,
+      scenario.cache.enable_prefix_caching ? "true" : "false");
+  RunResult result;
+  result.summary_json = metrics.summary_json(header);
+  write_text_file(folder.file("summary.json"), result.summary_json);
+  if (scenario.outputs.metrics_prom) {
+    const std::string model = scenario.model ? scenario.model->name : scenario.name;
+    write_text_file(folder.file("metrics.prom"), metrics.prometheus_text(model));
+  }
+  folder.commit();
+  result.folder = folder.final_path();
+  result.num_steps = sim.num_steps();
+  result.requests_done = sim.requests_done();
+  result.end_ns = sim.now();
+  return result;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,42 @@
+#pragma once
+// run_scenario: one scenario's run folder from start to end: the request source, the latency
+// model, the simulator, its observers (metrics, writers) and the files they write. The top of
+// sim/: it wires the rooms below it together.
+
+#include <csignal>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "sim/engine/simulator.h"
+
+namespace kvsim {
+
+/// How run_scenario runs.
+struct RunOptions {
+  bool check_invariants = false;
+  std::function<void(const SimProgress&)> progress;  // empty: no progress reports
+  std::uint64_t progress_every_events = 1 << 15;
+  StepTimeFn step_time;                                   // empty: the scenario's latency model
+  const volatile std::sig_atomic_t* interrupt = nullptr;  // see Simulator::set_interrupt_flag
+};
+
+/// What run_scenario produced.
+struct RunResult {
+  std::filesystem::path folder;  // the committed run folder
+  std::string summary_json;      // the text of summary.json
+  std::int64_t num_steps = 0;
+  std::int64_t requests_done = 0;
+  SimTimeNs end_ns = 0;
+};
+
+/// Runs `scenario` into `<out_dir>/<name>/` (written as `<name>.tmp-<pid>` and renamed when
+/// complete; removed on any error): summary.json, requests.csv, steps.csv, config.resolved.yaml,
+/// and trace.json / metrics.prom when the scenario asks. Throws ConfigError (bad workload or
+/// latency section, bad trace row), RunError (a request that can never fit) or
+/// std::runtime_error (I/O).
+RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& out_dir,
+                       const RunOptions& options = {});
+
+}  // namespace kvsim

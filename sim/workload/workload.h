@@ -1,0 +1,125 @@
+#pragma once
+// Request sources: the synthetic generator and the trace readers behind one interface. Sources are
+// lazy: they hold only what the next request needs (and, for multi-turn sessions, the turn counts
+// of live sessions), so memory is bounded by live requests, never by trace length. A request's
+// prompt tokens exist only while the scheduler may look at it (RequestSpec::deferred): a waiting
+// queue thousands deep holds segments, not tokens.
+//
+// Token ids are pseudo-random and deterministic: token j of a content stream keyed by k is
+// pseudo_token(k, j, vocab): x = splitmix64(k + (j / 2) * 0x9e3779b97f4a7c15), then the low (j
+// even) or high (j odd) 32 bits of x scaled to [0, vocab) by a multiply-high. Keys: each request's
+// own text, each system prompt, each few-shot template, each trace prefix group and each Mooncake
+// hash id have their own, so equal content gives equal tokens and different content (practically)
+// never shares a block.
+//
+// Scenario keys of `workload:` (see make_request_source, and docs in synthetic_workload.h and
+// trace_readers.h).
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "sim/common/sim_types.h"
+#include "sim/common/yaml_util.h"
+
+namespace kvsim {
+
+/// `count` tokens of the content stream `key` (tokens [0, count), see pseudo_token).
+struct PromptSegment {
+  std::uint64_t key = 0;
+  std::int64_t count = 0;
+};
+
+struct RequestSpec {
+  std::uint64_t id = 0;  // dense 0,1,2,... in creation order
+  SimTimeNs arrival_ns = 0;
+  // The prompt's token ids: `prompt`, then the content-stream segments of `deferred` (tokens in
+  // [0, deferred_vocab)). The trace readers and the synthetic generator defer their prompts, so
+  // that a request waiting behind a long queue holds a few segments, not its tokens: call
+  // materialize_prompt() before reading the tokens. (A follow-up turn's prompt is eager.)
+  std::vector<std::int32_t> prompt;
+  std::vector<PromptSegment> deferred;
+  std::int32_t deferred_vocab = 0;
+  std::int64_t deferred_tokens = 0;  // sum of the deferred segments' counts
+  // Output length. With ignore_eos (the benchmarks' way) it is vLLM's max_tokens. Otherwise, when
+  // eos_token_id is set, it is where the model stops: generated token max_tokens - 1 is the EOS
+  // token and the request's max_tokens is vLLM's default (max_model_len - prompt), so it
+  // finishes with reason "stop".
+  std::int32_t max_tokens = 1;
+  bool ignore_eos = true;
+  std::optional<std::int32_t> eos_token_id;
+  std::uint64_t output_seed = 0;   // generated tokens: output_token(output_seed, i, ...)
+  std::int64_t session = -1;       // multi-turn session id, -1 none
+  std::int32_t turn = 0;           // 0-based turn within the session
+  std::int32_t prefix_group = -1;  // system prompt / few-shot template index, -1 none
+
+  /// The prompt's length, deferred tokens included.
+  std::int64_t num_prompt_tokens() const {
+    return static_cast<std::int64_t>(prompt.size()) + deferred_tokens;
+  }
+  /// Appends the deferred segments to `prompt` (with room for max_tokens outputs after them).
+  void materialize_prompt();
+  /// Appends `count` tokens of stream `key` to the deferred segments.
+  void defer_tokens(std::uint64_t key, std::int64_t count, std::int32_t vocab_size);
+};
+
+/// Token i (0-based) that a request with this output_seed generates: deterministic, in
+/// [0, vocab_size), never `avoid` (the EOS token; -1 for none) when vocab_size > 1.
+[[nodiscard]] std::int32_t output_token(std::uint64_t output_seed, std::int64_t i,
+                                        std::int32_t vocab_size, std::int32_t avoid = -1);
+
+/// Writes output_token(output_seed, i, vocab_size, avoid) for i in [0, count) to dst (vectorized).
+void fill_output_tokens(std::int32_t* dst, std::uint64_t output_seed, std::int64_t count,
+                        std::int32_t vocab_size, std::int32_t avoid = -1);
+
+/// Token j of the content stream keyed by `key`, in [0, vocab_size). Precondition: vocab_size >= 1.
+[[nodiscard]] std::int32_t pseudo_token(std::uint64_t key, std::int64_t j, std::int32_t vocab_size);
+
+/// Appends tokens [0, count) of content stream `key` to `out`.
+void append_pseudo_tokens(std::vector<std::int32_t>& out, std::uint64_t key, std::int64_t count,
+                          std::int32_t vocab_size);
+
+/// The key of a content stream: mixes the scenario seed, a kind tag ("user", "system", ...) and
+/// an index.
+[[nodiscard]] std::uint64_t content_key(std::uint64_t seed, std::string_view kind,
+                                        std::uint64_t index);
+
+class RequestSource {
+ public:
+  virtual ~RequestSource() = default;
+  /// Next open-loop request in nondecreasing arrival order, or nullopt when the open-loop stream is
+  /// exhausted.
+  virtual std::optional<RequestSpec> next() = 0;
+  /// The engine calls this when a request finishes at finish_ns with the tokens it generated; a
+  /// multi-turn session returns its next turn (prompt = previous prompt + these outputs + new user
+  /// text, arrival = finish + think time).
+  virtual std::optional<RequestSpec> on_finished(const RequestSpec& done, SimTimeNs finish_ns,
+                                                 std::span<const std::int32_t> outputs) {
+    (void)done;
+    (void)finish_ns;
+    (void)outputs;
+    return std::nullopt;
+  }
+};
+
+/// The keys `workload:` accepts (synthetic and trace together).
+inline constexpr std::string_view kWorkloadKeys[] = {
+    "num_requests", "duration_s", "arrival", "prompt_tokens", "output_tokens", "system_prompts",
+    "few_shot",     "sessions",   "trace",   "ignore_eos",    "eos_token_id"};
+
+/// Builds the source from the scenario's `workload:` YAML section (validates every key), seed, and
+/// model vocab size. A `trace:` key selects a trace reader; otherwise the synthetic generator.
+[[nodiscard]] std::unique_ptr<RequestSource> make_request_source(const YAML::Node& workload,
+                                                                 const YamlContext& ctx,
+                                                                 std::uint64_t seed,
+                                                                 std::int32_t vocab_size);
+
+/// The `workload:` section as the reader make_request_source picks resolves it: every key it
+/// reads, with the value it uses (for config.resolved.yaml).
+[[nodiscard]] YAML::Node resolved_workload_yaml(const YAML::Node& workload, const YamlContext& ctx);
+
+}  // namespace kvsim

@@ -1,0 +1,247 @@
+// Randomized robustness: mutated scenario sections, model configs and trace rows must either parse
+// or throw ConfigError; any other exception (or a crash) is a bug. Fixed seeds; the failing input
+// is printed.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "sim/workload/distribution.h"
+#include "sim/config/hardware.h"
+#include "sim/engine/latency_model.h"
+#include "sim/config/model_config.h"
+#include "sim/common/rng.h"
+#include "sim/workload/samplers.h"
+#include "sim/workload/workload.h"
+#include "sim/common/yaml_util.h"
+#include "sim_test_util.h"
+
+using namespace kvsim;
+
+namespace {
+
+constexpr std::string_view kAlphabet = "{}[]:,-\"' \n\t#&*!|>%@`0123456789.eE+~abcxyz_";
+
+std::string mutate(const std::string& text, RngStream& r) {
+  std::string s = text;
+  const std::int64_t edits = uniform_int(r, 1, 4);
+  for (std::int64_t e = 0; e < edits; ++e) {
+    const std::int64_t n = static_cast<std::int64_t>(s.size());
+    const auto pos = static_cast<std::size_t>(uniform_int(r, 0, std::max<std::int64_t>(0, n - 1)));
+    const char c = kAlphabet[static_cast<std::size_t>(
+        uniform_int(r, 0, static_cast<std::int64_t>(kAlphabet.size()) - 1))];
+    switch (uniform_int(r, 0, 4)) {
+      case 0:
+        if (!s.empty()) s[pos] = c;
+        break;  // replace
+      case 1:
+        s.insert(pos, 1, c);
+        break;  // insert
+      case 2:
+        if (!s.empty()) s.erase(pos, 1);
+        break;  // delete
+      case 3:
+        s.resize(static_cast<std::size_t>(uniform_int(r, 0, n)));
+        break;  // truncate
+      case 4:
+        if (n > 2) s.insert(pos, s.substr(pos / 2, static_cast<std::size_t>(uniform_int(r, 1, 8))));
+        break;
+    }
+  }
+  return s;
+}
+
+// Runs fn; only ConfigError may escape. Returns false (and reports) on any other exception.
+template <class F>
+bool only_config_errors(const std::string& input, F&& fn) {
+  try {
+    fn();
+  } catch (const ConfigError&) {
+  } catch (const std::exception& e) {
+    FAIL_CHECK("non-ConfigError exception '" << e.what() << "' for input:\n" << input);
+    return false;
+  }
+  return true;
+}
+
+const char* const kWorkloads[] = {
+    R"(num_requests: 20
+arrival: {process: poisson, rate_per_s: 20}
+system_prompts: {count: 4, tokens: 100, popularity: {zipf: 1.1}, share: 0.5}
+few_shot: {count: 2, examples: 3, example_tokens: {uniform: {min: 5, max: 9}}}
+prompt_tokens: {lognormal: {mean: 300, sigma: 0.8}, max: 2000}
+output_tokens: {gamma: {mean: 50, cv: 2}}
+sessions: {turns: {zipf: {n: 5, s: 1}}, think_time_s: {exponential: {mean: 3}}, user_tokens: {normal: {mean: 40, std: 5}}}
+)",
+    R"(num_requests: 10
+duration_s: 100
+arrival: {process: bursts, burst_size: 3, interval_s: 2, spacing_s: 0.1}
+prompt_tokens: {fixed: 64}
+output_tokens: 8
+ignore_eos: false
+eos_token_id: 2
+)",
+    R"(arrival: {process: timestamps, times_s: [0, 0.1, 0.2, 5]}
+prompt_tokens: [1, 2]
+output_tokens: {uniform: {min: 1, max: 4}}
+)",
+};
+
+}  // namespace
+
+TEST_CASE("mutated workload YAML parses or throws ConfigError, never anything else", "[sim]") {
+  RngStream r = make_stream(2024, "fuzz.workload");
+  int ok = 0;
+  for (int iter = 0; iter < 1500; ++iter) {
+    const std::string input = mutate(kWorkloads[iter % 3], r);
+    bool parsed = false;
+    if (!only_config_errors(input, [&] {
+          YAML::Node root = load_yaml_string(input, "fuzz.yaml");
+          auto src = make_request_source(root, YamlContext{"fuzz.yaml", "workload"}, 1, 1000);
+          int n = 0;
+          while (n < 30) {
+            auto req = kvsim::test::next_made(*src);
+            if (!req) break;
+            ++n;
+            REQUIRE(!req->prompt.empty());
+            REQUIRE(req->max_tokens >= 1);
+            std::vector<std::int32_t> out(static_cast<std::size_t>(std::min(req->max_tokens, 4)),
+                                          7);
+            (void)src->on_finished(*req, req->arrival_ns + 1000, out);
+          }
+          parsed = true;
+        }))
+      break;
+    ok += parsed;
+  }
+  CHECK(ok > 0);
+}
+
+TEST_CASE("mutated model, hardware, cache and latency sections parse or throw ConfigError",
+          "[sim]") {
+  RngStream r = make_stream(2025, "fuzz.sections");
+  const std::string json = R"({"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4,
+ "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000, "intermediate_size": 512,
+ "torch_dtype": "bfloat16", "text_config": {"max_position_embeddings": 4096},
+ "kv_lora_rank": 0, "n_routed_experts": 0})";
+  const std::string sections =
+      R"(model: {num_hidden_layers: 4, num_attention_heads: 8, hidden_size: 256, vocab_size: 1000, torch_dtype: float16}
+hardware: {gpu: A100-40GB, tensor_parallel_size: 2}
+cache: {block_size: 16, gpu_memory_utilization: 0.8, kv_cache_memory_bytes: 1e9}
+latency: {model: roofline, mfu: 0.4, mbu: 0.7}
+)";
+  for (int iter = 0; iter < 1500; ++iter) {
+    const std::string j = mutate(json, r);
+    if (!only_config_errors(j, [&] { (void)parse_model_config_json(j, "fuzz.json"); })) break;
+    const std::string y = mutate(sections, r);
+    if (!only_config_errors(y, [&] {
+          YAML::Node root = load_yaml_string(y, "fuzz.yaml");
+          require_map(root, YamlContext{"fuzz.yaml", ""});
+          const YamlContext top{"fuzz.yaml", ""};
+          const ModelConfig m = load_model_config(root["model"], top.child("model"));
+          const HardwareConfig hw = load_hardware(root["hardware"], top.child("hardware"));
+          const CacheSizingConfig c = load_cache_sizing(root["cache"], top.child("cache"));
+          const KVCachePlan plan = plan_kv_cache(m, hw, c, "fuzz.yaml");
+          REQUIRE(plan.sizing.num_gpu_blocks >= 1);
+          auto lat = make_latency_model(root["latency"], top.child("latency"), m, hw.gpu,
+                                        static_cast<int>(hw.tensor_parallel_size));
+          BatchFeatures b{.num_seqs = 2,
+                          .prefill_tokens = 100,
+                          .decode_tokens = 1,
+                          .sum_context_tokens = 300,
+                          .sum_context_sq = 50000,
+                          .num_prefill_seqs = 1};
+          REQUIRE(lat->step_time_ns(b) >= 1);
+        }))
+      break;
+  }
+}
+
+TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[sim]") {
+  RngStream r = make_stream(2026, "fuzz.traces");
+  const auto dir = std::filesystem::temp_directory_path() / "kvsim_test_fuzz";
+  std::filesystem::create_directories(dir);
+  struct Corpus {
+    const char* format;
+    const char* name;
+    std::string text;
+  };
+  const std::vector<Corpus> corpora = {
+      {"azure", "a.csv",
+       "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+       "2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:15:51.0000000,12,0\n"},
+      {"mooncake", "m.jsonl",
+       "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 6, \"hash_ids\": [0, 1]}\n"
+       "{\"timestamp\": 10, \"input_length\": 512, \"output_length\": 4, \"hash_ids\": [0]}\n"},
+      {"csv", "g.csv",
+       "arrival_s,prompt_tokens,output_tokens,prefix_group,prefix_tokens\n0,10,2,1,4\n0.5,20,3,1,"
+       "\n1,5,1,-1,0\n"},
+      {"jsonl", "g.jsonl",
+       "{\"arrival_s\": 0, \"prompt_tokens\": 10, \"output_tokens\": 2, \"prefix_group\": 0}\n"
+       "{\"arrival_s\": 1.5, \"prompt_tokens\": 3, \"output_tokens\": 1}\n"},
+  };
+  for (int iter = 0; iter < 1200; ++iter) {
+    const Corpus& c = corpora[static_cast<std::size_t>(iter) % corpora.size()];
+    const std::string text = mutate(c.text, r);
+    const std::string path = (dir / c.name).string();
+    std::ofstream(path, std::ios::binary) << text;
+    const std::string yaml =
+        std::string("trace: {format: ") + c.format + ", path: '" + path + "', prefix_tokens: 3}";
+    bool bad_message = false;
+    if (!only_config_errors(text, [&] {
+          try {
+            auto src =
+                make_request_source(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}, 3, 500);
+            while (auto req = kvsim::test::next_made(*src)) REQUIRE(!req->prompt.empty());
+          } catch (const ConfigError& e) {
+            bad_message = std::string(e.what()).rfind(path, 0) != 0;
+            throw;
+          }
+        }))
+      break;
+    if (bad_message) {
+      FAIL_CHECK("trace error without the file name for input:\n" << text);
+      break;
+    }
+  }
+}
+
+TEST_CASE("mutated measurement and empirical-length CSVs parse or throw ConfigError", "[sim]") {
+  RngStream r = make_stream(2027, "fuzz.csv");
+  const kvsim::test::TempDir dir("fuzz-csv");
+  const std::string path = (dir.path / "meas.csv").string();
+  int fits = 0, dists = 0;  // mutated inputs that parsed all the way
+  const std::string text =
+      "num_seqs,prefill_tokens,decode_tokens,sum_context_tokens,sum_context_sq,num_prefill_seqs,"
+      "step_time_us\n"
+      "4,512,3,900,300000,1,2100.5\n8,0,8,4000,2100000,0,1500\n2,2048,1,3000,4200000,1,5200\n";
+  for (int iter = 0; iter < 800; ++iter) {
+    const std::string t = mutate(text, r);
+    std::ofstream(path, std::ios::binary) << t;
+    if (!only_config_errors(t, [&] {
+          std::vector<BatchFeatures> b;
+          std::vector<double> y;
+          read_measurements_csv(path, b, y);
+          REQUIRE(!b.empty());
+          REQUIRE(y.size() == b.size());
+          for (double v : y) REQUIRE(v >= 0);
+          const LatencyFit fit = fit_latency(b, y);
+          REQUIRE(fit.rows == static_cast<std::int64_t>(b.size()));
+          ++fits;
+        }))
+      break;
+    YAML::Node d = YAML::Load("{empirical: {file: '" + path + "', column: step_time_us}}");
+    if (!only_config_errors(t, [&] {
+          const Distribution dist =
+              Distribution::parse(d, YamlContext{"s.yaml", "x"}, 1, 1e9, true);
+          RngStream s = make_stream(1, "e");
+          REQUIRE(dist.sample_int(s) >= 1);
+          ++dists;
+        }))
+      break;
+  }
+  // Some mutations must survive, or the loops above checked only the error path.
+  CHECK(fits > 0);
+  CHECK(dists > 0);
+}

@@ -1,0 +1,311 @@
+// config.resolved.yaml: it spells out the workload and latency defaults, running it reproduces the
+// run byte for byte, and resolving it again gives the same text. Checked on every shipped scenario
+// and on workload/latency forms the shipped scenarios do not use.
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "sim/engine/latency_model.h"
+#include "sim/config/scenario.h"
+#include "sim/run/run_scenario.h"
+#include "sim_test_util.h"
+
+using namespace kvsim;
+using kvsim::test::slurp;
+using kvsim::test::TempDir;
+using kvsim::test::write_file;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::int64_t kMaxTestRequests = 1000;  // cap on a shipped scenario's requests
+
+/// Runs from `dir` until destroyed (relative paths in scenarios resolve as from a shell there).
+struct ScopedCwd {
+  fs::path old = fs::current_path();
+  explicit ScopedCwd(const fs::path& dir) { fs::current_path(dir); }
+  ~ScopedCwd() { fs::current_path(old); }
+};
+
+std::vector<std::string> file_names(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+/// Runs `scenario` with `sets` into work/a, then its config.resolved.yaml into work/b, and checks
+/// that both runs wrote the same files with the same bytes (config.resolved.yaml included, so
+/// resolving the resolved file is a fixed point). Returns the resolved YAML.
+YAML::Node check_round_trip(const fs::path& scenario, const std::vector<std::string>& sets,
+                            const fs::path& work) {
+  const fs::path a = run_scenario(load_scenario(scenario.string(), sets), work / "a").folder;
+  const fs::path resolved = a / "config.resolved.yaml";
+  const Scenario again = load_scenario(resolved.string(), {});
+  CHECK(resolved_yaml(again) == slurp(resolved));
+  const fs::path b = run_scenario(again, work / "b").folder;
+  const std::vector<std::string> names = file_names(a);
+  CHECK(names == file_names(b));
+  for (const char* required : {"summary.json", "requests.csv", "steps.csv"})
+    CHECK(std::count(names.begin(), names.end(), required) == 1);
+  for (const std::string& name : names) {
+    INFO(name);
+    CHECK(slurp(a / name) == slurp(b / name));
+  }
+  return load_yaml_file(resolved.string());
+}
+
+/// --set caps that keep a shipped scenario under kMaxTestRequests requests.
+std::vector<std::string> request_cap(const fs::path& scenario) {
+  const YAML::Node w = load_yaml_file(scenario.string())["workload"];
+  const bool trace = has_key(w, "trace");
+  const YAML::Node n = trace ? w["trace"]["max_requests"] : w["num_requests"];
+  if (n.IsDefined() && n.as<std::int64_t>() <= kMaxTestRequests) return {};
+  const std::string key = trace ? "workload.trace.max_requests" : "workload.num_requests";
+  return {key + "=" + std::to_string(kMaxTestRequests)};
+}
+
+std::string text(const YAML::Node& n) { return n.IsScalar() ? n.Scalar() : "(not a scalar)"; }
+
+const std::string kModel = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/qwen2-1.5b.json";
+
+std::string timed_scenario(const std::string& workload, const std::string& latency) {
+  return "name: variant\nseed: 5\nmodel: {config: " + kModel +
+         "}\n"
+         "cache: {block_size: 16, num_gpu_blocks_override: 300}\n"
+         "scheduler: {max_num_seqs: 16, max_num_batched_tokens: 512, max_model_len: 4096}\n"
+         "workload:\n" +
+         workload + "latency: " + latency + "\noutputs: {steps_every: 1}\n";
+}
+
+}  // namespace
+
+TEST_CASE("every shipped scenario's resolved file spells out its defaults and reruns identically",
+          "[sim]") {
+  const fs::path src(KVSIM_SOURCE_DIR);
+  std::vector<fs::path> scenarios;
+  for (const char* dir : {"scenarios", "scenarios/regression"})
+    for (const auto& e : fs::directory_iterator(src / dir))
+      if (e.path().extension() == ".yaml") scenarios.push_back(fs::relative(e.path(), src));
+  std::sort(scenarios.begin(), scenarios.end());
+  REQUIRE(scenarios.size() >= 11);
+
+  const TempDir tmp("resolved-shipped");
+  const ScopedCwd cwd(src);  // as users run them: trace paths like ../shared/traces are relative
+  std::map<std::string, YAML::Node> resolved;
+  for (const fs::path& scenario : scenarios) {
+    INFO(scenario.string());
+    const YAML::Node r = check_round_trip(scenario, request_cap(scenario),
+                                          tmp.path / scenario.parent_path() / scenario.stem());
+    const YAML::Node w = r["workload"];
+    CHECK(text(w["ignore_eos"]) == "true");
+    if (has_key(w, "trace")) {
+      for (const char* key : {"format", "path", "time_scale", "max_requests"})
+        CHECK(has_key(w["trace"], key));
+      CHECK(text(w["trace"]["time_scale"]) == "1");
+      CHECK(w["trace"]["max_requests"].as<std::int64_t>() <= kMaxTestRequests);
+    } else {
+      for (const char* key : {"num_requests", "arrival", "prompt_tokens", "output_tokens"})
+        CHECK(has_key(w, key));
+      CHECK(has_key(w["arrival"], "process"));
+      for (const char* dist : {"prompt_tokens", "output_tokens"}) {
+        CHECK(has_key(w[dist], "min"));
+        CHECK(has_key(w[dist], "max"));
+      }
+    }
+    const bool timed = text(r["engine"]["mode"]) == "timed";
+    CHECK(has_key(r, "latency") == timed);
+    if (timed) {
+      CHECK(text(r["latency"]["model"]) == "roofline");
+      for (const char* key :
+           {"mfu", "mbu", "step_overhead_us", "interconnect_bytes_per_s", "allreduce_latency_us"})
+        CHECK(has_key(r["latency"], key));
+    }
+    resolved[scenario.generic_string()] = r;
+  }
+
+  const YAML::Node def = resolved.at("scenarios/default.yaml");
+  CHECK(text(def["workload"]["num_requests"]) == "500");
+  CHECK(text(def["workload"]["arrival"]["rate_per_s"]) == "20");
+  CHECK(text(def["workload"]["prompt_tokens"]["lognormal"]["sigma"]) == "0.8");
+  CHECK(text(def["workload"]["prompt_tokens"]["min"]) == "1");
+  CHECK(text(def["workload"]["prompt_tokens"]["max"]) == "4000");
+  const YAML::Node sp = def["workload"]["system_prompts"];
+  CHECK(text(sp["tokens"]["fixed"]) == "512");
+  CHECK(text(sp["tokens"]["min"]) == "0");
+  CHECK(text(sp["tokens"]["max"]) == "10000000");
+  CHECK(text(sp["popularity"]["zipf"]) == "1.1");
+  CHECK(text(sp["share"]) == "1");
+  const YAML::Node lat = def["latency"];
+  CHECK(text(lat["mfu"]) == "0.5");
+  CHECK(text(lat["mbu"]) == "0.8");
+  CHECK(text(lat["step_overhead_us"]) == "1000");
+  CHECK(text(lat["interconnect_bytes_per_s"]) == "450000000000");
+  CHECK(text(lat["allreduce_latency_us"]) == "10");
+
+  const YAML::Node sessions = resolved.at("scenarios/multi-turn.yaml")["workload"]["sessions"];
+  CHECK(text(sessions["think_time_s"]["exponential"]["mean"]) == "15");
+  CHECK(text(sessions["think_time_s"]["max"]) == "1000000000");
+  CHECK(text(sessions["turns"]["uniform"]["max"]) == "8");
+  CHECK(text(resolved.at(
+            "scenarios/multi-turn.yaml")["workload"]["system_prompts"]["popularity"]) == "uniform");
+
+  const YAML::Node mooncake =
+      resolved.at("scenarios/mooncake-cache-only.yaml")["workload"]["trace"];
+  CHECK(text(mooncake["format"]) == "mooncake");
+  CHECK_THAT(text(mooncake["path"]), Catch::EndsWith("shared/traces/mooncake_synthetic.jsonl"));
+  CHECK(text(mooncake["hash_block_tokens"]) == "512");
+  CHECK(text(mooncake["max_requests"]) == "1000");
+  CHECK(!has_key(mooncake, "prefix_tokens"));
+  const YAML::Node azure = resolved.at("scenarios/azure-conv.yaml")["workload"]["trace"];
+  CHECK(text(azure["format"]) == "azure");
+  CHECK(!has_key(azure, "hash_block_tokens"));
+  CHECK(text(resolved.at(
+            "scenarios/regression/cache-only.yaml")["workload"]["trace"]["max_requests"]) == "600");
+  const YAML::Node gamma = resolved.at("scenarios/regression/preemption.yaml")["workload"];
+  CHECK(text(gamma["arrival"]["process"]) == "gamma");
+  CHECK(text(gamma["arrival"]["cv"]) == "3");
+  CHECK(text(gamma["sessions"]["user_tokens"]["fixed"]) == "60");
+}
+
+TEST_CASE("synthetic workload forms resolve to every key and rerun identically", "[sim]") {
+  const TempDir tmp("resolved-synthetic");
+  write_file(tmp.path / "lengths.csv", "len\n100\n250\n40\n700\n");
+  LatencyFit fit;
+  fit.coefficients_us = {900.0, 0.05, 2.5, 0.001, 1e-7, 10.0};
+  write_file(tmp.path / "fit.yaml", fit_to_yaml(fit, "measurements.csv"));
+  struct Variant {
+    std::string name, workload, latency;
+  };
+  const std::vector<Variant> variants = {
+      {"gamma-few-shot-empirical",
+       "  num_requests: 40\n  duration_s: 30\n  arrival: {process: gamma, rate_per_s: 8, cv: 2}\n"
+       "  few_shot: {count: 3, example_tokens: {uniform: {min: 20, max: 60}}, popularity: "
+       "{zipf: 0.9}, share: 0.7}\n"
+       "  prompt_tokens: {empirical: {file: lengths.csv, column: len}}\n"
+       "  output_tokens: {normal: {mean: 30, std: 10}, min: 2}\n"
+       "  ignore_eos: false\n  eos_token_id: 7\n",
+       "{model: constant, step_time_us: 2500}"},
+      {"bursts-fit-file",
+       "  num_requests: 30\n  arrival: {process: bursts, burst_size: 4, interval_s: 0.5}\n"
+       "  system_prompts: {count: 2, tokens: 100}\n"
+       "  few_shot: {count: 2, examples: 3, example_tokens: 30}\n"
+       "  prompt_tokens: {gamma: {mean: 80, cv: 1.5}}\n  output_tokens: {zipf: {n: 50, s: 1.2}}\n",
+       "{model: fitted, file: fit.yaml}"},
+      {"timestamps-inline-fit",
+       "  arrival: {process: timestamps, times_s: [0, 0.1, 0.1, 0.25, 1.5]}\n"
+       "  prompt_tokens: {exponential: {mean: 60}}\n  output_tokens: 12\n"
+       "  sessions: {turns: 2, user_tokens: 20}\n",
+       "{model: fitted, coefficients: {intercept: 700, decode_tokens: 3.25}}"},
+      {"constant-arrival-default-latency",
+       "  num_requests: 25\n  arrival: {process: constant, rate_per_s: 50}\n"
+       "  prompt_tokens: 64\n  output_tokens: 8\n",
+       "{}"},
+  };
+  std::map<std::string, YAML::Node> resolved;
+  for (const Variant& v : variants) {
+    INFO(v.name);
+    const fs::path file = tmp.path / (v.name + ".yaml");
+    write_file(file, timed_scenario(v.workload, v.latency));
+    resolved[v.name] = check_round_trip(file, {}, tmp.path / v.name);
+  }
+
+  const YAML::Node g = resolved.at("gamma-few-shot-empirical");
+  CHECK(text(g["workload"]["duration_s"]) == "30");
+  CHECK(text(g["workload"]["few_shot"]["examples"]) == "1");
+  CHECK(text(g["workload"]["few_shot"]["share"]) == "0.7");
+  CHECK(text(g["workload"]["prompt_tokens"]["empirical"]["file"]) ==
+        (tmp.path / "lengths.csv").string());
+  CHECK(text(g["workload"]["output_tokens"]["min"]) == "2");
+  CHECK(text(g["workload"]["ignore_eos"]) == "false");
+  CHECK(text(g["workload"]["eos_token_id"]) == "7");
+  CHECK(text(g["latency"]["step_time_us"]) == "2500");
+
+  const YAML::Node b = resolved.at("bursts-fit-file");
+  CHECK(text(b["workload"]["arrival"]["spacing_s"]) == "0");
+  CHECK(text(b["workload"]["system_prompts"]["popularity"]) == "uniform");
+  CHECK(!has_key(b["workload"]["system_prompts"], "examples"));
+  CHECK(text(b["workload"]["output_tokens"]["zipf"]["n"]) == "50");
+  CHECK(!has_key(b["workload"], "duration_s"));
+  CHECK(!has_key(b["workload"], "eos_token_id"));
+  CHECK(text(b["latency"]["file"]) == (tmp.path / "fit.yaml").string());
+  CHECK(text(b["latency"]["coefficients"]["sum_context_sq"]) == "1e-07");
+
+  const YAML::Node t = resolved.at("timestamps-inline-fit");
+  CHECK(text(t["workload"]["num_requests"]) == "5");
+  CHECK(t["workload"]["arrival"]["times_s"].size() == 5);
+  CHECK(text(t["workload"]["sessions"]["think_time_s"]["fixed"]) == "0");
+  CHECK(!has_key(t["latency"], "file"));
+  CHECK(text(t["latency"]["coefficients"]["decode_tokens"]) == "3.25");
+  CHECK(text(t["latency"]["coefficients"]["num_seqs"]) == "0");
+
+  CHECK(text(resolved.at("constant-arrival-default-latency")["latency"]["model"]) == "roofline");
+}
+
+TEST_CASE("trace workloads resolve to every key the reader uses and rerun identically", "[sim]") {
+  const TempDir tmp("resolved-trace");
+  write_file(tmp.path / "t.csv",
+             "arrival_s,prompt_tokens,output_tokens,prefix_group\n"
+             "0,100,20,0\n0.5,120,10,0\n0.75,90,30,1\n1,300,5,-1\n2,80,15,1\n3,60,40,0\n");
+  write_file(tmp.path / "t.jsonl",
+             "{\"arrival_s\": 0, \"prompt_tokens\": 50, \"output_tokens\": 5}\n"
+             "{\"arrival_s\": 0.2, \"prompt_tokens\": 70, \"output_tokens\": 9, "
+             "\"prefix_group\": 2, \"prefix_tokens\": 32}\n"
+             "{\"arrival_s\": 0.4, \"prompt_tokens\": 40, \"output_tokens\": 3}\n"
+             "{\"arrival_s\": 0.6, \"prompt_tokens\": 90, \"output_tokens\": 0}\n");
+  write_file(tmp.path / "csv.yaml",
+             timed_scenario("  num_requests: 5\n  trace: {format: csv, path: t.csv, time_scale: "
+                            "0.5, prefix_tokens: 48}\n",
+                            "{model: roofline, mfu: 0.4}"));
+  write_file(tmp.path / "jsonl.yaml",
+             "name: jsonl\nengine: {mode: cache_only}\ncache: {num_gpu_blocks_override: 64}\n"
+             "workload:\n  num_requests: 3\n  trace: {format: jsonl, path: t.jsonl, "
+             "max_requests: 10}\n"
+             "latency: {model: constant, step_time_us: 5}\n");
+
+  const YAML::Node csv = check_round_trip(tmp.path / "csv.yaml", {}, tmp.path / "csv");
+  const YAML::Node ct = csv["workload"]["trace"];
+  CHECK(text(ct["path"]) == (tmp.path / "t.csv").string());
+  CHECK(text(ct["time_scale"]) == "0.5");
+  CHECK(text(ct["max_requests"]) == "5");
+  CHECK(text(ct["prefix_tokens"]) == "48");
+  CHECK(!has_key(ct, "hash_block_tokens"));
+  CHECK(!has_key(csv["workload"], "num_requests"));
+  CHECK(text(csv["latency"]["mfu"]) == "0.4");
+  CHECK(text(csv["latency"]["mbu"]) == "0.8");
+
+  // cache_only never reads latency:, so the resolved file has none.
+  const YAML::Node jsonl = check_round_trip(tmp.path / "jsonl.yaml", {}, tmp.path / "jsonl");
+  CHECK(text(jsonl["workload"]["trace"]["max_requests"]) == "3");
+  CHECK(text(jsonl["workload"]["trace"]["prefix_tokens"]) == "0");
+  CHECK(!has_key(jsonl, "latency"));
+}
+
+TEST_CASE("a fitted latency with both file and coefficients must agree with its file", "[sim]") {
+  const TempDir tmp("resolved-fit");
+  LatencyFit fit;
+  fit.coefficients_us = {900.0, 0.0, 2.5, 0.0, 0.0, 0.0};
+  const std::string file = (tmp.path / "fit.yaml").string();
+  write_file(file, fit_to_yaml(fit, "m.csv"));
+  const YamlContext ctx{"s.yaml", "latency"};
+  const LatencyConfig both =
+      parse_latency_config(YAML::Load("{model: fitted, file: '" + file +
+                                      "', coefficients: {intercept: 900, decode_tokens: 2.5}}"),
+                           ctx);
+  CHECK(both.fit_file == file);
+  CHECK(both.fit.coefficients_us == fit.coefficients_us);
+  CHECK_THAT(test::error_of([&] {
+               (void)parse_latency_config(
+                   YAML::Load("{model: fitted, file: '" + file +
+                              "', coefficients: {intercept: 900, decode_tokens: 2.4}}"),
+                   ctx);
+             }),
+             Catch::Contains("latency.coefficients.decode_tokens: 2.4 differs from 2.5"));
+  CHECK_THAT(
+      test::error_of([&] { (void)parse_latency_config(YAML::Load("{model: fitted}"), ctx); }),
+      Catch::Contains("needs 'file' or 'coefficients'"));
+}

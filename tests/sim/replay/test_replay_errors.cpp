@@ -1,0 +1,187 @@
+// Bad input to `kvsim replay`: every malformed or misused op yields exactly one {"error": ...}
+// line and the replay goes on; random mutations of real traces never crash or hang it.
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sim/replay/json_line.h"
+#include "sim/replay/replay.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string> run(kvsim::OpReplayer& r, const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) r.process_line(l, out);
+  std::vector<std::string> res;
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1)
+    res.push_back(out.substr(start, nl - start));
+  return res;
+}
+
+bool is_error(const std::string& line) { return json::parse(line).contains("error"); }
+
+}  // namespace
+
+TEST_CASE("malformed and misused ops each give one error line and the replay goes on", "[sim]") {
+  kvsim::OpReplayer r(kvsim::OpReplayer::Options{true});
+  const std::vector<std::string> ops = {
+      R"({"op":"add_request","id":"a","prompt":[1,2]})",  // before any init
+      R"({"op":"init","block_size":4,"num_gpu_blocks":8,"max_model_len":64})",
+      R"({"op":"init","block_size":0,"num_gpu_blocks":8,"max_model_len":64})",  // bad block size
+      R"(not json)",
+      R"({"op":"frobnicate"})",
+      R"({"no_op":1})",
+      R"([1,2,3])",
+      R"({"op":"add_request","id":"a","prompt":[1,2,3,4,5]})",
+      R"({"op":"add_request","id":"a","prompt":[1]})",  // id is live
+      R"({"op":"add_request","id":"b","prompt":"nope"})",
+      R"({"op":"add_request","id":"c","prompt":[1,99999999999]})",
+      R"({"op":"allocate_slots","id":"zzz","num_tokens":4})",  // unknown id
+      R"({"op":"allocate_slots","id":"a","num_tokens":0})",    // zero tokens
+      R"({"op":"allocate_slots","id":"a","num_tokens":-3})",   // negative
+      R"({"op":"allocate_slots","id":"a","num_tokens":4,"new_computed_blocks":[99]})",
+      R"({"op":"allocate_slots","id":"a"})",  // missing field
+      R"({"op":"schedule"})",                 // wrong mode
+      R"({"op":"set_num_computed_tokens","id":"a","n":-1})",
+      R"({"op":"allocate_slots","id":"a","num_tokens":5})",  // fine after all that
+  };
+  const auto out = run(r, ops);
+  REQUIRE(out.size() == ops.size());
+  const std::vector<bool> want_error = {true,  false, true, true, true, true, true,
+                                        false, true,  true, true, true, true, true,
+                                        true,  true,  true, true, false};
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    INFO(ops[i] << " -> " << out[i]);
+    CHECK(is_error(out[i]) == want_error[i]);
+  }
+  // 2 blocks needed + 16 preallocated (64 tokens), capped by the 8 in the pool.
+  CHECK(json::parse(out.back()) == json::parse(R"({"blocks":[0,1,2,3,4,5,6,7]})"));
+  CHECK(r.num_errors() == 16);
+}
+
+TEST_CASE("update without a schedule and a zero modulus are errors in sched mode", "[sim]") {
+  kvsim::OpReplayer r;
+  const auto out = run(
+      r,
+      {
+          R"({"op":"sched_init","block_size":4,"num_gpu_blocks":8,"max_model_len":64,"max_num_seqs":4,"max_num_batched_tokens":16})",
+          R"({"op":"update"})", R"({"op":"add_request","id":"x","prompt":[1,2,3]})",
+          R"({"op":"schedule"})", R"({"op":"update","rule":{"mul":1,"add":0,"mod":0}})",
+          R"({"op":"update","rule":{"mul":3,"add":-20,"mod":7}})",
+          R"({"op":"abort","ids":["x","unknown"]})", R"({"op":"update"})",
+          R"({"op":"add_request","id":"y","prompt":[1,2,3]})",
+          R"({"op":"set_num_computed_tokens","id":"y","n":2})",  // kvm-only ops would corrupt
+          R"({"op":"allocate_slots","id":"y","num_tokens":1})",  // the scheduler's state
+      });
+  REQUIRE(out.size() == 11);
+  CHECK(is_error(out[9]));
+  CHECK(is_error(out[10]));
+  CHECK(is_error(out[1]));
+  CHECK(is_error(out[4]));
+  // Python's floor modulo: (3*3 - 20) % 7 == 3.
+  CHECK(json::parse(out[5])["outputs"][0]["new_token_ids"] == json::parse("[3]"));
+  CHECK(json::parse(out[6]) == json::object());
+  CHECK(is_error(out[7]));
+}
+
+TEST_CASE("blank lines produce no output and a final line needs no newline", "[sim]") {
+  kvsim::OpReplayer r;
+  std::string out;
+  CHECK_FALSE(r.process_line("   ", out));
+  CHECK_FALSE(r.process_line("", out));
+  CHECK(out.empty());
+  CHECK(r.process_line(R"({"op":"comment","text":"hi"})", out));
+  CHECK(out == "{}\n");
+}
+
+TEST_CASE("randomly mutated real traces never crash and always answer one line per op", "[sim]") {
+  const fs::path dir = fs::path(KVSIM_SHARED_DIR) / "cases" / "vllm-0.7.2";
+  std::vector<std::string> corpus;
+  for (const char* name :
+       {"gen_kvm_seed1.jsonl", "gen_sched_seed1.jsonl", "test_mm_prefix_caching.jsonl"}) {
+    std::ifstream in(dir / name);
+    for (std::string line; std::getline(in, line);) corpus.push_back(line);
+  }
+  REQUIRE(corpus.size() > 5000);
+  std::mt19937_64 rng(12345);
+  const std::string alphabet = "{}[]\",:0123456789-.eE truefalsnul\\";
+  for (int round = 0; round < 20; ++round) {
+    kvsim::OpReplayer r(kvsim::OpReplayer::Options{true});
+    std::string out;
+    std::int64_t nonblank = 0;
+    for (std::size_t i = 0; i < corpus.size(); i += 1 + rng() % 3) {
+      std::string line = corpus[i];
+      const int edits = static_cast<int>(rng() % 4);
+      for (int e = 0; e < edits && !line.empty(); ++e) {
+        const std::size_t pos = rng() % line.size();
+        switch (rng() % 4) {
+          case 0:
+            line[pos] = alphabet[rng() % alphabet.size()];
+            break;
+          case 1:
+            line.erase(pos, 1 + rng() % 8);
+            break;
+          case 2:
+            line.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+            break;
+          default:
+            line.resize(pos);
+            break;
+        }
+      }
+      const std::size_t before = std::count(out.begin(), out.end(), '\n');
+      const bool answered = r.process_line(line, out);
+      const std::size_t after = std::count(out.begin(), out.end(), '\n');
+      REQUIRE(after - before == (answered ? 1u : 0u));
+      nonblank += answered;
+    }
+    // Every answer is valid JSON.
+    std::size_t start = 0;
+    std::int64_t lines = 0;
+    for (std::size_t nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1, ++lines)
+      REQUIRE_NOTHROW(json::parse(out.substr(start, nl - start)));
+    CHECK(lines == nonblank);
+  }
+}
+
+TEST_CASE("the JSON line parser reads values, escapes and reports the column of an error",
+          "[sim]") {
+  kvsim::JsonLine j;
+  REQUIRE(j.parse(R"( {"a": [1, -2, 3.5e2], "s": "x\"y\u0041", "t": true, "n": null} )"));
+  const auto a = j.find(kvsim::JsonLine::root(), "a");
+  REQUIRE(a != kvsim::JsonLine::kNone);
+  CHECK(j[a].size == 3);
+  const auto first = kvsim::JsonLine::first_child(a);
+  CHECK(j[first].i == 1);
+  CHECK(j[j.next(first)].i == -2);
+  CHECK(j[j.next(j.next(first))].d == 350.0);
+  CHECK(j[j.find(kvsim::JsonLine::root(), "s")].s == "x\"yA");
+  CHECK(j[j.find(kvsim::JsonLine::root(), "t")].b);
+  CHECK(j.is_null_or_absent(j.find(kvsim::JsonLine::root(), "n")));
+  CHECK(j.find(kvsim::JsonLine::root(), "missing") == kvsim::JsonLine::kNone);
+  CHECK_FALSE(j.parse(R"({"a": [1, 2,]})"));
+  CHECK(j.error().rfind("col 13", 0) == 0);
+  CHECK_FALSE(j.parse(R"({"a": 01})"));
+  CHECK_FALSE(j.parse(R"({"a": 1} x)"));
+  CHECK_FALSE(j.parse("\"unterminated"));
+  CHECK_FALSE(j.parse(std::string(100, '[') + std::string(100, ']')));  // too deep
+}
+
+TEST_CASE("the JSON writer escapes strings and keeps floats recognisable", "[sim]") {
+  kvsim::OutBuf buf;
+  kvsim::JsonWriter w(buf);
+  w.begin_object().key("q\"").value(std::string_view("a\nb")).key("f").value(0.0).key("i");
+  w.value(std::int64_t{-5}).key("l").begin_array().value(true).null().end_array().end_object();
+  const std::string s(buf.view());
+  CHECK(s == R"({"q\"":"a\nb","f":0.0,"i":-5,"l":[true,null]})");
+  CHECK_NOTHROW(json::parse(s));
+}
