@@ -3,7 +3,7 @@
 // reports simulated requests per second of CPU time (the best run's and the median's) and of wall
 // time (the best run's), and the peak RSS (getrusage via wait4). Without scenario arguments it
 // runs the standard set: the Azure conv trace, Mooncake (timed), and 1,000,000 synthetic
-// requests. Run it from the repository root (scenarios name ../shared/traces/...).
+// requests. Run it from the repository root (scenarios name their traces relative to their own folder).
 
 #include <sys/resource.h>
 #include <sys/wait.h>

@@ -45,9 +45,9 @@ inline std::string kvsim_exe() {
   return p.string();
 }
 
-/// A real trace of ../shared/traces; a missing one fails the test.
-inline std::string shared_trace(const std::string& name) {
-  const std::filesystem::path p = std::filesystem::path(KVSIM_SHARED_DIR) / "traces" / name;
+/// A vendored public trace of scenarios/traces; a missing one fails the test.
+inline std::string vendored_trace(const std::string& name) {
+  const std::filesystem::path p = std::filesystem::path(KVSIM_TRACES_DIR) / name;
   if (!std::filesystem::exists(p)) throw std::runtime_error("trace not found: " + p.string());
   return p.string();
 }

@@ -95,7 +95,7 @@ TEST_CASE("every shipped scenario's resolved file spells out its defaults and re
   REQUIRE(scenarios.size() >= 11);
 
   const TempDir tmp("resolved-shipped");
-  const ScopedCwd cwd(src);  // as users run them: trace paths like ../shared/traces are relative
+  const ScopedCwd cwd(src);  // as users run them, from the repository root
   std::map<std::string, YAML::Node> resolved;
   for (const fs::path& scenario : scenarios) {
     INFO(scenario.string());
@@ -157,7 +157,7 @@ TEST_CASE("every shipped scenario's resolved file spells out its defaults and re
   const YAML::Node mooncake =
       resolved.at("scenarios/mooncake-cache-only.yaml")["workload"]["trace"];
   CHECK(text(mooncake["format"]) == "mooncake");
-  CHECK_THAT(text(mooncake["path"]), Catch::EndsWith("shared/traces/mooncake_synthetic.jsonl"));
+  CHECK_THAT(text(mooncake["path"]), Catch::EndsWith("scenarios/traces/mooncake_synthetic.jsonl"));
   CHECK(text(mooncake["hash_block_tokens"]) == "512");
   CHECK(text(mooncake["max_requests"]) == "1000");
   CHECK(!has_key(mooncake, "prefix_tokens"));

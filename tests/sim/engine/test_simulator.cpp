@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kModel = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/opt-125m.json";
-const std::string kMooncake = std::string(KVSIM_SHARED_DIR) + "/traces/mooncake_synthetic.jsonl";
+const std::string kMooncake = std::string(KVSIM_TRACES_DIR) + "/mooncake_synthetic.jsonl";
 
 Scenario scenario_from(const std::string& yaml) {
   return parse_scenario(load_yaml_string(yaml, "test.yaml"), "test.yaml");

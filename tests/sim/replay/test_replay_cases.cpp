@@ -1,4 +1,4 @@
-// The acceptance cases: every shared/cases/vllm-0.7.2/*.jsonl trace replayed through OpReplayer
+// The acceptance cases: every tests/cases/vllm-0.7.2/*.jsonl trace replayed through OpReplayer
 // (with the invariant walk after every op) must equal vLLM's own expected output line for line,
 // under the structural comparison of the cases' README.
 
@@ -20,7 +20,7 @@ using nlohmann::json;
 
 namespace {
 
-const fs::path kCasesDir = fs::path(KVSIM_SHARED_DIR) / "cases" / "vllm-0.7.2";
+const fs::path kCasesDir = fs::path(KVSIM_CASES_DIR) / "vllm-0.7.2";
 
 /// Structural equality: key order irrelevant, list order significant, floats within 1e-9, any
 /// {"error": ...} equals any other error object.

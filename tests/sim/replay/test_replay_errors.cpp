@@ -104,7 +104,7 @@ TEST_CASE("blank lines produce no output and a final line needs no newline", "[s
 }
 
 TEST_CASE("randomly mutated real traces never crash and always answer one line per op", "[sim]") {
-  const fs::path dir = fs::path(KVSIM_SHARED_DIR) / "cases" / "vllm-0.7.2";
+  const fs::path dir = fs::path(KVSIM_CASES_DIR) / "vllm-0.7.2";
   std::vector<std::string> corpus;
   for (const char* name :
        {"gen_kvm_seed1.jsonl", "gen_sched_seed1.jsonl", "test_mm_prefix_caching.jsonl"}) {

@@ -10,7 +10,7 @@
 
 using namespace kvsim;
 using kvsim::test::next_made;
-using kvsim::test::shared_trace;
+using kvsim::test::vendored_trace;
 
 namespace {
 
@@ -41,7 +41,7 @@ std::string error_of(RequestSource& src) {
 
 TEST_CASE("the Azure conversation trace has 19,366 rows, mean input 1,155 and output 211.1",
           "[sim]") {
-  const std::string path = shared_trace("azure_llm_conv_2023.csv");
+  const std::string path = vendored_trace("azure_llm_conv_2023.csv");
   auto src = trace_source("azure", path);
   std::int64_t n = 0, in = 0, out = 0;
   SimTimeNs last = 0;
@@ -65,7 +65,7 @@ TEST_CASE("the Azure conversation trace has 19,366 rows, mean input 1,155 and ou
 }
 
 TEST_CASE("the Azure reader honours time_scale and max_requests", "[sim]") {
-  const std::string path = shared_trace("azure_llm_conv_2023.csv");
+  const std::string path = vendored_trace("azure_llm_conv_2023.csv");
   auto src = trace_source("azure", path, ", time_scale: 0.5, max_requests: 2");
   auto a = next_made(*src);
   auto b = next_made(*src);
@@ -77,7 +77,7 @@ TEST_CASE("the Azure reader honours time_scale and max_requests", "[sim]") {
 
 TEST_CASE("the Mooncake trace has 3,993 rows with mean input 15,326 and shared hash blocks",
           "[sim]") {
-  const std::string path = shared_trace("mooncake_synthetic.jsonl");
+  const std::string path = vendored_trace("mooncake_synthetic.jsonl");
   auto src = trace_source("mooncake", path);
   std::int64_t n = 0, in = 0;
   std::vector<RequestSpec> head;
@@ -172,7 +172,7 @@ TEST_CASE("a malformed trace row is reported with file:line", "[sim]") {
 }
 
 TEST_CASE("the Azure code trace has 8,819 rows with mean input 2,048 and output 27.9", "[sim]") {
-  const std::string path = shared_trace("azure_llm_code_2023.csv");
+  const std::string path = vendored_trace("azure_llm_code_2023.csv");
   auto src = trace_source("azure", path);
   std::int64_t n = 0, in = 0, out = 0;
   while (auto r = next_made(*src)) {
