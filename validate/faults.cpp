@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "core/v1/block_pool.h"
 #include "validate/step_batch.h"
 
 namespace kvsim::validate::detail {
@@ -73,7 +72,7 @@ bool plant_shared_in_use(StepBatch& batch) {
   return true;
 }
 
-bool plant_wrong_prefix_hit(StepBatch& batch, const BlockPool& pool) {
+bool plant_wrong_prefix_hit(StepBatch& batch, const EngineCore& engine) {
   const std::int64_t block_size = batch.block_size;
   std::vector<SeqWork>& seqs = batch.seqs;
   const std::size_t num_seqs = batch.num_seqs;
@@ -87,12 +86,10 @@ bool plant_wrong_prefix_hit(StepBatch& batch, const BlockPool& pool) {
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t x, std::size_t y) { return seqs[x].context < seqs[y].context; });
   // Cached blocks: free-but-cached ones (eviction candidates) first, then cached blocks in use.
+  std::vector<BlockId> cached_ids;
+  engine.cached_blocks(cached_ids);
   std::vector<std::int32_t> cached;
-  for (const KVCacheBlock& blk : pool.free_queue())
-    if (blk.block_hash != kNoHash) cached.push_back(to_int(pool.id_of(blk)));
-  for (std::int32_t b = 0; b < pool.num_blocks(); ++b)
-    if (pool.block(BlockId{b}).ref_cnt > 0 && pool.block(BlockId{b}).block_hash != kNoHash)
-      cached.push_back(b);
+  for (BlockId b : cached_ids) cached.push_back(to_int(b));
   for (std::size_t ri : order) {
     SeqWork& R = seqs[ri];
     const std::int64_t j = R.computed / block_size - 1;

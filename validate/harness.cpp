@@ -228,11 +228,12 @@ void ValidationHarness::Impl::load_batch(const StepView& view) {
     s.context = sr.num_computed_tokens + sr.num_tokens;
     KVSIM_ASSERT(s.context <= r.num_tokens(), "scheduled past the request's tokens");
     const std::int64_t nblocks = cdiv(s.context, block_size);
-    KVSIM_ASSERT(nblocks <= static_cast<std::int64_t>(r.blocks.size()),
+    const std::span<const BlockId> table = view.engine->block_table(r);
+    KVSIM_ASSERT(nblocks <= static_cast<std::int64_t>(table.size()),
                  "block table shorter than the scheduled context");
     s.table.resize(static_cast<std::size_t>(nblocks));
     for (std::int64_t b = 0; b < nblocks; ++b)
-      s.table[static_cast<std::size_t>(b)] = to_int(r.blocks[static_cast<std::size_t>(b)]);
+      s.table[static_cast<std::size_t>(b)] = to_int(table[static_cast<std::size_t>(b)]);
     const auto idx = static_cast<std::size_t>(r.index());
     if (key_cache.size() <= idx) key_cache.resize(idx + 1);
     KeyCache& kc = key_cache[idx];
@@ -416,7 +417,7 @@ void ValidationHarness::on_step_begin(const StepView& view) {
   for (std::size_t i = 0; i < m.num_seqs; ++i) tokens_written_ += m.seqs[i].num_tokens;
   if (fault_armed && fault_step_ < 0) {
     if (f.kind == Kind::kWrongPrefixHit)
-      planted = detail::plant_wrong_prefix_hit(m, view.scheduler->kv_cache_manager().pool());
+      planted = detail::plant_wrong_prefix_hit(m, *view.engine);
     if (f.kind == Kind::kCorruptBlockTable) planted = detail::plant_corrupt_table(m);
     if (f.kind == Kind::kPermutedBlockTable) planted = detail::plant_permuted_table(m);
   }

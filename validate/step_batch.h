@@ -7,9 +7,8 @@
 #include <span>
 #include <vector>
 
-#include "core/v1/block_pool.h"
+#include "core/engine_api.h"
 #include "core/common/request.h"
-#include "core/v1/scheduler.h"
 
 namespace kvsim::validate::detail {
 
@@ -45,7 +44,7 @@ struct StepBatch {
 /// A writer's first block in its write range replaced by a full block another request reads.
 bool plant_shared_in_use(StepBatch& batch);
 /// A request admitted with hits reads its last hit block from a cached block of another prefix.
-bool plant_wrong_prefix_hit(StepBatch& batch, const BlockPool& pool);
+bool plant_wrong_prefix_hit(StepBatch& batch, const EngineCore& engine);
 /// A request's first table entry with one bit of its id flipped (to a written block).
 bool plant_corrupt_table(StepBatch& batch);
 /// Two full entries of a request's table swapped.

@@ -11,17 +11,11 @@
 #include "core/common/block_hash.h"
 #include "core/v1/block_pool.h"
 #include "core/common/request.h"
+#include "core/common/engine_config.h"
 #include "core/common/types.h"
 
 namespace kvsim {
 
-struct KVCacheConfig {
-  std::int32_t block_size = 16;
-  std::int32_t num_gpu_blocks = 0;
-  std::int64_t max_model_len = 8192;
-  bool enable_caching = true;
-  std::int64_t num_preallocate_tokens = 64;  // vLLM v0.7.x; the scheduler always uses 64
-};
 
 /// Outcome of allocate_slots. kOk and kNoFreeBlocks are the expected results; the others mirror
 /// the assertion/ValueError paths of vLLM (state may be partly changed, exactly as in vLLM).

@@ -217,6 +217,112 @@ std::string Scheduler::find_violation() const {
   return kv_.find_violation(live);
 }
 
-void Scheduler::check_invariants() const { KVSIM_ASSERT_NO_VIOLATION(find_violation()); }
+std::int64_t Scheduler::cache_only_request(Request& req) {
+  const std::int64_t bs = kv_.block_size();
+  std::int64_t computed = kv_.get_computed_blocks(req, hits_);
+  std::int64_t todo = req.num_tokens() - computed;
+  if (todo == 0) {  // the scheduler's full-hit rule: recompute the last block
+    computed -= bs;
+    todo = bs;
+    hits_.pop_back();
+  }
+  AllocResult res = kv_.allocate_slots(req, todo, hits_);
+  if (res.status == AllocStatus::kNoFreeBlocks) {
+    // Larger than the pool: allocate the longest prefix that fits beside its hits.
+    std::int64_t evictable_hits = 0;
+    for (BlockId b : hits_)
+      if (kv_.pool().block(b).ref_cnt == 0) ++evictable_hits;
+    const std::int64_t fit = (kv_.pool().num_free_blocks() - evictable_hits) * bs;
+    const std::int64_t part = std::min(todo, fit);
+    if (part > 0) res = kv_.allocate_slots(req, part, hits_);
+    KVSIM_ASSERT(part <= 0 || res.ok(), "cache_only: partial allocation failed");
+  } else {
+    KVSIM_ASSERT(res.ok(), "cache_only: allocate_slots failed");
+  }
+  kv_.free(req);
+  kv_.release_request(req);
+  return computed;
+}
+
+void Scheduler::reserve_request(Request& req, std::int64_t max_total_tokens) {
+  const auto max_blocks = static_cast<std::size_t>(cdiv(max_total_tokens, kv_.block_size()) +
+                                                   kv_.num_preallocate_blocks());
+  req.blocks.reserve(max_blocks);
+  req.block_hashes.reserve(max_blocks);
+}
+
+KVPoolStats Scheduler::pool_stats() const {
+  const BlockPool& pool = kv_.pool();
+  KVPoolStats s;
+  s.block_size = kv_.block_size();
+  s.num_blocks = pool.num_blocks();
+  s.num_free_blocks = pool.num_free_blocks();
+  s.usage = kv_.usage();
+  s.evictions = pool.stats().evictions;
+  s.blocks_allocated = pool.stats().blocks_allocated;
+  return s;
+}
+
+void Scheduler::cached_blocks(std::vector<BlockId>& out) const {
+  const BlockPool& pool = kv_.pool();
+  out.clear();
+  for (const KVCacheBlock& blk : pool.free_queue())
+    if (blk.block_hash != kNoHash) out.push_back(pool.id_of(blk));
+  for (std::int32_t b = 0; b < pool.num_blocks(); ++b)
+    if (pool.block(BlockId{b}).ref_cnt > 0 && pool.block(BlockId{b}).block_hash != kNoHash)
+      out.push_back(BlockId{b});
+}
+
+KVBreakdown Scheduler::kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const {
+  const BlockPool& pool = kv_.pool();
+  const std::int64_t bs = kv_.block_size();
+  if (stamp_.size() < static_cast<std::size_t>(pool.num_blocks()))
+    stamp_.assign(static_cast<std::size_t>(pool.num_blocks()), 0);
+  if (++epoch_ == 0) {  // wrapped: clear the stamps once every 2^32 calls
+    std::fill(stamp_.begin(), stamp_.end(), 0);
+    epoch_ = 1;
+  }
+  KVBreakdown b;
+  std::int64_t used_blocks = 0, used_hashed = 0;
+  const bool caching = pool.enable_caching();
+  for (const Request* r : running_) {
+    const auto nb = static_cast<std::int64_t>(r->blocks.size());
+    // Shared blocks (ref_cnt > 1) are a prefix of the table, full and computed: count each once.
+    std::int64_t ks = 0;
+    while (ks < nb && pool.block(r->blocks[static_cast<std::size_t>(ks)]).ref_cnt > 1) {
+      std::uint32_t& st =
+          stamp_[static_cast<std::size_t>(to_int(r->blocks[static_cast<std::size_t>(ks)]))];
+      if (st != epoch_) {
+        st = epoch_;
+        b.token_states += bs;
+        ++used_blocks;
+        ++used_hashed;
+      }
+      ++ks;
+    }
+    const std::int64_t base = ks * bs;
+    const std::int64_t own = (nb - ks) * bs;
+    const std::int64_t c = std::clamp<std::int64_t>(r->num_computed_tokens - base, 0, own);
+    const std::int64_t idx = r->index();
+    const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()
+                                 ? final_kv_tokens[static_cast<std::size_t>(idx)]
+                                 : r->num_tokens();
+    const std::int64_t f = std::clamp<std::int64_t>(fin - base, c, own);
+    b.token_states += c;
+    b.reservation += f - c;
+    b.internal_fragmentation += own - f;
+    used_blocks += nb - ks;
+    if (caching)
+      used_hashed += std::max<std::int64_t>(0, std::min(r->num_computed_tokens / bs, nb) - ks);
+  }
+  const std::int64_t num_free = pool.num_free_blocks();
+  KVSIM_ASSERT(used_blocks == pool.num_blocks() - num_free,
+               "KV breakdown: blocks in running tables disagree with the free count");
+  const std::int64_t cached_free_blocks = caching ? pool.num_cached_blocks() - used_hashed : 0;
+  b.cached_free = cached_free_blocks * bs;
+  b.free = (num_free - cached_free_blocks) * bs;
+  b.external_fragmentation = 0;
+  return b;
+}
 
 }  // namespace kvsim

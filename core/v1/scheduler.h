@@ -12,41 +12,10 @@
 #include "core/v1/kv_cache_manager.h"
 #include "core/common/request.h"
 #include "core/common/ring_deque.h"
+#include "core/engine_api.h"
 
 namespace kvsim {
 
-struct SchedulerConfig {
-  std::int64_t max_num_seqs = 256;
-  std::int64_t max_num_batched_tokens = 8192;
-  std::int64_t max_model_len = 8192;
-};
-
-/// One request scheduled in a step, in scheduling order.
-struct ScheduledRequest {
-  Request* request = nullptr;
-  std::int64_t num_tokens = 0;           // tokens scheduled in this step
-  std::int64_t num_computed_tokens = 0;  // before this step (the hits for new/resumed requests)
-  std::int32_t num_new_blocks = 0;       // running requests: the last num_new_blocks of its table
-  enum class Kind : std::uint8_t { kNew, kResumed, kRunning } kind = Kind::kRunning;
-};
-
-/// What schedule() decided. Reused across steps: its vectors keep their capacity.
-struct SchedulerOutput {
-  std::vector<ScheduledRequest> scheduled;  // scheduling order (running first, then admissions)
-  std::vector<Request*> preempted;          // in preemption order
-  std::vector<std::int64_t> finished;       // request indices finished since the previous step
-  std::int64_t total_num_scheduled_tokens = 0;
-  std::int32_t num_common_prefix_blocks = 0;
-  std::int64_t prefix_queries_tokens = 0;  // this step's lookups (see SchedulerStats)
-  std::int64_t prefix_hits_tokens = 0;
-};
-
-/// One generated token (vLLM's EngineCoreOutput), produced by update_from_output.
-struct RequestOutput {
-  Request* request = nullptr;
-  Token token = 0;
-  bool finished = false;
-};
 
 /// Running totals since construction. Every field counts tokens or events as named.
 struct SchedulerStats {
@@ -57,32 +26,50 @@ struct SchedulerStats {
   std::int64_t num_steps = 0;
 };
 
-class Scheduler {
+class Scheduler final : public EngineCore {
  public:
   Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config,
             BlockHashTable::BucketHashFn hash_fn = nullptr);
 
+  Profile profile() const override { return Profile::kVllm072; }
+
   /// Queues a new request (status WAITING) at the back of waiting. The caller owns `request` and
   /// keeps it alive until it is reported finished (update_from_output or finish_requests).
-  void add_request(Request& request);
+  void add_request(Request& request) override;
 
   /// One scheduling step into `out` (cleared first). O(running + admitted); no heap allocation
   /// once the vectors have reached their high-water marks.
-  void schedule(SchedulerOutput& out);
+  void schedule(SchedulerOutput& out) override;
 
   /// Advances every scheduled request by its scheduled tokens; a request that caught up appends
   /// its `sampled_token` and is checked for stop (length, EOS, stop tokens). Finished requests
   /// are freed, dropped from running and reported in the next schedule(). Replaces `outputs`.
-  void update_from_output(std::vector<RequestOutput>& outputs);
+  void update_from_output(std::vector<RequestOutput>& outputs) override;
 
   /// vLLM's finish_requests(id, FINISHED_ABORTED) for one request; false if it is not live.
-  bool abort_request(Request& request);
+  bool abort_request(Request& request) override;
 
-  const std::vector<Request*>& running() const { return running_; }
+  /// The scheduler's full-hit rule on the manager, without a scheduler step: lookup, allocate and
+  /// cache the rest of the prompt (a prompt larger than the pool: the longest prefix that fits
+  /// beside its hits), then free (tail first). Returns the hit tokens counted by the lookup.
+  std::int64_t cache_only_request(Request& request) override;
+  /// Reserves the block table and hash list for `max_total_tokens` plus preallocation.
+  void reserve_request(Request& request, std::int64_t max_total_tokens) override;
+
+  std::span<Request* const> running() const override { return running_; }
   const RingDeque<Request*>& waiting() const { return waiting_; }
-  std::int64_t num_unfinished_requests() const {
-    return static_cast<std::int64_t>(running_.size() + waiting_.size());
+  std::int64_t num_waiting() const override { return static_cast<std::int64_t>(waiting_.size()); }
+  const Request* first_waiting() const override {
+    return waiting_.empty() ? nullptr : waiting_.front();
   }
+  KVPoolStats pool_stats() const override;
+  /// Walks the running requests' tables: a shared prefix (ref_cnt > 1) counts once as token
+  /// states; a request's own blocks split into computed, still-to-fill and never-filled slots.
+  KVBreakdown kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const override;
+  std::span<const BlockId> block_table(const Request& request) const override {
+    return request.blocks;
+  }
+  void cached_blocks(std::vector<BlockId>& out) const override;
   KVCacheManager& kv_cache_manager() { return kv_; }
   const KVCacheManager& kv_cache_manager() const { return kv_; }
   const SchedulerConfig& config() const { return config_; }
@@ -90,9 +77,7 @@ class Scheduler {
 
   /// Manager invariants over every live request, plus: no request both running and waiting,
   /// waiting requests hold no blocks, running ones are RUNNING. Returns the first violation.
-  std::string find_violation() const;
-  /// Aborts with the violation's message if find_violation() finds one.
-  void check_invariants() const;
+  std::string find_violation() const override;
 
  private:
   bool check_stop(Request& request);
@@ -106,6 +91,9 @@ class Scheduler {
   std::vector<Request*> next_running_;      // scratch for update_from_output
   std::vector<std::int64_t> finished_ids_;  // since the last schedule()
   std::vector<BlockId> hits_;               // scratch for get_computed_blocks
+  // kv_breakdown's scratch: a block's stamp == epoch once counted in this call.
+  mutable std::vector<std::uint32_t> stamp_;
+  mutable std::uint32_t epoch_ = 0;
   SchedulerStats stats_;
   // A schedule() whose num_scheduled_tokens no update_from_output has consumed (and reset) yet.
   bool scheduled_unconsumed_ = false;

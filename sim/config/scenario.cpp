@@ -30,6 +30,16 @@ std::string flow_text(const YAML::Node& node) {
   return e.c_str();
 }
 
+/// engine.profile: one of the profiles of core/engine_api.h (did-you-mean and the valid names on
+/// a typo).
+Profile get_profile(const YAML::Node& engine, const YamlContext& ctx) {
+  std::vector<std::string_view> names;
+  for (const ProfileInfo& p : profiles()) names.emplace_back(p.name);
+  const std::size_t i = get_choice_index(engine, "profile", ctx, profile_name(Profile::kVllm072),
+                                         names);
+  return profiles()[i].profile;
+}
+
 }  // namespace
 
 const char* mode_name(EngineConfig::Mode m) {
@@ -44,6 +54,14 @@ KVCacheConfig Scenario::kv_cache_config() const {
   c.enable_caching = cache.enable_prefix_caching;
   c.num_preallocate_tokens = cache.num_preallocate_tokens;
   return c;
+}
+
+EngineParams Scenario::engine_params() const {
+  EngineParams p;
+  p.profile = engine.profile;
+  p.scheduler = scheduler;
+  p.cache = kv_cache_config();
+  return p;
 }
 
 void apply_set(YAML::Node& root, std::string_view assignment) {
@@ -109,7 +127,7 @@ Scenario parse_scenario(const YAML::Node& root_in, const std::string& file) {
   const YAML::Node engine = root["engine"];
   const YamlContext ectx = top.child("engine");
   check_keys(engine, {"profile", "mode"}, ectx);
-  s.engine.profile = get_choice(engine, "profile", ectx, "vllm-0.7.2", {"vllm-0.7.2"});
+  s.engine.profile = get_profile(engine, ectx);
   s.engine.mode = get_choice(engine, "mode", ectx, "timed", {"timed", "cache_only"}) == "timed"
                       ? EngineConfig::Mode::kTimed
                       : EngineConfig::Mode::kCacheOnly;
@@ -243,7 +261,7 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "name" << YAML::Value << s.name;
   e << YAML::Key << "seed" << YAML::Value << s.seed;
   e << YAML::Key << "engine" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "profile" << YAML::Value << s.engine.profile;
+  e << YAML::Key << "profile" << YAML::Value << profile_name(s.engine.profile);
   e << YAML::Key << "mode" << YAML::Value << mode_name(s.engine.mode);
   e << YAML::EndMap;
   // File paths (here and in the workload and latency sections) are written as resolved from the

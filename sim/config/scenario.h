@@ -33,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/v1/scheduler.h"
+#include "core/engine_factory.h"
 #include "sim/config/hardware.h"
 #include "sim/config/model_config.h"
 #include "sim/common/yaml_util.h"
@@ -43,7 +43,7 @@ namespace kvsim {
 /// `engine:` -- which vLLM behaviour to reproduce and how time is simulated.
 struct EngineConfig {
   enum class Mode : std::uint8_t { kTimed, kCacheOnly };
-  std::string profile = "vllm-0.7.2";  // the only profile so far
+  Profile profile = Profile::kVllm072;
   Mode mode = Mode::kTimed;
 };
 const char* mode_name(EngineConfig::Mode m);
@@ -98,6 +98,8 @@ struct Scenario {
   YamlContext ctx() const { return YamlContext{file, ""}; }
   /// The core's cache configuration.
   [[nodiscard]] KVCacheConfig kv_cache_config() const;
+  /// What make_engine builds the scenario's engine from.
+  [[nodiscard]] EngineParams engine_params() const;
 };
 
 /// Applies one `--set a.b.c=value` to `root` (value parsed as a YAML scalar or flow collection;

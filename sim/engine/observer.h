@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "core/v1/scheduler.h"
+#include "core/engine_api.h"
 #include "sim/common/sim_types.h"
 
 namespace kvsim {
@@ -18,7 +18,7 @@ struct StepView {
   SimTimeNs start_ns = 0;                // when schedule() ran
   SimTimeNs end_ns = 0;                  // when the batch finishes (start + latency model)
   const SchedulerOutput* out = nullptr;  // the batch as scheduled (block tables in on_step_begin)
-  const Scheduler* scheduler = nullptr;  // read-only view of queues and the KV cache manager
+  const EngineCore* engine = nullptr;    // read-only view of queues, tables and the KV pool
   std::int64_t prefill_tokens = 0;       // scheduled tokens that are not single-token decodes
   std::int64_t decode_tokens = 0;        // requests decoding exactly one token
   std::int64_t num_prefill_seqs = 0;
@@ -68,7 +68,7 @@ class StepObserver {
   /// cache_only mode: one prefix-cache lookup of `query_tokens` that hit `hit_tokens`.
   virtual void on_lookup(std::int64_t /*query_tokens*/, std::int64_t /*hit_tokens*/) {}
   /// The run is over at simulated time `end_ns`.
-  virtual void on_simulation_end(SimTimeNs /*end_ns*/, const Scheduler&) {}
+  virtual void on_simulation_end(SimTimeNs /*end_ns*/, const EngineCore&) {}
 };
 
 }  // namespace kvsim

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/common/assert.h"
+#include "core/engine_factory.h"
 
 namespace kvsim {
 
@@ -23,8 +24,8 @@ Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn
       source_(source),
       step_time_(std::move(step_time)),
       vocab_size_(scenario_vocab_size(scenario)) {
-  scheduler_ = std::make_unique<Scheduler>(scenario.scheduler, scenario.kv_cache_config());
-  view_.scheduler = scheduler_.get();
+  core_ = make_engine(scenario.engine_params());
+  view_.engine = core_.get();
   view_.out = &out_;
   view_.final_kv_tokens = &final_kv_tokens_;
 }
@@ -36,7 +37,7 @@ void Simulator::run() {
     run_cache_only();
   else
     run_timed();
-  for (StepObserver* o : observers_) o->on_simulation_end(engine_.now(), *scheduler_);
+  for (StepObserver* o : observers_) o->on_simulation_end(engine_.now(), *core_);
 }
 
 // ---- arrivals -------------------------------------------------------------------------------
@@ -165,14 +166,10 @@ void Simulator::admit(std::int64_t slot) {
   // rest of the context).
   l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits),
                                         std::vector<MMPlaceholder>{}, num_outputs);
-  // Size the block table and hash list once: the step loop then never grows them.
-  const auto max_blocks =
-      static_cast<std::size_t>(cdiv(final_kv_tokens_[s] + 1, scenario_.cache.sizing.block_size) +
-                               scheduler_->kv_cache_manager().num_preallocate_blocks());
-  l.request->blocks.reserve(max_blocks);
-  l.request->block_hashes.reserve(max_blocks);
+  // Size the per-request tables once: the step loop then never grows them.
+  core_->reserve_request(*l.request, final_kv_tokens_[s] + 1);
   spec.prompt.clear();
-  scheduler_->add_request(*l.request);
+  core_->add_request(*l.request);
 }
 
 void Simulator::admit_waiting() {
@@ -180,17 +177,17 @@ void Simulator::admit_waiting() {
   // before looking at one more once running reaches max_num_seqs, and at the first that does not
   // fit (which is then within that count too). Arrivals beyond those wait here, in arrival order,
   // with their prompts unmade.
-  const Scheduler& sched = *scheduler_;
-  const auto examined = static_cast<std::size_t>(std::max<std::int64_t>(
-      scenario_.scheduler.max_num_seqs - static_cast<std::int64_t>(sched.running().size()), 0));
-  while (!unadmitted_.empty() && sched.waiting().size() < examined) {
+  const EngineCore& eng = *core_;
+  const std::int64_t examined = std::max<std::int64_t>(
+      scenario_.scheduler.max_num_seqs - static_cast<std::int64_t>(eng.running().size()), 0);
+  while (!unadmitted_.empty() && eng.num_waiting() < examined) {
     admit(unadmitted_.front());
     unadmitted_.pop_front();
   }
 }
 
 std::int64_t Simulator::num_waiting() const {
-  return static_cast<std::int64_t>(scheduler_->waiting().size() + unadmitted_.size());
+  return core_->num_waiting() + static_cast<std::int64_t>(unadmitted_.size());
 }
 
 // ---- timed mode -----------------------------------------------------------------------------
@@ -211,13 +208,13 @@ void Simulator::fail_cannot_fit(const Request& r) const {
 void Simulator::start_step() {
   schedule_queued_ = false;
   if (step_in_flight_) return;
-  Scheduler& sched = *scheduler_;
+  EngineCore& eng = *core_;
   admit_waiting();
-  if (sched.running().empty() && sched.waiting().empty()) return;
-  sched.schedule(out_);
+  if (eng.num_unfinished_requests() == 0) return;
+  eng.schedule(out_);
   if (out_.scheduled.empty()) {
-    KVSIM_ASSERT(sched.running().empty(), "running requests but nothing scheduled");
-    fail_cannot_fit(*sched.waiting().front());
+    KVSIM_ASSERT(eng.running().empty(), "running requests but nothing scheduled");
+    fail_cannot_fit(*eng.first_waiting());
   }
   const SimTimeNs now = engine_.now();
   StepView& v = view_;
@@ -266,9 +263,9 @@ void Simulator::start_step() {
 }
 
 void Simulator::end_step() {
-  Scheduler& sched = *scheduler_;
+  EngineCore& eng = *core_;
   const SimTimeNs now = engine_.now();
-  sched.update_from_output(outputs_);
+  eng.update_from_output(outputs_);
   prev_token_ns_.clear();
   for (const RequestOutput& o : outputs_) {
     Live& l = live_[static_cast<std::size_t>(o.request->index())];
@@ -284,7 +281,7 @@ void Simulator::end_step() {
   for (StepObserver* o : observers_) o->on_step(v);
   step_in_flight_ = false;
   ++step_;
-  if (check_invariants_) sched.check_invariants();
+  if (check_invariants_) eng.check_invariants();
   for (const RequestOutput& o : outputs_) {
     if (!o.finished) continue;
     const RequestStatus st = o.request->status;
@@ -347,7 +344,7 @@ void Simulator::report_progress() {
   p.now_ns = engine_.now();
   p.requests_done = requests_done_;
   p.num_steps = step_;
-  p.num_running = static_cast<std::int64_t>(scheduler_->running().size());
+  p.num_running = static_cast<std::int64_t>(core_->running().size());
   p.num_waiting = num_waiting();
   progress_(p);
 }
@@ -377,9 +374,9 @@ void Simulator::run_timed() {
     if ((n & 1023) == 0) check_interrupt();
   }
   KVSIM_ASSERT(unadmitted_.empty(), "arrivals left unadmitted after the last step");
-  if (scheduler_->num_unfinished_requests() > 0) {
-    const Request* r = scheduler_->waiting().empty() ? scheduler_->running().front()
-                                                     : scheduler_->waiting().front();
+  if (core_->num_unfinished_requests() > 0) {
+    const Request* r = core_->num_waiting() > 0 ? core_->first_waiting()
+                                                  : core_->running().front();
     fail_cannot_fit(*r);
   }
   report_progress();
@@ -388,9 +385,6 @@ void Simulator::run_timed() {
 // ---- cache_only mode ------------------------------------------------------------------------
 
 void Simulator::run_cache_only() {
-  KVCacheManager& kv = scheduler_->kv_cache_manager();
-  const std::int64_t bs = kv.block_size();
-  std::vector<BlockId> hits;
   std::vector<std::int32_t> outputs;
   pull_next_open_loop();
   std::uint64_t n = 0;
@@ -406,28 +400,7 @@ void Simulator::run_cache_only() {
     SamplingLimits limits = sampling_limits(spec);  // before the prompt moves
     Request req(0, std::move(spec.prompt), std::move(limits), {},
                 /*output_capacity=*/0);  // never decodes
-    std::int64_t computed = kv.get_computed_blocks(req, hits);
-    std::int64_t todo = req.num_tokens() - computed;
-    if (todo == 0) {  // the scheduler's full-hit rule: recompute the last block
-      computed -= bs;
-      todo = bs;
-      hits.pop_back();
-    }
-    AllocResult res = kv.allocate_slots(req, todo, hits);
-    if (res.status == AllocStatus::kNoFreeBlocks) {
-      // Larger than the pool: allocate the longest prefix that fits beside its hits.
-      std::int64_t evictable_hits = 0;
-      for (BlockId b : hits)
-        if (kv.pool().block(b).ref_cnt == 0) ++evictable_hits;
-      const std::int64_t fit = (kv.pool().num_free_blocks() - evictable_hits) * bs;
-      const std::int64_t part = std::min(todo, fit);
-      if (part > 0) res = kv.allocate_slots(req, part, hits);
-      KVSIM_ASSERT(part <= 0 || res.ok(), "cache_only: partial allocation failed");
-    } else {
-      KVSIM_ASSERT(res.ok(), "cache_only: allocate_slots failed");
-    }
-    kv.free(req);
-    kv.release_request(req);
+    const std::int64_t computed = core_->cache_only_request(req);
     for (StepObserver* o : observers_) o->on_lookup(req.num_tokens(), computed);
     spec.prompt = req.take_token_ids();  // nothing was generated: the prompt
     RequestRecord rec;

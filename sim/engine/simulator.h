@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "core/common/ring_deque.h"
-#include "core/v1/scheduler.h"
+#include "core/engine_api.h"
 #include "sim/engine/engine.h"
 #include "sim/engine/observer.h"
 #include "sim/config/scenario.h"
@@ -62,7 +62,7 @@ class Simulator {
 
   /// Observers are called in attachment order; they must outlive run().
   void attach(StepObserver* observer) { observers_.push_back(observer); }
-  /// Calls Scheduler::check_invariants after every step (kvsim run --check-invariants).
+  /// Calls EngineCore::check_invariants after every step (kvsim run --check-invariants).
   void set_check_invariants(bool on) { check_invariants_ = on; }
   void set_progress(std::function<void(const SimProgress&)> fn, std::uint64_t every_events) {
     progress_ = std::move(fn);
@@ -75,7 +75,7 @@ class Simulator {
   /// Runs to completion. Throws RunError when a request can never be scheduled.
   void run();
 
-  const Scheduler& scheduler() const { return *scheduler_; }
+  const EngineCore& engine() const { return *core_; }
   SimTimeNs now() const { return engine_.now(); }
   std::int64_t num_steps() const { return step_; }
   std::int64_t requests_done() const { return requests_done_; }
@@ -123,7 +123,7 @@ class Simulator {
   void check_interrupt() const;
 
   Engine engine_;
-  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<EngineCore> core_;  // the engine family's state machines
   SchedulerOutput out_;
   std::vector<RequestOutput> outputs_;
   std::vector<SimTimeNs> prev_token_ns_;

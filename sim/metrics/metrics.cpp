@@ -124,63 +124,6 @@ void PromHistogram::observe(double v, std::int64_t n) {
   count += n;
 }
 
-// ---- KV breakdown ---------------------------------------------------------------------------
-
-KVBreakdown compute_kv_breakdown(const Scheduler& scheduler,
-                                 const std::vector<std::int64_t>& final_kv_tokens,
-                                 std::vector<std::uint32_t>& stamp, std::uint32_t& epoch) {
-  const KVCacheManager& kv = scheduler.kv_cache_manager();
-  const BlockPool& pool = kv.pool();
-  const std::int64_t bs = kv.block_size();
-  if (stamp.size() < static_cast<std::size_t>(pool.num_blocks()))
-    stamp.assign(static_cast<std::size_t>(pool.num_blocks()), 0);
-  if (++epoch == 0) {  // wrapped: clear the stamps once every 2^32 calls
-    std::fill(stamp.begin(), stamp.end(), 0);
-    epoch = 1;
-  }
-  KVBreakdown b;
-  std::int64_t used_blocks = 0, used_hashed = 0;
-  const bool caching = pool.enable_caching();
-  for (const Request* r : scheduler.running()) {
-    const auto nb = static_cast<std::int64_t>(r->blocks.size());
-    // Shared blocks (ref_cnt > 1) are a prefix of the table, full and computed: count each once.
-    std::int64_t ks = 0;
-    while (ks < nb && pool.block(r->blocks[static_cast<std::size_t>(ks)]).ref_cnt > 1) {
-      std::uint32_t& st =
-          stamp[static_cast<std::size_t>(to_int(r->blocks[static_cast<std::size_t>(ks)]))];
-      if (st != epoch) {
-        st = epoch;
-        b.token_states += bs;
-        ++used_blocks;
-        ++used_hashed;
-      }
-      ++ks;
-    }
-    const std::int64_t base = ks * bs;
-    const std::int64_t own = (nb - ks) * bs;
-    const std::int64_t c = std::clamp<std::int64_t>(r->num_computed_tokens - base, 0, own);
-    const std::int64_t idx = r->index();
-    const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()
-                                 ? final_kv_tokens[static_cast<std::size_t>(idx)]
-                                 : r->num_tokens();
-    const std::int64_t f = std::clamp<std::int64_t>(fin - base, c, own);
-    b.token_states += c;
-    b.reservation += f - c;
-    b.internal_fragmentation += own - f;
-    used_blocks += nb - ks;
-    if (caching)
-      used_hashed += std::max<std::int64_t>(0, std::min(r->num_computed_tokens / bs, nb) - ks);
-  }
-  const std::int64_t num_free = pool.num_free_blocks();
-  KVSIM_ASSERT(used_blocks == pool.num_blocks() - num_free,
-               "KV breakdown: blocks in running tables disagree with the free count");
-  const std::int64_t cached_free_blocks = caching ? pool.num_cached_blocks() - used_hashed : 0;
-  b.cached_free = cached_free_blocks * bs;
-  b.free = (num_free - cached_free_blocks) * bs;
-  b.external_fragmentation = 0;
-  return b;
-}
-
 // ---- MetricsCollector -----------------------------------------------------------------------
 
 MetricsCollector::MetricsCollector(const std::vector<std::int64_t>* final_kv_tokens,
@@ -199,12 +142,11 @@ MetricsCollector::MetricsCollector(const std::vector<std::int64_t>* final_kv_tok
 }
 
 void MetricsCollector::on_step(const StepView& v) {
-  const Scheduler& s = *v.scheduler;
-  const KVCacheManager& kv = s.kv_cache_manager();
-  const BlockPool& pool = kv.pool();
+  const EngineCore& eng = *v.engine;
+  const KVPoolStats pool = eng.pool_stats();
   const SchedulerOutput& out = *v.out;
-  const double usage = kv.usage();
-  const auto running = static_cast<std::int64_t>(s.running().size());
+  const double usage = pool.usage;
+  const auto running = static_cast<std::int64_t>(eng.running().size());
   const std::int64_t waiting = v.num_waiting;
   const auto batch = static_cast<std::int64_t>(out.scheduled.size());
 
@@ -223,10 +165,10 @@ void MetricsCollector::on_step(const StepView& v) {
   pending_.prefix_queries += out.prefix_queries_tokens;
   pending_.prefix_hits += out.prefix_hits_tokens;
   pending_.preemptions += static_cast<std::int64_t>(out.preempted.size());
-  pending_.evictions += pool.stats().evictions - num_evictions_;
-  pending_.blocks_allocated += pool.stats().blocks_allocated - num_blocks_allocated_;
-  num_evictions_ = pool.stats().evictions;
-  num_blocks_allocated_ = pool.stats().blocks_allocated;
+  pending_.evictions += pool.evictions - num_evictions_;
+  pending_.blocks_allocated += pool.blocks_allocated - num_blocks_allocated_;
+  num_evictions_ = pool.evictions;
+  num_blocks_allocated_ = pool.blocks_allocated;
 
   // Inter-token latencies, one per output that follows an earlier token. Requests that decoded in
   // the previous step share one value, so runs of equal values are added at once.
@@ -260,13 +202,13 @@ void MetricsCollector::on_step(const StepView& v) {
   r.decode_tokens = v.decode_tokens;
   r.batch_tokens = out.total_num_scheduled_tokens;
   r.kv_cache_usage_perc = usage;
-  r.num_free_blocks = pool.num_free_blocks();
-  if (v.step % steps_every_ == 0) record_pending(s);
+  r.num_free_blocks = pool.num_free_blocks;
+  if (v.step % steps_every_ == 0) record_pending(eng);
 }
 
-void MetricsCollector::record_pending(const Scheduler& s) {
+void MetricsCollector::record_pending(const EngineCore& e) {
   StepRecord& r = pending_;
-  r.slots = compute_kv_breakdown(s, *final_kv_tokens_, stamp_, epoch_);
+  r.slots = e.kv_breakdown(*final_kv_tokens_);
   const double total = static_cast<double>(r.slots.total());
   const std::int64_t parts[6] = {
       r.slots.token_states,           r.slots.reservation, r.slots.internal_fragmentation,
@@ -314,16 +256,16 @@ void MetricsCollector::on_lookup(std::int64_t prompt_tokens, std::int64_t hit_to
   prefix_hits_ += hit_tokens;
 }
 
-void MetricsCollector::on_simulation_end(SimTimeNs, const Scheduler& s) {
+void MetricsCollector::on_simulation_end(SimTimeNs, const EngineCore& e) {
   // The last step is always recorded, so the rows' counters add up to the run's totals. Nothing
   // changes the cache after the last step's update, so its breakdown is computed now.
-  if (pending_.step >= 0) record_pending(s);
-  const BlockPool& pool = s.kv_cache_manager().pool();
-  num_evictions_ = pool.stats().evictions;
-  num_blocks_allocated_ = pool.stats().blocks_allocated;
-  last_running_ = static_cast<std::int64_t>(s.running().size());
-  last_waiting_ = static_cast<std::int64_t>(s.waiting().size());
-  last_usage_ = s.kv_cache_manager().usage();
+  if (pending_.step >= 0) record_pending(e);
+  const KVPoolStats pool = e.pool_stats();
+  num_evictions_ = pool.evictions;
+  num_blocks_allocated_ = pool.blocks_allocated;
+  last_running_ = static_cast<std::int64_t>(e.running().size());
+  last_waiting_ = e.num_waiting();
+  last_usage_ = pool.usage;
 }
 
 std::string MetricsCollector::summary_json(const std::string& header) {

@@ -56,21 +56,6 @@ struct PromHistogram {
   void observe(double v, std::int64_t n = 1);
 };
 
-/// The KV memory breakdown of one step in token slots of the pool (they sum to num_gpu_blocks *
-/// block_size): the PagedAttention paper's taxonomy, see architecture.md.
-struct KVBreakdown {
-  std::int64_t token_states = 0;
-  std::int64_t reservation = 0;
-  std::int64_t internal_fragmentation = 0;
-  std::int64_t external_fragmentation = 0;  // always 0 for paged allocation
-  std::int64_t cached_free = 0;
-  std::int64_t free = 0;
-  std::int64_t total() const {
-    return token_states + reservation + internal_fragmentation + external_fragmentation +
-           cached_free + free;
-  }
-};
-
 /// One recorded step (a steps.csv row): every steps_every-th step and the last one. Counters are
 /// summed since the previous recorded row, so the rows add up to the run's totals.
 struct StepRecord {
@@ -94,12 +79,6 @@ class RecordSink {
   virtual void on_request_record(const RequestRecord&) {}
 };
 
-/// Computes the breakdown of the pool after update_from_output. `final_kv_tokens[i]` is the number
-/// of positions request index i will ever hold K/V for (prompt + outputs - 1). `stamp`/`epoch` are
-/// scratch (one entry per block, never shrinks). O(running + shared blocks).
-KVBreakdown compute_kv_breakdown(const Scheduler& scheduler,
-                                 const std::vector<std::int64_t>& final_kv_tokens,
-                                 std::vector<std::uint32_t>& stamp, std::uint32_t& epoch);
 
 class MetricsCollector : public StepObserver {
  public:
@@ -110,7 +89,7 @@ class MetricsCollector : public StepObserver {
 
   void on_step(const StepView& v) override;
   void on_request_done(const RequestRecord& r) override;
-  void on_simulation_end(SimTimeNs end_ns, const Scheduler& s) override;
+  void on_simulation_end(SimTimeNs end_ns, const EngineCore& e) override;
 
   void on_lookup(std::int64_t query_tokens, std::int64_t hit_tokens) override;
 
@@ -131,8 +110,6 @@ class MetricsCollector : public StepObserver {
   std::int64_t steps_every_;
   RecordSink* sink_;
   bool prom_ = false;
-  std::vector<std::uint32_t> stamp_;
-  std::uint32_t epoch_ = 0;
 
   // Requests.
   std::int64_t completed_ = 0, rejected_ = 0, aborted_ = 0;
@@ -157,7 +134,7 @@ class MetricsCollector : public StepObserver {
   std::int64_t num_evictions_ = 0, num_blocks_allocated_ = 0;
   StepRecord pending_;  // the latest step not yet recorded (step -1: none), with
                         // counters summed since the previous recorded row
-  void record_pending(const Scheduler& s);
+  void record_pending(const EngineCore& e);
 };
 
 }  // namespace kvsim

@@ -205,7 +205,7 @@ void TraceJsonWriter::event(const std::string& json) {
 
 void TraceJsonWriter::on_step_begin(const StepView& v) {
   const SchedulerOutput& out = *v.out;
-  const Scheduler& s = *v.scheduler;
+  const EngineCore& eng = *v.engine;
   ts_.clear();
   append_us(ts_, v.start_ns);
   dur_.clear();
@@ -219,9 +219,9 @@ void TraceJsonWriter::on_step_begin(const StepView& v) {
       ts_, dur_, v.step, out.scheduled.size(), v.prefill_tokens, v.decode_tokens,
       out.preempted.size());
   put(R"({{"name":"kv_cache_usage_perc","ph":"C","pid":1,"ts":{},"args":{{"usage":{:.6f}}}}})", ts_,
-      s.kv_cache_manager().usage());
+      eng.pool_stats().usage);
   put(R"({{"name":"queues","ph":"C","pid":1,"ts":{},"args":{{"running":{},"waiting":{}}}}})", ts_,
-      s.running().size(), v.num_waiting);
+      eng.running().size(), v.num_waiting);
   for (const Request* r : out.preempted) {
     const auto idx = static_cast<std::size_t>(r->index());
     const std::uint64_t id = idx < v.request_id_of_index.size() ? v.request_id_of_index[idx] : 0;

@@ -66,7 +66,7 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
   const std::string header = fmt::format(
       "  \"name\": {},\n  \"seed\": {},\n  \"profile\": \"{}\",\n  \"mode\": \"{}\",\n"
       "  \"block_size\": {},\n  \"num_gpu_blocks\": {},\n  \"enable_prefix_caching\": {},\n",
-      nlohmann::json(scenario.name).dump(), scenario.seed, scenario.engine.profile,
+      nlohmann::json(scenario.name).dump(), scenario.seed, profile_name(scenario.engine.profile),
       mode_name(scenario.engine.mode), scenario.cache.sizing.block_size, scenario.num_gpu_blocks,
       scenario.cache.enable_prefix_caching ? "true" : "false");
   RunResult result;

@@ -47,7 +47,7 @@ TEST_CASE("a minimal scenario gets vLLM's defaults", "[sim]") {
   const Scenario s = parse(kBase);
   CHECK(s.name == "base");
   CHECK(s.seed == 3);
-  CHECK(s.engine.profile == "vllm-0.7.2");
+  CHECK(s.engine.profile == Profile::kVllm072);
   CHECK(s.engine.mode == EngineConfig::Mode::kTimed);
   CHECK(s.cache.sizing.block_size == 16);
   CHECK(s.cache.num_preallocate_tokens == 64);

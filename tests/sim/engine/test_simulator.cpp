@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/v1/scheduler.h"
 #include "sim/metrics/metrics.h"
 #include "sim/config/scenario.h"
 #include "sim/run/run_scenario.h"
@@ -80,7 +81,7 @@ double cache_only_hit_rate(double capacity_tokens, std::int64_t block_size = 512
   return j["prefix_cache_hit_rate"].get<double>();
 }
 
-/// The KV breakdown by walking every block (the slow reference for compute_kv_breakdown).
+/// The KV breakdown by walking every block (the slow reference for Scheduler::kv_breakdown).
 KVBreakdown walk_breakdown(const Scheduler& s, const std::vector<std::int64_t>& final_kv) {
   const BlockPool& pool = s.kv_cache_manager().pool();
   const std::int64_t bs = s.kv_cache_manager().block_size();
@@ -115,23 +116,20 @@ KVBreakdown walk_breakdown(const Scheduler& s, const std::vector<std::int64_t>& 
 
 struct BreakdownChecker : StepObserver {
   const Simulator* sim = nullptr;
-  std::vector<std::uint32_t> stamp;
-  std::uint32_t epoch = 0;
   std::int64_t steps = 0, shared_steps = 0;
   void on_step(const StepView& v) override {
-    const KVBreakdown fast =
-        compute_kv_breakdown(*v.scheduler, sim->final_kv_tokens(), stamp, epoch);
-    const KVBreakdown slow = walk_breakdown(*v.scheduler, sim->final_kv_tokens());
-    const BlockPool& pool = v.scheduler->kv_cache_manager().pool();
-    REQUIRE(fast.total() ==
-            std::int64_t{pool.num_blocks()} * v.scheduler->kv_cache_manager().block_size());
+    const auto& sched = dynamic_cast<const Scheduler&>(*v.engine);
+    const KVBreakdown fast = sched.kv_breakdown(sim->final_kv_tokens());
+    const KVBreakdown slow = walk_breakdown(sched, sim->final_kv_tokens());
+    const BlockPool& pool = sched.kv_cache_manager().pool();
+    REQUIRE(fast.total() == std::int64_t{pool.num_blocks()} * sched.kv_cache_manager().block_size());
     REQUIRE(fast.token_states == slow.token_states);
     REQUIRE(fast.reservation == slow.reservation);
     REQUIRE(fast.internal_fragmentation == slow.internal_fragmentation);
     REQUIRE(fast.cached_free == slow.cached_free);
     REQUIRE(fast.free == slow.free);
     ++steps;
-    for (const Request* r : v.scheduler->running())
+    for (const Request* r : sched.running())
       if (!r->blocks.empty() && pool.block(r->blocks[0]).ref_cnt > 1) {
         ++shared_steps;
         break;
@@ -272,7 +270,7 @@ TEST_CASE("the fast KV breakdown equals a block walk and sums to the pool under 
   sim.run();
   CHECK(check.steps > 50);
   CHECK(check.shared_steps > 0);
-  CHECK(sim.scheduler().stats().num_preemptions > 0);
+  CHECK(dynamic_cast<const Scheduler&>(sim.engine()).stats().num_preemptions > 0);
 }
 
 TEST_CASE("a burst of trace arrivals: the scheduler sees the queue's head, steps.csv all of it",
@@ -456,7 +454,7 @@ TEST_CASE("invariants hold after every step of a shared-prefix run", "[sim]") {
   sim.set_check_invariants(true);
   sim.run();
   CHECK(sim.requests_done() == 50);
-  CHECK(sim.scheduler().num_unfinished_requests() == 0);
+  CHECK(sim.engine().num_unfinished_requests() == 0);
 }
 
 TEST_CASE("cache_only replay of the Mooncake trace reproduces the hit-rate table", "[sim]") {

@@ -1,0 +1,43 @@
+#include "core/engine_api.h"
+
+#include <array>
+
+#include "core/common/assert.h"
+
+namespace kvsim {
+namespace {
+
+constexpr std::array<ProfileInfo, 1> kProfiles = {{
+    {Profile::kVllm072, "vllm-0.7.2", EngineFamily::kV1,
+     "vLLM v0.7.2 V1: KVCacheManager + Scheduler (preallocation, chunked prefill, recompute "
+     "preemption)"},
+}};
+
+}  // namespace
+
+std::span<const ProfileInfo> profiles() { return kProfiles; }
+
+const ProfileInfo& profile_info(Profile p) {
+  const auto i = static_cast<std::size_t>(p);
+  KVSIM_ASSERT(i < kProfiles.size() && kProfiles[i].profile == p, "profile table out of order");
+  return kProfiles[i];
+}
+
+std::optional<Profile> find_profile(std::string_view name) {
+  for (const ProfileInfo& p : kProfiles)
+    if (name == p.name) return p.profile;
+  return std::nullopt;
+}
+
+std::string profile_names() {
+  std::string s;
+  for (const ProfileInfo& p : kProfiles) {
+    if (!s.empty()) s += ", ";
+    s += p.name;
+  }
+  return s;
+}
+
+void EngineCore::check_invariants() const { KVSIM_ASSERT_NO_VIOLATION(find_violation()); }
+
+}  // namespace kvsim

@@ -1,0 +1,160 @@
+#pragma once
+// EngineCore: the one interface the simulator (and the validation harness, through the simulator's
+// step views) drives for any engine family -- vLLM V1 releases, vLLM V0, contiguous baselines.
+//
+// A step is: schedule(out) -> the caller times the batch and sets, for every scheduled request
+// whose tokens are all computed after this step, the token the model samples
+// (Request::sampled_token) -> update_from_output(outputs). Dispatch is virtual once per step (or
+// per request for add/abort), never per block: families keep their hot loops inside.
+//
+// Everything here is family-neutral. A family's own state (V1's block pool, V0's CPU pool and
+// swapped queue, the contiguous allocator's extents) is reached through the read-only views below,
+// which each family fills from its own structures.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/common/request.h"
+#include "core/common/types.h"
+
+namespace kvsim {
+
+// ---- profiles -------------------------------------------------------------------------------
+
+/// What `engine.profile` names: one engine family at one release.
+enum class Profile : std::uint8_t {
+  kVllm072,  // vLLM v0.7.2 V1 (the default)
+};
+
+/// The implementation behind a profile. Releases of one family differ by named policies of one
+/// implementation; families differ by implementation.
+enum class EngineFamily : std::uint8_t { kV1 };
+
+struct ProfileInfo {
+  Profile profile;
+  const char* name;  // as written in scenarios and on the command line
+  EngineFamily family;
+  const char* summary;  // one line for --help and error messages
+};
+
+/// Every profile, in enum order.
+std::span<const ProfileInfo> profiles();
+const ProfileInfo& profile_info(Profile p);
+inline const char* profile_name(Profile p) { return profile_info(p).name; }
+/// The profile named `name` (exact match), or nullopt.
+std::optional<Profile> find_profile(std::string_view name);
+/// "vllm-0.7.2, ..." : the valid names, for error messages.
+std::string profile_names();
+
+// ---- one step -------------------------------------------------------------------------------
+
+/// One request scheduled in a step, in scheduling order.
+struct ScheduledRequest {
+  Request* request = nullptr;
+  std::int64_t num_tokens = 0;           // tokens scheduled in this step
+  std::int64_t num_computed_tokens = 0;  // before this step (the hits for new/resumed requests)
+  std::int32_t num_new_blocks = 0;       // running requests: the last num_new_blocks of its table
+  enum class Kind : std::uint8_t { kNew, kResumed, kRunning } kind = Kind::kRunning;
+};
+
+/// What schedule() decided (vLLM's SchedulerOutput, family-neutral). Reused across steps: its
+/// vectors keep their capacity.
+struct SchedulerOutput {
+  std::vector<ScheduledRequest> scheduled;  // scheduling order (running first, then admissions)
+  std::vector<Request*> preempted;          // in preemption order
+  std::vector<std::int64_t> finished;       // request indices finished since the previous step
+  std::int64_t total_num_scheduled_tokens = 0;
+  std::int32_t num_common_prefix_blocks = 0;
+  std::int64_t prefix_queries_tokens = 0;  // this step's prefix-cache lookups, in tokens
+  std::int64_t prefix_hits_tokens = 0;     // hit tokens of those lookups
+};
+
+/// One generated token (vLLM's EngineCoreOutput), produced by update_from_output.
+struct RequestOutput {
+  Request* request = nullptr;
+  Token token = 0;
+  bool finished = false;
+};
+
+// ---- read-only views ------------------------------------------------------------------------
+
+/// The KV memory breakdown of one step in token slots of the pool (they sum to the pool's slots):
+/// the PagedAttention paper's taxonomy (sim/OUTPUTS.md defines each category exactly).
+struct KVBreakdown {
+  std::int64_t token_states = 0;            // slots holding K/V of computed tokens (shared once)
+  std::int64_t reservation = 0;             // allocated slots a running request will still fill
+  std::int64_t internal_fragmentation = 0;  // allocated slots that will never be filled
+  std::int64_t external_fragmentation = 0;  // free slots no allocation can use (0 when paged)
+  std::int64_t cached_free = 0;             // free blocks that still hold a cached prefix
+  std::int64_t free = 0;
+  std::int64_t total() const {
+    return token_states + reservation + internal_fragmentation + external_fragmentation +
+           cached_free + free;
+  }
+};
+
+/// The pool as vLLM reports it. Counters are running totals since construction.
+struct KVPoolStats {
+  std::int32_t block_size = 0;         // token slots per block
+  std::int64_t num_blocks = 0;         // blocks of the GPU pool
+  std::int64_t num_free_blocks = 0;    // vLLM's free count (cached-but-free blocks included)
+  double usage = 0;                    // vLLM's kv_cache_usage_perc, in [0, 1]
+  std::int64_t evictions = 0;          // cached blocks reused for other content
+  std::int64_t blocks_allocated = 0;   // blocks handed out
+};
+
+class EngineCore {
+ public:
+  virtual ~EngineCore() = default;
+
+  virtual Profile profile() const = 0;
+
+  /// Queues a new request (WAITING) behind the waiting ones. The caller owns `request` and keeps
+  /// it alive until it is reported finished (update_from_output or abort_request).
+  virtual void add_request(Request& request) = 0;
+  /// One scheduling step into `out` (cleared first). Allocates nothing once warm.
+  virtual void schedule(SchedulerOutput& out) = 0;
+  /// Applies the step scheduled last: advances the scheduled requests, appends the sampled token
+  /// of each that caught up, checks stops, frees finished requests. Replaces `outputs`.
+  virtual void update_from_output(std::vector<RequestOutput>& outputs) = 0;
+  /// vLLM's finish_requests(id, FINISHED_ABORTED) for one live request; false if it is not live.
+  virtual bool abort_request(Request& request) = 0;
+
+  /// cache_only studies (no scheduler, no time): looks the prompt up in the prefix cache with the
+  /// scheduler's rules, allocates and caches the rest (as much as fits), then frees it all.
+  /// Returns the hit tokens (0 for a family without a prefix cache).
+  virtual std::int64_t cache_only_request(Request& request) = 0;
+
+  /// Sizes a request's per-request tables once for `max_total_tokens` tokens, so that the step
+  /// loop never grows them. Optional; the default does nothing.
+  virtual void reserve_request(Request& /*request*/, std::int64_t /*max_total_tokens*/) {}
+
+  virtual std::span<Request* const> running() const = 0;
+  virtual std::int64_t num_waiting() const = 0;
+  /// The request at the head of the waiting queue (the next to admit), or nullptr.
+  virtual const Request* first_waiting() const = 0;
+  std::int64_t num_unfinished_requests() const {
+    return static_cast<std::int64_t>(running().size()) + num_waiting();
+  }
+
+  virtual KVPoolStats pool_stats() const = 0;
+  /// The breakdown of the pool now. `final_kv_tokens[Request::index()]` is the number of positions
+  /// the request will ever hold K/V for (prompt + outputs - 1). O(running + shared blocks).
+  virtual KVBreakdown kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const = 0;
+  /// The block table a scheduled request's kernels read (ids into the GPU pool).
+  virtual std::span<const BlockId> block_table(const Request& request) const = 0;
+  /// The GPU blocks that hold a cached prefix, into `out` (replaced): the free ones in eviction
+  /// order first, then those in use, by id. Empty for a family without a prefix cache.
+  virtual void cached_blocks(std::vector<BlockId>& out) const { out.clear(); }
+
+  /// The first broken invariant of the whole engine ("" if none).
+  virtual std::string find_violation() const = 0;
+  /// Aborts with the violation's message if find_violation() finds one.
+  void check_invariants() const;
+};
+
+}  // namespace kvsim

@@ -1,0 +1,17 @@
+#include "core/engine_factory.h"
+
+#include "core/common/assert.h"
+#include "core/v1/scheduler.h"
+
+namespace kvsim {
+
+std::unique_ptr<EngineCore> make_engine(const EngineParams& params) {
+  switch (profile_info(params.profile).family) {
+    case EngineFamily::kV1:
+      return std::make_unique<Scheduler>(params.scheduler, params.cache);
+  }
+  KVSIM_ASSERT(false, "make_engine: no implementation for this profile's family");
+  return nullptr;
+}
+
+}  // namespace kvsim

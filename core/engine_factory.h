@@ -1,0 +1,23 @@
+#pragma once
+// make_engine: the engine of a profile, from the configuration every family reads. The one place
+// that knows every family (the simulator and the replayer ask it; nothing else names a family's
+// classes).
+
+#include <memory>
+
+#include "core/common/engine_config.h"
+#include "core/engine_api.h"
+
+namespace kvsim {
+
+/// What an engine is built from. A family reads the fields it implements.
+struct EngineParams {
+  Profile profile = Profile::kVllm072;
+  SchedulerConfig scheduler;
+  KVCacheConfig cache;
+};
+
+/// A new engine of `params.profile`, empty (all blocks free, no requests).
+[[nodiscard]] std::unique_ptr<EngineCore> make_engine(const EngineParams& params);
+
+}  // namespace kvsim
