@@ -8,7 +8,7 @@
 #include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "sim/common/errors.h"
-#include "sim/replay/replay.h"
+#include "sim/replay/replayer.h"
 
 namespace kvsim::cli {
 namespace {
@@ -28,7 +28,7 @@ constexpr std::string_view kFlags[] = {"--check-invariants", "--help"};
 int replay(const Args& args) {
   std::string path = "-";
   bool have_path = false;
-  OpReplayer::Options options;
+  ReplayOptions options;
   ArgParser cli(args, "replay", kFlags);
   while (cli.next()) {
     if (cli.is("--help", "-h")) {
@@ -47,7 +47,8 @@ int replay(const Args& args) {
   std::FILE* in = path == "-" ? stdin : std::fopen(path.c_str(), "rb");
   if (!in) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
 
-  OpReplayer replayer(options);
+  const std::unique_ptr<Replayer> replayer_ptr = make_replayer(Profile::kVllm072, options);
+  Replayer& replayer = *replayer_ptr;
   std::string buf;  // unconsumed input
   OutBuf out;
   std::string chunk(kChunkBytes, '\0');

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/v1/scheduler.h"
-#include "sim/replay/replay.h"
+#include "sim/replay/v1_replayer.h"
 #include "trace_generator.h"
 
 using namespace kvsim;
@@ -31,7 +31,7 @@ double seconds_since(Clock::time_point t0) {
 double time_end_to_end(const std::string& text, std::int64_t& errors) {
   std::FILE* sink = std::fopen("/dev/null", "wb");
   const auto t0 = Clock::now();
-  OpReplayer replayer;
+  V1Replayer replayer;
   OutBuf out;
   std::size_t start = 0;
   for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {

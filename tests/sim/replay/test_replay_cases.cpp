@@ -1,4 +1,4 @@
-// The acceptance cases: every tests/cases/vllm-0.7.2/*.jsonl trace replayed through OpReplayer
+// The acceptance cases: every tests/cases/vllm-0.7.2/*.jsonl trace replayed through V1Replayer
 // (with the invariant walk after every op) must equal vLLM's own expected output line for line,
 // under the structural comparison of the cases' README.
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/replay/replay.h"
+#include "sim/replay/v1_replayer.h"
 #include "sim_test_util.h"
 
 namespace fs = std::filesystem;
@@ -56,7 +56,7 @@ std::vector<std::string> read_lines(const fs::path& p) {
 
 /// Replays `trace` and returns the first mismatching line ("" when all agree).
 std::string replay_and_compare(const fs::path& trace, const fs::path& expected) {
-  kvsim::OpReplayer replayer(kvsim::OpReplayer::Options{/*check_invariants=*/true});
+  kvsim::V1Replayer replayer(kvsim::ReplayOptions{/*check_invariants=*/true});
   std::string out;
   for (const std::string& line : read_lines(trace)) replayer.process_line(line, out);
   std::vector<std::string> got;

@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "sim/replay/json_line.h"
-#include "sim/replay/replay.h"
+#include "sim/replay/v1_replayer.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-std::vector<std::string> run(kvsim::OpReplayer& r, const std::vector<std::string>& lines) {
+std::vector<std::string> run(kvsim::V1Replayer& r, const std::vector<std::string>& lines) {
   std::string out;
   for (const auto& l : lines) r.process_line(l, out);
   std::vector<std::string> res;
@@ -32,7 +32,7 @@ bool is_error(const std::string& line) { return json::parse(line).contains("erro
 }  // namespace
 
 TEST_CASE("malformed and misused ops each give one error line and the replay goes on", "[sim]") {
-  kvsim::OpReplayer r(kvsim::OpReplayer::Options{true});
+  kvsim::V1Replayer r(kvsim::ReplayOptions{true});
   const std::vector<std::string> ops = {
       R"({"op":"add_request","id":"a","prompt":[1,2]})",  // before any init
       R"({"op":"init","block_size":4,"num_gpu_blocks":8,"max_model_len":64})",
@@ -69,7 +69,7 @@ TEST_CASE("malformed and misused ops each give one error line and the replay goe
 }
 
 TEST_CASE("update without a schedule and a zero modulus are errors in sched mode", "[sim]") {
-  kvsim::OpReplayer r;
+  kvsim::V1Replayer r;
   const auto out = run(
       r,
       {
@@ -94,7 +94,7 @@ TEST_CASE("update without a schedule and a zero modulus are errors in sched mode
 }
 
 TEST_CASE("blank lines produce no output and a final line needs no newline", "[sim]") {
-  kvsim::OpReplayer r;
+  kvsim::V1Replayer r;
   std::string out;
   CHECK_FALSE(r.process_line("   ", out));
   CHECK_FALSE(r.process_line("", out));
@@ -115,7 +115,7 @@ TEST_CASE("randomly mutated real traces never crash and always answer one line p
   std::mt19937_64 rng(12345);
   const std::string alphabet = "{}[]\",:0123456789-.eE truefalsnul\\";
   for (int round = 0; round < 20; ++round) {
-    kvsim::OpReplayer r(kvsim::OpReplayer::Options{true});
+    kvsim::V1Replayer r(kvsim::ReplayOptions{true});
     std::string out;
     std::int64_t nonblank = 0;
     for (std::size_t i = 0; i < corpus.size(); i += 1 + rng() % 3) {

@@ -1,11 +1,11 @@
-// OpReplayer's sched-mode ops: schedule, update, abort (see sim/replay/replay.h).
+// V1Replayer's sched-mode ops: schedule, update, abort (see sim/replay/v1_replayer.h).
 
 #include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
 
-#include "sim/replay/replay.h"
+#include "sim/replay/v1_replayer.h"
 
 namespace kvsim {
 namespace {
@@ -24,7 +24,7 @@ Int128 py_mod(Int128 a, Int128 m) {
 
 // ---- sched mode ---------------------------------------------------------------------------
 
-void OpReplayer::op_schedule(JsonWriter& w) {
+void V1Replayer::op_schedule(JsonWriter& w) {
   if (mode_ != Mode::kSched) throw OpError{"RuntimeError: schedule needs sched mode (sched_init)"};
   sched_->schedule(sched_out_);
   schedule_pending_ = true;
@@ -72,7 +72,7 @@ void OpReplayer::op_schedule(JsonWriter& w) {
   w.end_object();
 }
 
-void OpReplayer::op_update(JsonWriter& w) {
+void V1Replayer::op_update(JsonWriter& w) {
   if (mode_ != Mode::kSched) throw OpError{"RuntimeError: update needs sched mode (sched_init)"};
   if (!schedule_pending_) throw OpError{"RuntimeError: update must follow a schedule"};
   const Index sampled = json_.find(JsonLine::root(), "sampled");
@@ -133,7 +133,7 @@ void OpReplayer::op_update(JsonWriter& w) {
     if (o.finished) forget(o.request->index());
 }
 
-void OpReplayer::op_abort(JsonWriter& w) {
+void V1Replayer::op_abort(JsonWriter& w) {
   if (mode_ != Mode::kSched) throw OpError{"RuntimeError: abort needs sched mode (sched_init)"};
   const Index ids = field("ids");
   if (json_[ids].type != Type::kArray) throw OpError{"TypeError: ids must be a list"};

@@ -1,4 +1,4 @@
-#include "sim/replay/replay.h"
+#include "sim/replay/v1_replayer.h"
 
 #include <algorithm>
 #include <limits>
@@ -28,41 +28,10 @@ const char* alloc_error(AllocStatus s) {
 
 }  // namespace
 
-OpReplayer::OpReplayer() : OpReplayer(Options{}) {}
-OpReplayer::OpReplayer(Options options) : options_(options) {}
-OpReplayer::~OpReplayer() { reset(); }
+V1Replayer::V1Replayer(ReplayOptions options) : Replayer(options) {}
+V1Replayer::~V1Replayer() { reset(); }
 
-bool OpReplayer::process_line(std::string_view line, OutBuf& out) {
-  if (line.find_first_not_of(" \t\r\n") == std::string_view::npos) return false;
-  const std::size_t mark = out.size();
-  JsonWriter w(out);
-  try {
-    if (!json_.parse(line)) throw OpError{"JSONDecodeError: " + json_.error()};
-    if (json_[JsonLine::root()].type != Type::kObject)
-      throw OpError{"TypeError: op is not an object"};
-    const Index op = json_.find(JsonLine::root(), "op");
-    if (op == JsonLine::kNone || json_[op].type != Type::kString)
-      throw OpError{"KeyError: missing string field 'op'"};
-    dispatch(json_[op].s, w);
-    if (options_.check_invariants) check_all_invariants();
-  } catch (const OpError& e) {
-    out.truncate(mark);
-    JsonWriter ew(out);
-    ew.begin_object().key("error").value(std::string_view(e.message)).end_object();
-    ++num_errors_;
-  }
-  out.put('\n');
-  return true;
-}
-
-bool OpReplayer::process_line(std::string_view line, std::string& out) {
-  string_out_.clear();
-  const bool answered = process_line(line, string_out_);
-  out.append(string_out_.view());
-  return answered;
-}
-
-void OpReplayer::dispatch(std::string_view op, JsonWriter& w) {
+void V1Replayer::dispatch(std::string_view op, JsonWriter& w) {
   if (op == "allocate_slots") return op_allocate_slots(w);
   if (op == "set_num_computed_tokens") return op_set_num_computed_tokens(w);
   if (op == "get_computed_blocks") return op_get_computed_blocks(w);
@@ -86,86 +55,36 @@ void OpReplayer::dispatch(std::string_view op, JsonWriter& w) {
   throw OpError{"ValueError: unknown op '" + std::string(op) + "'"};
 }
 
-// ---- field access -------------------------------------------------------------------------
-
-Index OpReplayer::field(std::string_view key) const {
-  const Index i = json_.find(JsonLine::root(), key);
-  if (i == JsonLine::kNone) throw OpError{"KeyError: missing field '" + std::string(key) + "'"};
-  return i;
-}
-
-std::int64_t OpReplayer::int_value(Index i, std::string_view what) const {
-  const auto& v = json_[i];
-  if (v.type == Type::kInt) return v.i;
-  if (v.type == Type::kDouble && v.d == static_cast<double>(static_cast<std::int64_t>(v.d)) &&
-      std::abs(v.d) < 9.0e18)
-    return static_cast<std::int64_t>(v.d);
-  throw OpError{"TypeError: '" + std::string(what) + "' must be an integer"};
-}
-
-std::int64_t OpReplayer::get_int(std::string_view key) const { return int_value(field(key), key); }
-
-std::int64_t OpReplayer::get_int_or(std::string_view key, std::int64_t dflt) const {
-  const Index i = json_.find(JsonLine::root(), key);
-  return json_.is_null_or_absent(i) ? dflt : int_value(i, key);
-}
-
-bool OpReplayer::get_bool_or(std::string_view key, bool dflt) const {
-  const Index i = json_.find(JsonLine::root(), key);
-  if (json_.is_null_or_absent(i)) return dflt;
-  if (json_[i].type != Type::kBool)
-    throw OpError{"TypeError: '" + std::string(key) + "' must be a boolean"};
-  return json_[i].b;
-}
-
-std::string_view OpReplayer::get_string(std::string_view key) const {
-  const Index i = field(key);
-  if (json_[i].type != Type::kString)
-    throw OpError{"TypeError: '" + std::string(key) + "' must be a string"};
-  return json_[i].s;
-}
-
-void OpReplayer::read_tokens(Index arr, std::vector<Token>& out) const {
-  out.clear();
-  if (json_[arr].type != Type::kArray) throw OpError{"TypeError: token list must be an array"};
-  for (Index e = JsonLine::first_child(arr), k = 0; k < json_[arr].size; ++k, e = json_.next(e)) {
-    const std::int64_t t = int_value(e, "token");
-    if (t < std::numeric_limits<Token>::min() || t > std::numeric_limits<Token>::max())
-      throw OpError{"ValueError: token id out of the 32-bit range"};
-    out.push_back(static_cast<Token>(t));
-  }
-}
-
-Request& OpReplayer::live_request(std::string_view id) {
+Request& V1Replayer::live_request(std::string_view id) {
   const auto it = live_.find(id);
   if (it == live_.end()) throw OpError{"KeyError: unknown request '" + std::string(id) + "'"};
   return *requests_[static_cast<std::size_t>(it->second)];
 }
 
 // Ops that drive the manager directly would corrupt the scheduler's state in sched mode.
-void OpReplayer::require_kvm_mode(const char* op) const {
+void V1Replayer::require_kvm_mode(const char* op) const {
   if (mode_ != Mode::kKvm)
     throw OpError{std::string("RuntimeError: ") + op + " needs kvm mode (an init op)"};
 }
 
-KVCacheManager& OpReplayer::manager() {
+KVCacheManager& V1Replayer::manager() {
   if (mode_ == Mode::kKvm) return *kvm_;
   if (mode_ == Mode::kSched) return sched_->kv_cache_manager();
   throw OpError{"RuntimeError: no init op yet"};
 }
 
-void OpReplayer::forget(std::int64_t index) {
+void V1Replayer::forget(std::int64_t index) {
   live_.erase(names_[static_cast<std::size_t>(index)]);
   requests_[static_cast<std::size_t>(index)].reset();
 }
 
-void OpReplayer::write_blocks(JsonWriter& w, const std::vector<BlockId>& blocks) const {
+void V1Replayer::write_blocks(JsonWriter& w, const std::vector<BlockId>& blocks) const {
   w.begin_array();
   for (BlockId b : blocks) w.value(std::int64_t{to_int(b)});
   w.end_array();
 }
 
-void OpReplayer::write_queues(JsonWriter& w) const {
+void V1Replayer::write_queues(JsonWriter& w) const {
   w.key("running").begin_array();
   for (const Request* r : sched_->running()) w.value(name_of(*r));
   w.end_array().key("waiting").begin_array();
@@ -173,7 +92,7 @@ void OpReplayer::write_queues(JsonWriter& w) const {
   w.end_array();
 }
 
-void OpReplayer::check_all_invariants() const {
+void V1Replayer::check_all_invariants() const {
   if (mode_ == Mode::kSched) {
     sched_->check_invariants();
   } else if (mode_ == Mode::kKvm) {
@@ -186,7 +105,7 @@ void OpReplayer::check_all_invariants() const {
 
 // ---- init ---------------------------------------------------------------------------------
 
-KVCacheConfig OpReplayer::read_kv_config() const {
+KVCacheConfig V1Replayer::read_kv_config() const {
   const std::int64_t bs = get_int("block_size");
   const std::int64_t blocks = get_int("num_gpu_blocks");
   const std::int64_t max_len = get_int("max_model_len");
@@ -206,7 +125,7 @@ KVCacheConfig OpReplayer::read_kv_config() const {
   return c;
 }
 
-void OpReplayer::reset() {
+void V1Replayer::reset() {
   // Requests hold hash references into the manager: drop them before the manager goes.
   requests_.clear();
   names_.clear();
@@ -216,7 +135,7 @@ void OpReplayer::reset() {
   schedule_pending_ = false;
 }
 
-void OpReplayer::op_init(JsonWriter& w) {
+void V1Replayer::op_init(JsonWriter& w) {
   const KVCacheConfig c = read_kv_config();
   reset();
   kvm_ = std::make_unique<KVCacheManager>(c);
@@ -224,7 +143,7 @@ void OpReplayer::op_init(JsonWriter& w) {
   w.begin_object().end_object();
 }
 
-void OpReplayer::op_sched_init(JsonWriter& w) {
+void V1Replayer::op_sched_init(JsonWriter& w) {
   const KVCacheConfig c = read_kv_config();
   SchedulerConfig sc;
   sc.max_model_len = c.max_model_len;
@@ -240,7 +159,7 @@ void OpReplayer::op_sched_init(JsonWriter& w) {
 
 // ---- requests -----------------------------------------------------------------------------
 
-void OpReplayer::op_add_request(JsonWriter& w) {
+void V1Replayer::op_add_request(JsonWriter& w) {
   if (mode_ == Mode::kNone) throw OpError{"RuntimeError: no init op yet"};
   const std::string_view id = get_string("id");
   if (live_.count(id)) throw OpError{"ValueError: request '" + std::string(id) + "' is live"};
@@ -285,7 +204,7 @@ void OpReplayer::op_add_request(JsonWriter& w) {
   w.begin_object().end_object();
 }
 
-void OpReplayer::op_get_computed_blocks(JsonWriter& w) {
+void V1Replayer::op_get_computed_blocks(JsonWriter& w) {
   require_kvm_mode("get_computed_blocks");
   KVCacheManager& kv = manager();
   Request& r = live_request(get_string("id"));
@@ -295,7 +214,7 @@ void OpReplayer::op_get_computed_blocks(JsonWriter& w) {
   w.key("num_computed_tokens").value(n).end_object();
 }
 
-void OpReplayer::op_allocate_slots(JsonWriter& w) {
+void V1Replayer::op_allocate_slots(JsonWriter& w) {
   require_kvm_mode("allocate_slots");
   KVCacheManager& kv = manager();
   Request& r = live_request(get_string("id"));
@@ -327,7 +246,7 @@ void OpReplayer::op_allocate_slots(JsonWriter& w) {
   w.end_array().end_object();
 }
 
-void OpReplayer::op_append_output(JsonWriter& w) {
+void V1Replayer::op_append_output(JsonWriter& w) {
   require_kvm_mode("append_output");
   Request& r = live_request(get_string("id"));
   read_tokens(field("tokens"), scratch_tokens_);
@@ -335,7 +254,7 @@ void OpReplayer::op_append_output(JsonWriter& w) {
   w.begin_object().end_object();
 }
 
-void OpReplayer::op_set_num_computed_tokens(JsonWriter& w) {
+void V1Replayer::op_set_num_computed_tokens(JsonWriter& w) {
   require_kvm_mode("set_num_computed_tokens");
   Request& r = live_request(get_string("id"));
   const std::int64_t n = get_int("n");
@@ -344,7 +263,7 @@ void OpReplayer::op_set_num_computed_tokens(JsonWriter& w) {
   w.begin_object().end_object();
 }
 
-void OpReplayer::op_free(JsonWriter& w, bool forget_request) {
+void V1Replayer::op_free(JsonWriter& w, bool forget_request) {
   require_kvm_mode(forget_request ? "finish" : "free");
   const std::string_view id = get_string("id");
   Request& r = live_request(id);
@@ -356,7 +275,7 @@ void OpReplayer::op_free(JsonWriter& w, bool forget_request) {
   w.begin_object().end_object();
 }
 
-void OpReplayer::op_common_prefix(JsonWriter& w) {
+void V1Replayer::op_common_prefix(JsonWriter& w) {
   KVCacheManager& kv = manager();
   Request& r = live_request(get_string("id"));
   const std::int64_t num_running = get_int("num_running");
@@ -365,12 +284,12 @@ void OpReplayer::op_common_prefix(JsonWriter& w) {
   w.end_object();
 }
 
-void OpReplayer::op_reset_prefix_cache(JsonWriter& w) {
+void V1Replayer::op_reset_prefix_cache(JsonWriter& w) {
   const bool ok = manager().reset_prefix_cache();
   w.begin_object().key("ok").value(ok).end_object();
 }
 
-void OpReplayer::op_req_info(JsonWriter& w) {
+void V1Replayer::op_req_info(JsonWriter& w) {
   KVCacheManager& kv = manager();
   const Request& r = live_request(get_string("id"));
   w.begin_object();
@@ -395,7 +314,7 @@ void OpReplayer::op_req_info(JsonWriter& w) {
   w.end_object();
 }
 
-void OpReplayer::op_snapshot(JsonWriter& w) {
+void V1Replayer::op_snapshot(JsonWriter& w) {
   KVCacheManager& kv = manager();
   const BlockPool& pool = kv.pool();
   const bool brief = get_bool_or("brief", false);

@@ -1,7 +1,6 @@
 #pragma once
-// OpReplayer: executes an op trace (shared/spec/ops-format.md) against kvsim's KVCacheManager
-// (kvm mode) or Scheduler (sched mode) and renders exactly one JSON result line per op. Malformed
-// or misused ops produce {"error": "..."} and the replay goes on.
+// V1Replayer: the op protocol of vLLM V1 (shared/spec/ops-format.md) against kvsim's
+// KVCacheManager (kvm mode) or Scheduler (sched mode), one JSON result line per op (Replayer).
 
 #include <xxhash.h>
 
@@ -15,39 +14,23 @@
 
 #include "core/v1/kv_cache_manager.h"
 #include "core/v1/scheduler.h"
-#include "sim/replay/json_line.h"
+#include "sim/replay/replayer.h"
 
 namespace kvsim {
 
-class OpReplayer {
+class V1Replayer final : public Replayer {
  public:
-  struct Options {
-    bool check_invariants = false;  // run check_invariants() after every op (aborts on failure)
-  };
-  OpReplayer();
-  explicit OpReplayer(Options options);
-  ~OpReplayer();
-
-  /// Processes one line. Blank lines produce nothing and return false; any other line appends
-  /// exactly one JSON line (with '\n') to `out` and returns true.
-  bool process_line(std::string_view line, OutBuf& out);
-  /// The same, appending to a string (convenient in tests; slower).
-  bool process_line(std::string_view line, std::string& out);
-
-  /// Number of ops that produced an error line.
-  std::int64_t num_errors() const { return num_errors_; }
+  explicit V1Replayer(ReplayOptions options = {});
+  ~V1Replayer() override;
 
  private:
-  struct OpError {
-    std::string message;
-  };
   struct StrHash {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const { return XXH3_64bits(s.data(), s.size()); }
   };
   using NameMap = std::unordered_map<std::string, std::int64_t, StrHash, std::equal_to<>>;
 
-  void dispatch(std::string_view op, JsonWriter& w);
+  void dispatch(std::string_view op, JsonWriter& w) override;
   void op_init(JsonWriter& w);
   void op_sched_init(JsonWriter& w);
   void op_add_request(JsonWriter& w);
@@ -63,18 +46,9 @@ class OpReplayer {
   void op_schedule(JsonWriter& w);
   void op_update(JsonWriter& w);
   void op_abort(JsonWriter& w);
-  void check_all_invariants() const;
+  void check_all_invariants() const override;
   KVCacheConfig read_kv_config() const;  // the fields init and sched_init share
   void reset();                          // drops every request, then the manager and the scheduler
-
-  // Field access on the current op; throw OpError on a missing field or a wrong type.
-  JsonLine::Index field(std::string_view key) const;
-  std::int64_t get_int(std::string_view key) const;
-  std::int64_t get_int_or(std::string_view key, std::int64_t dflt) const;
-  bool get_bool_or(std::string_view key, bool dflt) const;
-  std::string_view get_string(std::string_view key) const;
-  void read_tokens(JsonLine::Index arr, std::vector<Token>& out) const;
-  std::int64_t int_value(JsonLine::Index i, std::string_view what) const;
 
   Request& live_request(std::string_view id);
   KVCacheManager& manager();
@@ -87,8 +61,6 @@ class OpReplayer {
     return names_[static_cast<std::size_t>(r.index())];
   }
 
-  Options options_;
-  JsonLine json_;
   enum class Mode : std::uint8_t { kNone, kKvm, kSched } mode_ = Mode::kNone;
   std::unique_ptr<KVCacheManager> kvm_;
   std::unique_ptr<Scheduler> sched_;
@@ -100,8 +72,6 @@ class OpReplayer {
   std::vector<RequestOutput> outputs_;
   std::vector<BlockId> scratch_blocks_;
   std::vector<Token> scratch_tokens_;
-  OutBuf string_out_;
-  std::int64_t num_errors_ = 0;
 };
 
 }  // namespace kvsim

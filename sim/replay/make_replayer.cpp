@@ -1,0 +1,14 @@
+#include "sim/replay/replayer.h"
+#include "sim/replay/v1_replayer.h"
+
+namespace kvsim {
+
+std::unique_ptr<Replayer> make_replayer(Profile profile, ReplayOptions options) {
+  switch (profile_info(profile).family) {
+    case EngineFamily::kV1:
+      return std::make_unique<V1Replayer>(options);
+  }
+  return nullptr;
+}
+
+}  // namespace kvsim
