@@ -16,11 +16,13 @@ struct Simulator::Live {
   SimTimeNs first_token_ns = -1;
   SimTimeNs last_token_ns = -1;
   std::int64_t first_lookup_hit_tokens = 0;
+  OutputPlan plan;             // from the server's rule at arrival
   std::vector<Token> outputs;  // the tokens it will generate, made at admission
 };
 
 Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn step_time)
     : scenario_(scenario),
+      admission_(server_admission(scenario.engine.profile)),
       source_(source),
       step_time_(std::move(step_time)),
       vocab_size_(scenario_vocab_size(scenario)) {
@@ -68,30 +70,25 @@ void Simulator::pull_next_open_loop() {
   queue_arrival(std::move(*next), true);
 }
 
-namespace {
-bool stops_at_eos(const RequestSpec& spec) { return !spec.ignore_eos && spec.eos_token_id; }
-}  // namespace
-
-std::int64_t Simulator::final_output_tokens(const RequestSpec& spec) const {
-  const std::int64_t n =
-      std::min<std::int64_t>(spec.max_tokens, scenario_.scheduler.max_model_len -
-                                                  spec.num_prompt_tokens());
-  return std::max<std::int64_t>(n, 1);
+std::optional<Simulator::OutputPlan> Simulator::plan_outputs(const RequestSpec& spec) const {
+  KVSIM_ASSERT(spec.output_tokens >= 1);
+  const std::int64_t mml = scenario_.scheduler.max_model_len;
+  const std::optional<std::int64_t> max_tokens =
+      admission_.engine_max_tokens(spec.num_prompt_tokens(), spec.max_tokens, mml);
+  if (!max_tokens) return std::nullopt;
+  OutputPlan p;
+  p.max_tokens = *max_tokens;
+  p.num_outputs =
+      spec.stops_at_eos() ? std::min<std::int64_t>(*max_tokens, spec.output_tokens) : *max_tokens;
+  // vLLM checks the length limits before EOS (v0.7.2 vllm/v1/core/scheduler.py:483-494): an EOS
+  // on the last token max_tokens or max_model_len allows is a "length".
+  p.reason = p.num_outputs == *max_tokens ? FinishReason::kLength : FinishReason::kStop;
+  return p;
 }
 
-FinishReason Simulator::final_reason(const RequestSpec& spec) const {
-  // vLLM checks the length cap before EOS: an EOS that lands on max_model_len is a "length".
-  const bool capped = spec.num_prompt_tokens() + final_output_tokens(spec) >=
-                      scenario_.scheduler.max_model_len;
-  return stops_at_eos(spec) && !capped ? FinishReason::kStop : FinishReason::kLength;
-}
-
-SamplingLimits Simulator::sampling_limits(const RequestSpec& spec) const {
+SamplingLimits Simulator::sampling_limits(const RequestSpec& spec, const OutputPlan& plan) {
   SamplingLimits limits;
-  // Stopping at EOS: no client max_tokens, so vLLM's default (the rest of the context).
-  limits.max_tokens = stops_at_eos(spec) ? scenario_.scheduler.max_model_len -
-                                               spec.num_prompt_tokens()
-                                         : spec.max_tokens;
+  limits.max_tokens = plan.max_tokens;
   limits.ignore_eos = spec.ignore_eos;
   limits.eos_token_id = spec.eos_token_id;
   return limits;
@@ -101,22 +98,17 @@ void Simulator::generated_tokens(const RequestSpec& spec, std::int64_t n,
                                  std::vector<Token>& out) const {
   out.resize(static_cast<std::size_t>(n));
   fill_output_tokens(out.data(), spec.output_seed, n, vocab_size_, spec.eos_token_id.value_or(-1));
-  if (stops_at_eos(spec) && n >= spec.max_tokens)
-    out[static_cast<std::size_t>(spec.max_tokens - 1)] = *spec.eos_token_id;
+  if (spec.stops_at_eos() && n >= spec.output_tokens)
+    out[static_cast<std::size_t>(spec.output_tokens - 1)] = *spec.eos_token_id;
 }
 
-bool Simulator::reject_if_invalid(const RequestSpec& spec) {
-  const auto prompt = spec.num_prompt_tokens();
-  if (prompt > 0 && spec.max_tokens >= 1 &&
-      prompt + spec.max_tokens <= scenario_.scheduler.max_model_len)
-    return false;
+void Simulator::reject(const RequestSpec& spec) {
   RequestRecord rec;
   rec.request_id = spec.id;
   rec.arrival_ns = spec.arrival_ns;
-  rec.prompt_tokens = prompt;
+  rec.prompt_tokens = spec.num_prompt_tokens();
   rec.reason = FinishReason::kRejected;
   request_done(rec);
-  return true;
 }
 
 void Simulator::request_done(const RequestRecord& rec) {
@@ -127,7 +119,10 @@ void Simulator::request_done(const RequestRecord& rec) {
 void Simulator::on_arrival(std::int64_t pending_slot) {
   RequestSpec spec = std::move(pending_[static_cast<std::size_t>(pending_slot)]);
   free_pending_.push_back(pending_slot);
-  if (!reject_if_invalid(spec)) {
+  const std::optional<OutputPlan> plan = plan_outputs(spec);
+  if (!plan) {
+    reject(spec);
+  } else {
     std::int64_t slot;
     if (!free_slots_.empty()) {
       slot = free_slots_.back();
@@ -140,9 +135,10 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
     }
     const auto s = static_cast<std::size_t>(slot);
     Live& l = live_[s];
-    final_kv_tokens_[s] = spec.num_prompt_tokens() + final_output_tokens(spec) - 1;
+    final_kv_tokens_[s] = spec.num_prompt_tokens() + plan->num_outputs - 1;
     request_ids_[s] = spec.id;
     l.spec = std::move(spec);
+    l.plan = *plan;
     l.request.reset();
     l.first_scheduled_ns = l.first_token_ns = l.last_token_ns = -1;
     l.first_lookup_hit_tokens = 0;
@@ -158,11 +154,11 @@ void Simulator::admit(std::int64_t slot) {
   const auto s = static_cast<std::size_t>(slot);
   Live& l = live_[s];
   RequestSpec& spec = l.spec;
-  spec.materialize_prompt();
-  const std::int64_t num_outputs = final_output_tokens(spec);
+  const std::int64_t num_outputs = l.plan.num_outputs;
+  spec.materialize_prompt(num_outputs);
   generated_tokens(spec, num_outputs, l.outputs);
-  SamplingLimits limits = sampling_limits(spec);  // before the prompt moves
-  // Room for exactly the tokens it will generate (a stop-at-EOS request's max_tokens is the
+  SamplingLimits limits = sampling_limits(spec, l.plan);
+  // Room for exactly the tokens it will generate (a stop-at-EOS request's max_tokens may be the
   // rest of the context).
   l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits),
                                         std::vector<MMPlaceholder>{}, num_outputs);
@@ -375,8 +371,7 @@ void Simulator::run_timed() {
   }
   KVSIM_ASSERT(unadmitted_.empty(), "arrivals left unadmitted after the last step");
   if (core_->num_unfinished_requests() > 0) {
-    const Request* r = core_->num_waiting() > 0 ? core_->first_waiting()
-                                                  : core_->running().front();
+    const Request* r = core_->num_waiting() > 0 ? core_->first_waiting() : core_->running().front();
     fail_cannot_fit(*r);
   }
   report_progress();
@@ -395,9 +390,13 @@ void Simulator::run_cache_only() {
     RequestSpec spec = std::move(pending_[ps]);
     free_pending_.push_back(ev->payload);
     if (open_loop) pull_next_open_loop();
-    if (reject_if_invalid(spec)) continue;
+    const std::optional<OutputPlan> plan = plan_outputs(spec);
+    if (!plan) {
+      reject(spec);
+      continue;
+    }
     spec.materialize_prompt();
-    SamplingLimits limits = sampling_limits(spec);  // before the prompt moves
+    SamplingLimits limits = sampling_limits(spec, *plan);
     Request req(0, std::move(spec.prompt), std::move(limits), {},
                 /*output_capacity=*/0);  // never decodes
     const std::int64_t computed = core_->cache_only_request(req);
@@ -407,9 +406,9 @@ void Simulator::run_cache_only() {
     rec.request_id = spec.id;
     rec.arrival_ns = spec.arrival_ns;
     rec.prompt_tokens = spec.num_prompt_tokens();
-    rec.output_tokens = final_output_tokens(spec);
+    rec.output_tokens = plan->num_outputs;
     rec.first_lookup_hit_tokens = computed;
-    rec.reason = final_reason(spec);
+    rec.reason = plan->reason;
     request_done(rec);
     generated_tokens(spec, rec.output_tokens, outputs);
     std::optional<RequestSpec> follow = source_.on_finished(spec, engine_.now(), outputs);

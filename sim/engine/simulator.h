@@ -4,15 +4,16 @@
 // Timed mode, each step: Scheduler::schedule() -> step duration from the latency model (batch
 // features of the scheduled requests) -> step-end event -> each request that catches up gets
 // its next generated token (output_token(output_seed, i, vocab), or EOS where the request stops
-// at EOS: see RequestSpec::max_tokens) as its sampled token -> update_from_output() -> observers ->
-// finished requests are reported and may spawn follow-up turns (RequestSource::on_finished).
+// at EOS: see RequestSpec::output_tokens) as its sampled token -> update_from_output() -> observers
+// -> finished requests are reported and may spawn follow-up turns (RequestSource::on_finished).
 // Arrivals during a step join waiting and are seen by the next schedule(); the scheduler's queue
 // gets them (and their prompts get their tokens) only when they come within the first
 // max_num_seqs - running waiting requests, all a schedule() can look at, so a deep queue costs no
-// token memory; observers still count the whole queue (StepView::num_waiting). A request with
-// prompt + max_tokens > max_model_len (or an empty prompt) is rejected at arrival, as vLLM's
-// OpenAI server does. A step that can schedule nothing while requests wait and none run means a
-// request can never fit: the run fails with RunError naming it.
+// token memory; observers still count the whole queue (StepView::num_waiting). At its arrival a
+// request is refused, or given the engine's max_tokens, by the profile's ServerAdmission rule
+// (as vLLM's OpenAI server does: sim/engine/server_admission.h). A step that can schedule nothing
+// while requests wait and none run means a request can never fit: the run fails with RunError
+// naming it.
 //
 // cache_only mode (hit-rate studies): requests in arrival order, one at a time, through the same
 // KVCacheManager: lookup (get_computed_blocks, with the scheduler's full-hit last-block rule),
@@ -30,9 +31,10 @@
 
 #include "core/common/ring_deque.h"
 #include "core/engine_api.h"
+#include "sim/config/scenario.h"
 #include "sim/engine/engine.h"
 #include "sim/engine/observer.h"
-#include "sim/config/scenario.h"
+#include "sim/engine/server_admission.h"
 #include "sim/workload/workload.h"
 
 namespace kvsim {
@@ -100,18 +102,27 @@ class Simulator {
   void end_step();
   void finish_request(std::int64_t slot, FinishReason reason);
   void request_done(const RequestRecord& rec);
-  bool reject_if_invalid(const RequestSpec& spec);
-  std::int64_t final_output_tokens(const RequestSpec& spec) const;
-  FinishReason final_reason(const RequestSpec& spec) const;
-  /// The request's SamplingLimits (a stop-at-EOS request gets vLLM's default max_tokens).
-  SamplingLimits sampling_limits(const RequestSpec& spec) const;
-  /// The first n tokens `spec` generates, into `out`: output_token's, with the EOS token last
-  /// where the request stops at EOS.
+  /// How an admitted request ends: the engine's max_tokens, the tokens it generates and why it
+  /// stops.
+  struct OutputPlan {
+    std::int64_t max_tokens = 1;
+    std::int64_t num_outputs = 1;
+    FinishReason reason = FinishReason::kLength;
+  };
+  /// The plan of `spec` under the server's rule, or nullopt when the server refuses it.
+  std::optional<OutputPlan> plan_outputs(const RequestSpec& spec) const;
+  /// Records `spec` as refused at its arrival.
+  void reject(const RequestSpec& spec);
+  /// The request's SamplingLimits (max_tokens: the engine's, from the plan).
+  static SamplingLimits sampling_limits(const RequestSpec& spec, const OutputPlan& plan);
+  /// The first n tokens `spec` generates, into `out`: output_token's, with the EOS token at
+  /// position output_tokens - 1 where the request stops at EOS.
   void generated_tokens(const RequestSpec& spec, std::int64_t n, std::vector<Token>& out) const;
   [[noreturn]] void fail_cannot_fit(const Request& r) const;
   void report_progress();
 
   const Scenario& scenario_;
+  ServerAdmission admission_;
   RequestSource& source_;
   StepTimeFn step_time_;
   std::int32_t vocab_size_;  // generated tokens lie in [0, vocab_size_)
@@ -151,6 +162,5 @@ class Simulator {
 
 /// The vocabulary generated and synthetic tokens are drawn from: the model's, else 32,000.
 std::int32_t scenario_vocab_size(const Scenario& scenario);
-
 
 }  // namespace kvsim

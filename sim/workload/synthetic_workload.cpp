@@ -313,7 +313,8 @@ std::optional<RequestSpec> SyntheticSource::next() {
   r.ignore_eos = config_.ignore_eos;
   r.eos_token_id = config_.eos_token_id;
   const std::int64_t user_tokens = config_.prompt_tokens.sample_int(lengths_);
-  r.max_tokens = to_i32(config_.output_tokens.sample_int(lengths_));
+  r.output_tokens = to_i32(config_.output_tokens.sample_int(lengths_));
+  set_default_max_tokens(r);
   std::int64_t sp = -1, fs = -1;
   if (config_.system_prompts) sp = choose(*config_.system_prompts, system_zipf_);
   if (config_.few_shot) fs = choose(*config_.few_shot, few_shot_zipf_);
@@ -360,7 +361,8 @@ std::optional<RequestSpec> SyntheticSource::on_finished(const RequestSpec& done,
   r.eos_token_id = done.eos_token_id;
   const double think_s = config_.sessions->think_time_s.sample(rng);
   const std::int64_t user_tokens = config_.sessions->user_tokens.sample_int(rng);
-  r.max_tokens = to_i32(config_.output_tokens.sample_int(rng));
+  r.output_tokens = to_i32(config_.output_tokens.sample_int(rng));
+  set_default_max_tokens(r);
   r.arrival_ns = add_time_saturating(finish_ns, seconds_to_ns(think_s));
   r.prompt.reserve(done.prompt.size() + outputs.size() + static_cast<std::size_t>(user_tokens));
   r.prompt = done.prompt;

@@ -344,10 +344,11 @@ std::optional<RequestSpec> TraceSource::next() {
   RequestSpec r;
   r.id = static_cast<std::uint64_t>(emitted_++);
   r.arrival_ns = arrival;
-  r.max_tokens = static_cast<std::int32_t>(
+  r.output_tokens = static_cast<std::int32_t>(
       std::clamp<std::int64_t>(row->output_tokens, 1, std::numeric_limits<std::int32_t>::max()));
   r.ignore_eos = config_.ignore_eos;
   r.eos_token_id = config_.eos_token_id;
+  set_default_max_tokens(r);
   r.output_seed = content_key(seed_, "output", r.id);
   r.prefix_group = row->prefix_group;
   // The prompt is deferred (a few segments, see RequestSpec): the simulator makes its tokens
@@ -365,8 +366,8 @@ std::optional<RequestSpec> TraceSource::next() {
       shared = std::min(row->prompt_tokens,
                         row->prefix_tokens >= 0 ? row->prefix_tokens : config_.prefix_tokens);
       r.defer_tokens(
-          content_key(seed_, "trace_prefix", static_cast<std::uint64_t>(row->prefix_group)),
-          shared, vocab_size_);
+          content_key(seed_, "trace_prefix", static_cast<std::uint64_t>(row->prefix_group)), shared,
+          vocab_size_);
     }
     r.defer_tokens(content_key(seed_, "user", r.id), row->prompt_tokens - shared, vocab_size_);
   }

@@ -105,8 +105,9 @@ TEST_CASE("mutated workload YAML parses or throws ConfigError, never anything el
             if (!req) break;
             ++n;
             REQUIRE(!req->prompt.empty());
-            REQUIRE(req->max_tokens >= 1);
-            std::vector<std::int32_t> out(static_cast<std::size_t>(std::min(req->max_tokens, 4)),
+            REQUIRE(req->output_tokens >= 1);
+            REQUIRE((!req->max_tokens || *req->max_tokens >= 1));
+            std::vector<std::int32_t> out(static_cast<std::size_t>(std::min(req->output_tokens, 4)),
                                           7);
             (void)src->on_finished(*req, req->arrival_ns + 1000, out);
           }
