@@ -204,6 +204,20 @@ SyntheticWorkloadConfig parse_synthetic_workload(const YAML::Node& w, const Yaml
   if (auto eos =
           get_optional_int(w, "eos_token_id", ctx, 0, std::numeric_limits<std::int32_t>::max()))
     c.eos_token_id = static_cast<std::int32_t>(*eos);
+  c.stop_at_eos_fraction = get_optional_double(w, "stop_at_eos_fraction", ctx, 0.0, 1.0);
+  if (c.stop_at_eos_fraction) {
+    const YamlContext fc = ctx.child("stop_at_eos_fraction");
+    if (has_key(w, "ignore_eos"))
+      throw yaml_error(w["stop_at_eos_fraction"], fc,
+                       fmt::format("{}: cannot be combined with {}.ignore_eos (the fraction says "
+                                   "which requests stop at EOS)",
+                                   fc.path, ctx.path));
+    if (*c.stop_at_eos_fraction > 0 && !c.eos_token_id)
+      throw yaml_error(w["stop_at_eos_fraction"], fc,
+                       fmt::format("{}: needs {}.eos_token_id (the token that ends a request)",
+                                   fc.path, ctx.path));
+  }
+  c.client_timeout_s = parse_client_timeout_s(w, ctx);
   return c;
 }
 
@@ -223,8 +237,12 @@ YAML::Node synthetic_workload_yaml(const SyntheticWorkloadConfig& c) {
     s["user_tokens"] = c.sessions->user_tokens.to_yaml();
     w["sessions"] = s;
   }
-  w["ignore_eos"] = c.ignore_eos;
+  if (c.stop_at_eos_fraction)
+    w["stop_at_eos_fraction"] = number_node(*c.stop_at_eos_fraction);
+  else
+    w["ignore_eos"] = c.ignore_eos;
   if (c.eos_token_id) w["eos_token_id"] = *c.eos_token_id;
+  if (c.client_timeout_s) w["client_timeout_s"] = number_node(*c.client_timeout_s);
   return w;
 }
 
@@ -236,7 +254,8 @@ SyntheticSource::SyntheticSource(SyntheticWorkloadConfig config, std::uint64_t s
       arrivals_(make_stream(seed, "workload.arrivals")),
       lengths_(make_stream(seed, "workload.lengths")),
       prefix_choice_(make_stream(seed, "workload.prefix_choice")),
-      sessions_rng_(make_stream(seed, "workload.sessions")) {
+      sessions_rng_(make_stream(seed, "workload.sessions")),
+      stop_at_eos_(make_stream(seed, "workload.stop_at_eos")) {
   RngStream prefix_lengths = make_stream(seed, "workload.prefix_lengths");
   auto build = [&](const std::optional<PrefixPoolConfig>& pool, std::vector<Prefix>& out,
                    std::optional<ZipfSampler>& zipf) {
@@ -310,8 +329,11 @@ std::optional<RequestSpec> SyntheticSource::next() {
   RequestSpec r;
   r.id = next_id_++;
   r.arrival_ns = *arrival;
-  r.ignore_eos = config_.ignore_eos;
+  r.ignore_eos = config_.stop_at_eos_fraction
+                     ? !(uniform01(stop_at_eos_) < *config_.stop_at_eos_fraction)
+                     : config_.ignore_eos;
   r.eos_token_id = config_.eos_token_id;
+  if (config_.client_timeout_s) r.client_timeout_ns = seconds_to_ns(*config_.client_timeout_s);
   const std::int64_t user_tokens = config_.prompt_tokens.sample_int(lengths_);
   r.output_tokens = to_i32(config_.output_tokens.sample_int(lengths_));
   set_default_max_tokens(r);
@@ -359,6 +381,7 @@ std::optional<RequestSpec> SyntheticSource::on_finished(const RequestSpec& done,
   r.prefix_group = done.prefix_group;
   r.ignore_eos = done.ignore_eos;
   r.eos_token_id = done.eos_token_id;
+  r.client_timeout_ns = done.client_timeout_ns;
   const double think_s = config_.sessions->think_time_s.sample(rng);
   const std::int64_t user_tokens = config_.sessions->user_tokens.sample_int(rng);
   r.output_tokens = to_i32(config_.output_tokens.sample_int(rng));

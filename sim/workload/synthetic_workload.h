@@ -22,8 +22,14 @@
 //   sessions:                   optional multi-turn conversations
 //     {turns: DIST, think_time_s: DIST, user_tokens: DIST}
 //   ignore_eos: true, eos_token_id: (none)
-// DIST is a sim/workload/distribution.h form. System prompt and template lengths are drawn once, at start.
-// share is the fraction of requests that use a prefix at all. prefix_group of a request is
+//   stop_at_eos_fraction: F     optional, instead of ignore_eos: each request stops at EOS with
+//                               probability F (drawn from workload.stop_at_eos), else ignores it
+//                               and sends max_tokens (a follow-up turn keeps its session's choice);
+//                               F > 0 needs eos_token_id
+//   client_timeout_s: T         optional: a request unfinished T s after its arrival is aborted
+//                               (its client closes the connection)
+// DIST is a sim/workload/distribution.h form. System prompt and template lengths are drawn once, at
+// start. share is the fraction of requests that use a prefix at all. prefix_group of a request is
 // (sp + 1) * (F + 1) + (fs + 1) - 1 with sp / fs its system prompt / template index (-1 none) and
 // F the template count: the system prompt index when there are no templates, and -1 for none.
 //
@@ -79,6 +85,8 @@ struct SyntheticWorkloadConfig {
   std::optional<SessionConfig> sessions;
   bool ignore_eos = true;
   std::optional<std::int32_t> eos_token_id;
+  std::optional<double> stop_at_eos_fraction;  // given: replaces ignore_eos
+  std::optional<double> client_timeout_s;
 };
 
 /// Reads the synthetic keys of `workload:` (the caller has checked the key set).
@@ -86,7 +94,8 @@ struct SyntheticWorkloadConfig {
                                                                const YamlContext& ctx);
 /// The resolved `workload:` section: every key parse_synthetic_workload reads, with the value it
 /// used (the arrival keys of its process, distributions in Distribution::to_yaml form); an absent
-/// duration_s, prefix pool, sessions or eos_token_id stays absent. Parsing it gives `c` back.
+/// duration_s, prefix pool, sessions, eos_token_id, stop_at_eos_fraction (which then replaces
+/// ignore_eos) or client_timeout_s stays absent. Parsing it gives `c` back.
 [[nodiscard]] YAML::Node synthetic_workload_yaml(const SyntheticWorkloadConfig& c);
 
 class SyntheticSource final : public RequestSource {
@@ -108,7 +117,7 @@ class SyntheticSource final : public RequestSource {
   SyntheticWorkloadConfig config_;
   std::uint64_t seed_;
   std::int32_t vocab_size_;
-  RngStream arrivals_, lengths_, prefix_choice_, sessions_rng_;
+  RngStream arrivals_, lengths_, prefix_choice_, sessions_rng_, stop_at_eos_;
   std::optional<ZipfSampler> system_zipf_, few_shot_zipf_;
   std::vector<Prefix> system_prompts_, templates_;
   std::int64_t emitted_ = 0;  // open-loop requests so far

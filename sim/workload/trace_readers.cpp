@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -69,7 +70,7 @@ std::optional<std::int64_t> parse_timestamp(std::string_view s) {
 
 TraceConfig parse_trace_config(const YAML::Node& w, const YamlContext& ctx) {
   for (std::string_view k : {"arrival", "prompt_tokens", "output_tokens", "system_prompts",
-                             "few_shot", "sessions", "duration_s"}) {
+                             "few_shot", "sessions", "duration_s", "stop_at_eos_fraction"}) {
     if (has_key(w, k))
       throw yaml_error(w[std::string(k)], ctx.child(k),
                        fmt::format("{}: cannot be combined with workload.trace (a trace gives its "
@@ -99,6 +100,7 @@ TraceConfig parse_trace_config(const YAML::Node& w, const YamlContext& ctx) {
   if (auto eos =
           get_optional_int(w, "eos_token_id", ctx, 0, std::numeric_limits<std::int32_t>::max()))
     c.eos_token_id = static_cast<std::int32_t>(*eos);
+  c.client_timeout_s = parse_client_timeout_s(w, ctx);
   return c;
 }
 
@@ -115,6 +117,7 @@ YAML::Node trace_workload_yaml(const TraceConfig& c) {
   w["trace"] = t;
   w["ignore_eos"] = c.ignore_eos;
   if (c.eos_token_id) w["eos_token_id"] = *c.eos_token_id;
+  if (c.client_timeout_s) w["client_timeout_s"] = number_node(*c.client_timeout_s);
   return w;
 }
 
@@ -146,6 +149,9 @@ TraceSource::TraceSource(TraceConfig config, std::uint64_t seed, std::int32_t vo
     col_output_ = need("output_tokens");
     col_group_ = csv_column(fields_, "prefix_group");
     col_prefix_tokens_ = csv_column(fields_, "prefix_tokens");
+    col_max_tokens_ = csv_column(fields_, "max_tokens");
+    col_ignore_eos_ = csv_column(fields_, "ignore_eos");
+    col_eos_ = csv_column(fields_, "eos_token_id");
   }
 }
 
@@ -178,8 +184,9 @@ TraceRow TraceSource::parse_azure(const std::string& line) {
 TraceRow TraceSource::parse_generic_csv(const std::string& line) {
   if (!split_csv_line(line, fields_)) fail(1, "unterminated quote");
   std::size_t need = std::max({col_time_, col_prompt_, col_output_}) + 1;
-  if (col_group_) need = std::max(need, *col_group_ + 1);
-  if (col_prefix_tokens_) need = std::max(need, *col_prefix_tokens_ + 1);
+  for (const auto& col :
+       {col_group_, col_prefix_tokens_, col_max_tokens_, col_ignore_eos_, col_eos_})
+    if (col) need = std::max(need, *col + 1);
   if (fields_.size() < need)
     fail(1, fmt::format("expected {} fields, got {}", need, fields_.size()));
   TraceRow r;
@@ -209,7 +216,37 @@ TraceRow TraceSource::parse_generic_csv(const std::string& line) {
                           fields_[*col_prefix_tokens_]));
     r.prefix_tokens = *n;
   }
+  parse_csv_limits(r);
   return r;
+}
+
+void TraceSource::parse_csv_limits(TraceRow& r) {
+  auto cell = [&](const std::optional<std::size_t>& col) -> const std::string* {
+    return col && !fields_[*col].empty() ? &fields_[*col] : nullptr;
+  };
+  if (const std::string* f = cell(col_max_tokens_)) {
+    auto n = parse_int_text(*f);
+    if (!n || *n < 1 || *n > std::numeric_limits<std::int32_t>::max())
+      fail(1, fmt::format("max_tokens: expected an integer >= 1, got '{}'", *f));
+    r.max_tokens = static_cast<std::int32_t>(*n);
+  }
+  if (const std::string* f = cell(col_ignore_eos_)) {
+    std::string v = *f;
+    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (v == "true" || v == "1")
+      r.ignore_eos = true;
+    else if (v == "false" || v == "0")
+      r.ignore_eos = false;
+    else
+      fail(1, fmt::format("ignore_eos: expected true or false, got '{}'", *f));
+  }
+  if (const std::string* f = cell(col_eos_)) {
+    auto n = parse_int_text(*f);
+    if (!n || *n < 0 || *n >= vocab_size_)
+      fail(1,
+           fmt::format("eos_token_id: expected an integer in [0, {}), got '{}'", vocab_size_, *f));
+    r.eos_token_id = static_cast<std::int32_t>(*n);
+  }
 }
 
 TraceRow TraceSource::parse_json_row(const std::string& line) {
@@ -292,6 +329,26 @@ TraceRow TraceSource::parse_json_row(const std::string& line) {
       r.prefix_tokens = *n;
     }
   }
+  // Per-request limits (every JSON format).
+  if (auto n = number("max_tokens", false)) {
+    if (*n != std::floor(*n) || *n < 1 || *n > std::numeric_limits<std::int32_t>::max())
+      fail(col_of("max_tokens"), fmt::format("field 'max_tokens' must be an integer >= 1, got {}",
+                                             j["max_tokens"].dump()));
+    r.max_tokens = static_cast<std::int32_t>(*n);
+  }
+  if (auto it = j.find("ignore_eos"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean())
+      fail(col_of("ignore_eos"),
+           fmt::format("field 'ignore_eos' must be true or false, got {}", it->dump()));
+    r.ignore_eos = it->get<bool>();
+  }
+  if (auto n = number("eos_token_id", false)) {
+    if (*n != std::floor(*n) || *n < 0 || *n >= vocab_size_)
+      fail(col_of("eos_token_id"),
+           fmt::format("field 'eos_token_id' must be an integer in [0, {}), got {}", vocab_size_,
+                       j["eos_token_id"].dump()));
+    r.eos_token_id = static_cast<std::int32_t>(*n);
+  }
   return r;
 }
 
@@ -318,6 +375,10 @@ std::optional<TraceRow> TraceSource::read_row() {
                           r.prompt_tokens));
     if (r.output_tokens < 0)
       fail(1, fmt::format("output length must be >= 0, got {}", r.output_tokens));
+    if (r.ignore_eos == false && !r.eos_token_id && !config_.eos_token_id)
+      fail(1,
+           "ignore_eos is false but there is no eos_token_id (give one in the row or as "
+           "workload.eos_token_id)");
     return r;
   }
   return std::nullopt;
@@ -346,9 +407,13 @@ std::optional<RequestSpec> TraceSource::next() {
   r.arrival_ns = arrival;
   r.output_tokens = static_cast<std::int32_t>(
       std::clamp<std::int64_t>(row->output_tokens, 1, std::numeric_limits<std::int32_t>::max()));
-  r.ignore_eos = config_.ignore_eos;
-  r.eos_token_id = config_.eos_token_id;
-  set_default_max_tokens(r);
+  r.ignore_eos = row->ignore_eos.value_or(config_.ignore_eos);
+  r.eos_token_id = row->eos_token_id ? row->eos_token_id : config_.eos_token_id;
+  if (row->max_tokens)
+    r.max_tokens = row->max_tokens;
+  else
+    set_default_max_tokens(r);
+  if (config_.client_timeout_s) r.client_timeout_ns = seconds_to_ns(*config_.client_timeout_s);
   r.output_seed = content_key(seed_, "output", r.id);
   r.prefix_group = row->prefix_group;
   // The prompt is deferred (a few segments, see RequestSpec): the simulator makes its tokens

@@ -115,6 +115,11 @@ std::uint64_t content_key(std::uint64_t seed, std::string_view kind, std::uint64
   return splitmix64(stream_seed(seed, kind) ^ splitmix64(index));
 }
 
+std::optional<double> parse_client_timeout_s(const YAML::Node& workload, const YamlContext& ctx) {
+  // At least a nanosecond: a timeout must come after the arrival.
+  return get_optional_double(workload, "client_timeout_s", ctx, 1e-9, 1e9);
+}
+
 namespace {
 // The one place that tells a trace from the synthetic generator: validates the section's keys and
 // hands the parsed config to `on_trace` or `on_synthetic`.

@@ -120,8 +120,16 @@ class RequestSource {
 
 /// The keys `workload:` accepts (synthetic and trace together).
 inline constexpr std::string_view kWorkloadKeys[] = {
-    "num_requests", "duration_s", "arrival", "prompt_tokens", "output_tokens", "system_prompts",
-    "few_shot",     "sessions",   "trace",   "ignore_eos",    "eos_token_id"};
+    "num_requests",    "duration_s",     "arrival",      "prompt_tokens",
+    "output_tokens",   "system_prompts", "few_shot",     "sessions",
+    "trace",           "ignore_eos",     "eos_token_id", "stop_at_eos_fraction",
+    "client_timeout_s"};
+
+/// `workload.client_timeout_s` (synthetic and trace workloads alike): how long after its arrival
+/// a client waits for its request before it closes the connection (vLLM then aborts the request);
+/// nullopt when absent (clients wait for ever).
+[[nodiscard]] std::optional<double> parse_client_timeout_s(const YAML::Node& workload,
+                                                           const YamlContext& ctx);
 
 /// Builds the source from the scenario's `workload:` YAML section (validates every key), seed, and
 /// model vocab size. A `trace:` key selects a trace reader; otherwise the synthetic generator.
