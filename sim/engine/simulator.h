@@ -15,6 +15,14 @@
 // while requests wait and none run means a request can never fit: the run fails with RunError
 // naming it.
 //
+// Client aborts (RequestSpec::client_timeout_ns): a request not finished that long after its
+// arrival is aborted at that instant, as when its client closes the connection. Its row is
+// written then (finish_reason abort, the tokens delivered so far); vLLM's EngineCore takes the
+// abort between steps, so the scheduler frees it (finish_requests(FINISHED_ABORTED)) at once when
+// no step is in flight, else when the step in flight ends, before the next schedule(): that step
+// still computes it, and its token is not delivered. At one instant a step's end comes first: a
+// request that step finishes is not aborted, and the token it gets is delivered.
+//
 // cache_only mode (hit-rate studies): requests in arrival order, one at a time, through the same
 // KVCacheManager: lookup (get_computed_blocks, with the scheduler's full-hit last-block rule),
 // allocate_slots for the rest of the prompt with the hits, then free (tail first). No timing.
@@ -85,10 +93,16 @@ class Simulator {
   const std::vector<std::int64_t>& final_kv_tokens() const { return final_kv_tokens_; }
 
  private:
-  struct Live;
   void run_timed();
   void run_cache_only();
   void queue_arrival(RequestSpec spec, bool open_loop);
+  /// The client of the request in live slot `payload & 0xffffffff` gives up (if it is still that
+  /// request: the high half is its generation).
+  void on_client_timeout(std::int64_t payload);
+  /// Frees live slot `slot` for reuse, its request and spec; on_dropped tells the source.
+  void release_slot(std::int64_t slot, bool dropped);
+  /// The requests.csv row of live slot `slot` finishing now for `reason`.
+  RequestRecord record_of(std::int64_t slot, FinishReason reason) const;
   void pull_next_open_loop();
   void on_arrival(std::int64_t pending_slot);
   /// Makes the request of live slot `slot` (its prompt's tokens too) and appends it to the
@@ -119,6 +133,19 @@ class Simulator {
   /// position output_tokens - 1 where the request stops at EOS.
   void generated_tokens(const RequestSpec& spec, std::int64_t n, std::vector<Token>& out) const;
   [[noreturn]] void fail_cannot_fit(const Request& r) const;
+  /// A request between its arrival and its end, in its slot of live_.
+  struct Live {
+    RequestSpec spec;                  // prompt moved into `request` while live
+    std::unique_ptr<Request> request;  // null until admitted into the scheduler's waiting queue
+    SimTimeNs first_scheduled_ns = -1;
+    SimTimeNs first_token_ns = -1;
+    SimTimeNs last_token_ns = -1;
+    std::int64_t first_lookup_hit_tokens = 0;
+    OutputPlan plan;               // from the server's rule at arrival
+    std::vector<Token> outputs;    // the tokens it will generate, made at admission
+    std::uint32_t generation = 0;  // bumped when the slot is released (timeout events carry it)
+    bool client_gone = false;      // aborted by its client; the engine may still hold it
+  };
   void report_progress();
 
   const Scenario& scenario_;
@@ -146,7 +173,10 @@ class Simulator {
   std::vector<RequestSpec> pending_;           // arrivals not yet happened
   std::vector<bool> pending_open_loop_;        // from source.next() (else a follow-up turn)
   std::vector<std::int64_t> free_pending_;
-  RingDeque<std::int64_t> unadmitted_;  // live slots that arrived, behind the waiting queue
+  RingDeque<std::int64_t> unadmitted_;        // live slots that arrived, behind the waiting queue
+  std::int64_t unadmitted_gone_ = 0;          // of those, aborted by their clients (skipped)
+  std::vector<std::int64_t> pending_aborts_;  // slots the engine aborts when the step ends
+  std::vector<RequestOutput> delivered_;      // outputs_ less those of aborted requests
   bool open_loop_done_ = false;
 
   bool step_in_flight_ = false;

@@ -227,7 +227,14 @@ void MetricsCollector::on_request_done(const RequestRecord& r) {
     return;
   }
   if (r.reason == FinishReason::kAbort) {
+    // As vLLM v0.7.2 counts an aborted request (vllm/v1/engine/output_processor.py,
+    // v1/metrics/stats.py): its delivered tokens count as generated tokens and its first token's
+    // latency is observed, but it is no success, and none of the finished requests' statistics
+    // (benchmark_serving's latencies and throughputs, the e2e/queue/length histograms) include it.
     ++aborted_;
+    aborted_output_tokens_ += r.output_tokens;
+    if (prom_ && r.first_token_ns >= 0)
+      h_ttft_.observe(static_cast<double>(r.first_token_ns - r.arrival_ns) / 1e9);
     return;
   }
   ++completed_;
@@ -276,6 +283,7 @@ std::string MetricsCollector::summary_json(const std::string& header) {
   i64("completed", completed_);
   i64("rejected", rejected_);
   i64("aborted", aborted_);
+  if (aborted_ > 0) i64("aborted_output_tokens", aborted_output_tokens_);
   i64("total_input_tokens", total_input_);
   i64("total_output_tokens", total_output_);
   const double duration_s = completed_ > 0 && last_finish_ns_ > first_arrival_ns_

@@ -103,6 +103,7 @@ class MetricsCollector : public StepObserver {
   /// The number of requests completed so far (for progress).
   std::int64_t completed() const { return completed_; }
   std::int64_t rejected() const { return rejected_; }
+  std::int64_t aborted() const { return aborted_; }
   std::int64_t num_steps() const { return num_steps_; }
 
  private:
@@ -113,6 +114,7 @@ class MetricsCollector : public StepObserver {
 
   // Requests.
   std::int64_t completed_ = 0, rejected_ = 0, aborted_ = 0;
+  std::int64_t aborted_output_tokens_ = 0;  // delivered before the aborts
   std::int64_t total_input_ = 0, total_output_ = 0;
   std::int64_t first_lookup_hits_ = 0, first_lookup_prompt_ = 0;
   SimTimeNs first_arrival_ns_ = -1, last_finish_ns_ = -1;

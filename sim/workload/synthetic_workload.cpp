@@ -396,4 +396,8 @@ std::optional<RequestSpec> SyntheticSource::on_finished(const RequestSpec& done,
   return r;
 }
 
+void SyntheticSource::on_dropped(const RequestSpec& done) {
+  if (done.session >= 0) session_turns_.erase(done.session);
+}
+
 }  // namespace kvsim

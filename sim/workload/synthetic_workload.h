@@ -104,6 +104,7 @@ class SyntheticSource final : public RequestSource {
   std::optional<RequestSpec> next() override;
   std::optional<RequestSpec> on_finished(const RequestSpec& done, SimTimeNs finish_ns,
                                          std::span<const std::int32_t> outputs) override;
+  void on_dropped(const RequestSpec& done) override;
 
  private:
   struct Prefix {

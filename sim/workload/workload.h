@@ -116,6 +116,9 @@ class RequestSource {
     (void)outputs;
     return std::nullopt;
   }
+  /// The engine calls this instead of on_finished when a request is refused at its arrival or
+  /// aborted by its client: a multi-turn session ends there.
+  virtual void on_dropped(const RequestSpec& done) { (void)done; }
 };
 
 /// The keys `workload:` accepts (synthetic and trace together).
