@@ -33,6 +33,10 @@ void Simulator::run() {
 
 // ---- timed mode -----------------------------------------------------------------------------
 
+std::int64_t Simulator::num_waiting() const {
+  return core_->num_waiting() + static_cast<std::int64_t>(unadmitted_.size()) - unadmitted_gone_;
+}
+
 void Simulator::fail_cannot_fit(const Request& r) const {
   const std::int64_t bs = scenario_.cache.sizing.block_size;
   const std::int64_t idx = r.index();
@@ -109,13 +113,12 @@ void Simulator::end_step() {
   eng.update_from_output(outputs_);
   // The tokens of requests whose clients are gone are computed but not delivered (vLLM's output
   // processor drops them): observers see the others.
-  std::span<const RequestOutput> delivered = outputs_;
   if (!pending_aborts_.empty()) {
     delivered_.clear();
     for (const RequestOutput& o : outputs_)
       if (!live_[static_cast<std::size_t>(o.request->index())].client_gone) delivered_.push_back(o);
-    delivered = delivered_;
   }
+  const std::vector<RequestOutput>& delivered = pending_aborts_.empty() ? outputs_ : delivered_;
   prev_token_ns_.clear();
   for (const RequestOutput& o : delivered) {
     Live& l = live_[static_cast<std::size_t>(o.request->index())];

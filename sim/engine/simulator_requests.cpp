@@ -155,7 +155,8 @@ void Simulator::admit_waiting() {
       scenario_.scheduler.max_num_seqs - static_cast<std::int64_t>(eng.running().size()), 0);
   while (!unadmitted_.empty()) {
     const std::int64_t slot = unadmitted_.front();
-    if (live_[static_cast<std::size_t>(slot)].client_gone) {  // aborted while it waited here
+    if (unadmitted_gone_ > 0 && live_[static_cast<std::size_t>(slot)].client_gone) {
+      // Aborted while it waited here.
       unadmitted_.pop_front();
       --unadmitted_gone_;
       release_slot(slot, true);
@@ -165,10 +166,6 @@ void Simulator::admit_waiting() {
     admit(slot);
     unadmitted_.pop_front();
   }
-}
-
-std::int64_t Simulator::num_waiting() const {
-  return core_->num_waiting() + static_cast<std::int64_t>(unadmitted_.size()) - unadmitted_gone_;
 }
 
 // ---- client aborts --------------------------------------------------------------------------

@@ -24,20 +24,15 @@ OverloadDetector::Bucket& OverloadDetector::bucket_at(SimTimeNs t) {
     }
     std::fill(buckets_.begin() + kBuckets / 2, buckets_.end(), Bucket{});
     width_ns_ *= 2;
-    step_bucket_end_ns_ = -1;
+    step_bucket_end_ns_ = 0;
   }
   return buckets_[static_cast<std::size_t>(tt / width_ns_)];
 }
 
-void OverloadDetector::on_step(const StepView& v) {
-  ++num_steps_;
-  if (v.end_ns >= step_bucket_end_ns_ || step_bucket_end_ns_ < 0) {
-    bucket_at(v.end_ns);  // widens first when needed
-    step_bucket_ = static_cast<std::size_t>(std::max<SimTimeNs>(v.end_ns, 0) / width_ns_);
-    step_bucket_end_ns_ = static_cast<SimTimeNs>(step_bucket_ + 1) * width_ns_;
-  }
-  Bucket& b = buckets_[step_bucket_];
-  if (b.min_waiting < 0 || v.num_waiting < b.min_waiting) b.min_waiting = v.num_waiting;
+void OverloadDetector::new_step_bucket(SimTimeNs t) {
+  bucket_at(t);  // widens first when needed
+  step_bucket_ = static_cast<std::size_t>(std::max<SimTimeNs>(t, 0) / width_ns_);
+  step_bucket_end_ns_ = static_cast<SimTimeNs>(step_bucket_ + 1) * width_ns_;
 }
 
 void OverloadDetector::on_request_done(const RequestRecord& r) {

@@ -34,8 +34,13 @@ class OverloadDetector final : public StepObserver {
   static constexpr std::int64_t kMinArrivals = 32;
   static constexpr std::int64_t kMinBuckets = 8;
 
-  /// The waiting queue (StepView::num_waiting) at the step's end.
-  void on_step(const StepView& v) override;
+  /// The waiting queue (StepView::num_waiting) at the step's end. Inline: once per step.
+  void on_step(const StepView& v) override {
+    ++num_steps_;
+    if (v.end_ns >= step_bucket_end_ns_) new_step_bucket(v.end_ns);
+    Bucket& b = buckets_[step_bucket_];
+    if (b.min_waiting < 0 || v.num_waiting < b.min_waiting) b.min_waiting = v.num_waiting;
+  }
   /// An arrival at r.arrival_ns (unless rejected) and, unless rejected, a departure at
   /// r.finish_ns.
   void on_request_done(const RequestRecord& r) override;
@@ -57,13 +62,15 @@ class OverloadDetector final : public StepObserver {
   };
   /// The bucket of time t, widening the buckets first when t lies beyond them.
   Bucket& bucket_at(SimTimeNs t);
+  /// Points step_bucket_ at the bucket of a step ending at t (beyond the previous one's).
+  void new_step_bucket(SimTimeNs t);
 
   std::array<Bucket, kBuckets> buckets_{};
   SimTimeNs width_ns_ = kInitialBucketNs;
   // Step ends come in time order: the bucket of the last one and where it ends (no division per
   // step).
   std::size_t step_bucket_ = 0;
-  SimTimeNs step_bucket_end_ns_ = -1;  // -1: recompute
+  SimTimeNs step_bucket_end_ns_ = 0;  // 0: recompute
   std::int64_t num_steps_ = 0;
   SimTimeNs first_arrival_ns_ = -1, last_arrival_ns_ = -1;
 };
