@@ -74,7 +74,7 @@ HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx)
     try {
       hw.gpu = gpu_preset(name);
     } catch (const ConfigError& e) {
-      throw yaml_error(hardware["gpu"], ctx,
+      throw yaml_error(hardware["gpu"], ctx.child("gpu"),
                        fmt::format("{}: {}", ctx.child("gpu").path, e.what()));
     }
   }

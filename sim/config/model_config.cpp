@@ -412,10 +412,9 @@ ModelConfig load_model_config(const YAML::Node& model, const YamlContext& ctx) {
   }
   const ErrorAt err = [&](std::string_view key, const std::string& message) {
     const std::string k(key);
-    for (const YAML::Node* src : {&text_config, &model}) {
-      if (src->IsDefined() && src->IsMap() && has_key(*src, k))
-        return yaml_error((*src)[k], ctx, message);
-    }
+    if (text_config.IsDefined() && text_config.IsMap() && has_key(text_config, k))
+      return yaml_error(text_config[k], ctx.child("text_config").child(k), message);
+    if (has_key(model, k)) return yaml_error(model[k], ctx.child(k), message);
     if (file_err) return file_err(key, message);
     return yaml_error(model, ctx, fmt::format("{}: {}", ctx.where(), message));
   };
