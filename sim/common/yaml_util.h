@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "sim/common/errors.h"
@@ -180,5 +181,17 @@ inline constexpr double kDoubleMax = std::numeric_limits<double>::max();
 [[nodiscard]] std::string number_text(double v);
 /// A scalar node holding number_text(v).
 [[nodiscard]] YAML::Node number_node(double v);
+/// A new null node (`~`: an absent optional in a resolved file). Each call gives a distinct node:
+/// one node written twice would be emitted as an anchor and an alias.
+[[nodiscard]] inline YAML::Node null_node() { return YAML::Node(YAML::NodeType::Null); }
+/// The value (a double as number_node) or, when absent, null_node().
+template <typename T>
+[[nodiscard]] YAML::Node optional_node(const std::optional<T>& v) {
+  if (!v) return null_node();
+  if constexpr (std::is_floating_point_v<T>)
+    return number_node(*v);
+  else
+    return YAML::Node(*v);
+}
 
 }  // namespace kvsim

@@ -98,7 +98,8 @@ TEST_CASE("mutated workload YAML parses or throws ConfigError, never anything el
     bool parsed = false;
     if (!only_config_errors(input, [&] {
           YAML::Node root = load_yaml_string(input, "fuzz.yaml");
-          auto src = make_request_source(root, YamlContext{"fuzz.yaml", "workload"}, 1, 1000);
+          auto src = make_request_source(
+              parse_workload_config(root, YamlContext{"fuzz.yaml", "workload"}), 1, 1000);
           int n = 0;
           while (n < 30) {
             auto req = kvsim::test::next_made(*src);
@@ -144,8 +145,8 @@ latency: {model: roofline, mfu: 0.4, mbu: 0.7}
           const CacheSizingConfig c = load_cache_sizing(root["cache"], top.child("cache"));
           const KVCachePlan plan = plan_kv_cache(m, hw, c, "fuzz.yaml");
           REQUIRE(plan.sizing.num_gpu_blocks >= 1);
-          auto lat = make_latency_model(root["latency"], top.child("latency"), m, hw.gpu,
-                                        static_cast<int>(hw.tensor_parallel_size));
+          auto lat = make_latency_model(parse_latency_config(root["latency"], top.child("latency")),
+                                        m, hw.gpu, static_cast<int>(hw.tensor_parallel_size));
           BatchFeatures b{.num_seqs = 2,
                           .prefill_tokens = 100,
                           .decode_tokens = 1,
@@ -191,8 +192,8 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
     bool bad_message = false;
     if (!only_config_errors(text, [&] {
           try {
-            auto src =
-                make_request_source(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}, 3, 500);
+            auto src = make_request_source(
+                parse_workload_config(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}), 3, 500);
             while (auto req = kvsim::test::next_made(*src)) REQUIRE(!req->prompt.empty());
           } catch (const ConfigError& e) {
             bad_message = std::string(e.what()).rfind(path, 0) != 0;

@@ -70,7 +70,9 @@ TEST_CASE("set overrides replace values, create sections and parse YAML scalars"
   CHECK(s.engine.mode == EngineConfig::Mode::kCacheOnly);
   CHECK(s.cache.num_preallocate_tokens == 0);  // the cache_only default
   const Scenario f = parse(kBase, {"workload.arrival={process: constant, rate_per_s: 5}"});
-  CHECK(f.workload["arrival"]["rate_per_s"].as<double>() == 5.0);
+  REQUIRE(f.workload.synthetic());
+  CHECK(f.workload.synthetic()->arrival.process == ArrivalConfig::Process::kConstant);
+  CHECK(f.workload.synthetic()->arrival.rate_per_s == 5.0);
 }
 
 TEST_CASE("malformed --set assignments are config errors", "[sim]") {
@@ -215,7 +217,7 @@ TEST_CASE("random mutations of a scenario either load or raise ConfigError", "[s
     try {
       const Scenario s = parse(text, sets);
       // Build what a run builds before it writes anything, and draw a few requests.
-      auto src = make_request_source(s.workload, s.ctx().child("workload"), s.seed, 32000);
+      auto src = make_request_source(s.workload, s.seed, 32000);
       if (s.engine.mode == EngineConfig::Mode::kTimed) (void)make_step_time(s);
       for (int k = 0; k < 5 && src->next(); ++k) {
       }
