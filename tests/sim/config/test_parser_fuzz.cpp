@@ -4,17 +4,19 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
-#include "sim/workload/distribution.h"
-#include "sim/config/hardware.h"
-#include "sim/engine/latency_model.h"
-#include "sim/config/model_config.h"
 #include "sim/common/rng.h"
+#include "sim/common/yaml_util.h"
+#include "sim/config/hardware.h"
+#include "sim/config/model_config.h"
+#include "sim/config/scenario.h"
+#include "sim/engine/latency_model.h"
+#include "sim/workload/distribution.h"
 #include "sim/workload/samplers.h"
 #include "sim/workload/workload.h"
-#include "sim/common/yaml_util.h"
 #include "sim_test_util.h"
 
 using namespace kvsim;
@@ -245,4 +247,36 @@ TEST_CASE("mutated measurement and empirical-length CSVs parse or throw ConfigEr
   // Some mutations must survive, or the loops above checked only the error path.
   CHECK(fits > 0);
   CHECK(dists > 0);
+}
+
+TEST_CASE("a mutated scenario that loads resolves to a fixed point", "[sim]") {
+  RngStream r = make_stream(2028, "fuzz.scenario");
+  const std::string model = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/qwen2-1.5b.json";
+  int ok = 0;
+  for (int iter = 0; iter < 600; ++iter) {
+    std::string workload;
+    std::istringstream lines(kWorkloads[iter % 3]);
+    for (std::string line; std::getline(lines, line);) workload += "  " + line + "\n";
+    const std::string text =
+        "name: f\nseed: 3\nmodel: {config: '" + model + "', num_hidden_layers: 4}\n" +
+        "hardware: {gpu: A100-40GB, tensor_parallel_size: 2}\n"
+        "cache: {block_size: 16, kv_cache_memory_bytes: 1e9, enable_prefix_caching: false}\n"
+        "scheduler: {max_num_seqs: 32, max_model_len: 4096}\n"
+        "workload:\n" +
+        workload +
+        "latency: {model: roofline, mfu: 0.4}\nvalidate: {sample_prob: 0.5}\n"
+        "outputs: {steps_every: 3}\n";
+    const std::string input = mutate(text, r);
+    if (!only_config_errors(input, [&] {
+          const Scenario s = parse_scenario(load_yaml_string(input, "fuzz.yaml"), "fuzz.yaml");
+          const std::string resolved = resolved_yaml(s);
+          INFO("resolved:\n" << resolved);
+          const Scenario again = parse_scenario(load_yaml_string(resolved, "r.yaml"), "r.yaml");
+          REQUIRE(resolved_yaml(again) == resolved);
+          REQUIRE(again.num_gpu_blocks == s.num_gpu_blocks);
+          ++ok;
+        }))
+      break;
+  }
+  CHECK(ok > 0);
 }
