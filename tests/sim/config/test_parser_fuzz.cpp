@@ -4,17 +4,19 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
-#include "sim/workload/distribution.h"
-#include "sim/config/hardware.h"
-#include "sim/engine/latency_model.h"
-#include "sim/config/model_config.h"
 #include "sim/common/rng.h"
+#include "sim/common/yaml_util.h"
+#include "sim/config/hardware.h"
+#include "sim/config/model_config.h"
+#include "sim/config/scenario.h"
+#include "sim/engine/latency_model.h"
+#include "sim/workload/distribution.h"
 #include "sim/workload/samplers.h"
 #include "sim/workload/workload.h"
-#include "sim/common/yaml_util.h"
 #include "sim_test_util.h"
 
 using namespace kvsim;
@@ -98,7 +100,8 @@ TEST_CASE("mutated workload YAML parses or throws ConfigError, never anything el
     bool parsed = false;
     if (!only_config_errors(input, [&] {
           YAML::Node root = load_yaml_string(input, "fuzz.yaml");
-          auto src = make_request_source(root, YamlContext{"fuzz.yaml", "workload"}, 1, 1000);
+          auto src = make_request_source(
+              parse_workload_config(root, YamlContext{"fuzz.yaml", "workload"}), 1, 1000);
           int n = 0;
           while (n < 30) {
             auto req = kvsim::test::next_made(*src);
@@ -144,8 +147,8 @@ latency: {model: roofline, mfu: 0.4, mbu: 0.7}
           const CacheSizingConfig c = load_cache_sizing(root["cache"], top.child("cache"));
           const KVCachePlan plan = plan_kv_cache(m, hw, c, "fuzz.yaml");
           REQUIRE(plan.sizing.num_gpu_blocks >= 1);
-          auto lat = make_latency_model(root["latency"], top.child("latency"), m, hw.gpu,
-                                        static_cast<int>(hw.tensor_parallel_size));
+          auto lat = make_latency_model(parse_latency_config(root["latency"], top.child("latency")),
+                                        m, hw.gpu, static_cast<int>(hw.tensor_parallel_size));
           BatchFeatures b{.num_seqs = 2,
                           .prefill_tokens = 100,
                           .decode_tokens = 1,
@@ -191,8 +194,8 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
     bool bad_message = false;
     if (!only_config_errors(text, [&] {
           try {
-            auto src =
-                make_request_source(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}, 3, 500);
+            auto src = make_request_source(
+                parse_workload_config(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}), 3, 500);
             while (auto req = kvsim::test::next_made(*src)) REQUIRE(!req->prompt.empty());
           } catch (const ConfigError& e) {
             bad_message = std::string(e.what()).rfind(path, 0) != 0;
@@ -244,4 +247,36 @@ TEST_CASE("mutated measurement and empirical-length CSVs parse or throw ConfigEr
   // Some mutations must survive, or the loops above checked only the error path.
   CHECK(fits > 0);
   CHECK(dists > 0);
+}
+
+TEST_CASE("a mutated scenario that loads resolves to a fixed point", "[sim]") {
+  RngStream r = make_stream(2028, "fuzz.scenario");
+  const std::string model = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/qwen2-1.5b.json";
+  int ok = 0;
+  for (int iter = 0; iter < 600; ++iter) {
+    std::string workload;
+    std::istringstream lines(kWorkloads[iter % 3]);
+    for (std::string line; std::getline(lines, line);) workload += "  " + line + "\n";
+    const std::string text =
+        "name: f\nseed: 3\nmodel: {config: '" + model + "', num_hidden_layers: 4}\n" +
+        "hardware: {gpu: A100-40GB, tensor_parallel_size: 2}\n"
+        "cache: {block_size: 16, kv_cache_memory_bytes: 1e9, enable_prefix_caching: false}\n"
+        "scheduler: {max_num_seqs: 32, max_model_len: 4096}\n"
+        "workload:\n" +
+        workload +
+        "latency: {model: roofline, mfu: 0.4}\nvalidate: {sample_prob: 0.5}\n"
+        "outputs: {steps_every: 3}\n";
+    const std::string input = mutate(text, r);
+    if (!only_config_errors(input, [&] {
+          const Scenario s = parse_scenario(load_yaml_string(input, "fuzz.yaml"), "fuzz.yaml");
+          const std::string resolved = resolved_yaml(s);
+          INFO("resolved:\n" << resolved);
+          const Scenario again = parse_scenario(load_yaml_string(resolved, "r.yaml"), "r.yaml");
+          REQUIRE(resolved_yaml(again) == resolved);
+          REQUIRE(again.num_gpu_blocks == s.num_gpu_blocks);
+          ++ok;
+        }))
+      break;
+  }
+  CHECK(ok > 0);
 }
