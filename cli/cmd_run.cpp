@@ -26,15 +26,6 @@ namespace {
 volatile std::sig_atomic_t g_interrupted = 0;
 extern "C" void on_interrupt(int) { g_interrupted = 1; }
 
-constexpr const char* kRunUsage =
-    "usage: kvsim run SCENARIO.yaml [-o DIR] [--set key.path=value ...] [--seed N] [--quiet]\n"
-    "                 [--check-invariants]\n"
-    "  -o DIR              parent folder of the run folder DIR/<name>/ (default: results)\n"
-    "  --set k.path=value  override a scenario key (value parsed as YAML), repeatable\n"
-    "  --seed N            override the scenario's seed\n"
-    "  --quiet             no progress bar and no summary on the terminal\n"
-    "  --check-invariants  check the KV cache manager's invariants after every step (slow)\n";
-
 void print_summary(const RunResult& r, std::FILE* out) {
   const nlohmann::json j = nlohmann::json::parse(r.summary_json);
   auto d = [&](const char* k) { return j.value(k, 0.0); };
@@ -74,29 +65,21 @@ void print_summary(const RunResult& r, std::FILE* out) {
 }  // namespace
 
 int run(const Args& args) {
-  static constexpr std::string_view kFlags[] = {"--output",           "--set", "--seed", "--quiet",
-                                                "--check-invariants", "--help"};
-  ArgParser cli(args, "run", kFlags);
-  ScenarioArgs args_in;
+  CommandLine cl(
+      "run", "SCENARIO.yaml [options]",
+      "Runs one scenario into DIR/<name>/ (see sim/OUTPUTS.md).\nExit status: 0 done, 1 a "
+      "failed run, 2 bad input.");
+  ScenarioArgs in;
   bool check = false;
-  while (cli.next()) {
-    if (cli.is("-h", "--help")) {
-      std::fputs(kRunUsage, stdout);
-      return 0;
-    }
-    if (take_scenario_arg(cli, args_in)) continue;
-    if (cli.is("--check-invariants"))
-      check = true;
-    else
-      cli.unknown();
-  }
-  if (!args_in.path) throw ConfigError("missing SCENARIO.yaml (kvsim run --help)");
-  std::optional<std::uint64_t> seed;
-  if (args_in.seed) seed = parse_seed(*args_in.seed);
-  const std::string& out_dir = args_in.out_dir;
-  const bool quiet = args_in.quiet;
+  add_scenario_args(cl, in);
+  cl.options()  //
+      ("check-invariants", flag(&check),
+       "check the KV cache manager's invariants after every step (slow)");
+  if (!cl.parse(args)) return 0;
+  const std::string& out_dir = in.out_dir;
+  const bool quiet = in.quiet;
 
-  const Scenario scenario = load_scenario(*args_in.path, args_in.sets, seed);
+  const Scenario scenario = load_scenario(in.path, in.sets, in.seed);
   RunOptions opts;
   opts.check_invariants = check;
   const bool tty = !quiet && ::isatty(2);

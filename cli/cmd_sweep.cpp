@@ -35,15 +35,6 @@ namespace kvsim::cli {
 namespace {
 namespace fs = std::filesystem;
 
-constexpr const char* kSweepUsage =
-    "usage: kvsim sweep SCENARIO.yaml [-o DIR] [--jobs N | --emit-jobs FILE] [--set k=v ...]\n"
-    "                   [--seed N] [--quiet]\n"
-    "  -o DIR            parent folder; runs go to DIR/<name>/<point>/ (default: results)\n"
-    "  --jobs N          local processes (default: the number of cores)\n"
-    "  --emit-jobs FILE  write one 'kvsim run' command per line and run nothing\n";
-
-constexpr const char* kMergeUsage = "usage: kvsim merge SWEEP_DIR [-o FILE]\n";
-
 std::string self_exe() {
   char buf[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -194,43 +185,27 @@ std::size_t merge_dir(const fs::path& dir, const fs::path& out_file) {
 }  // namespace
 
 int sweep(const Args& args) {
-  static constexpr std::string_view kFlags[] = {"--output", "--set",       "--seed", "--quiet",
-                                                "--jobs",   "--emit-jobs", "--help"};
-  ArgParser cli(args, "sweep", kFlags);
-  ScenarioArgs args_in;
+  CommandLine cl("sweep", "SCENARIO.yaml [options]",
+                 "Expands the scenario's sweep: grid into one run per point, DIR/<name>/<point>/, "
+                 "run by local `kvsim run` processes, then merges them into DIR/<name>/sweep.csv.\n"
+                 "Exit status: 0 all runs done, 1 a run failed, 2 bad input.");
+  ScenarioArgs in;
   std::optional<std::string> emit;
-  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
-  while (cli.next()) {
-    if (cli.is("-h", "--help")) {
-      std::fputs(kSweepUsage, stdout);
-      return 0;
-    }
-    if (take_scenario_arg(cli, args_in)) continue;
-    if (cli.is("--jobs", "-j")) {
-      const std::string v = cli.value();
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end || n < 1 || n > 4096)
-        throw ConfigError(fmt::format("--jobs: expected a positive integer, got '{}'", v));
-      jobs = static_cast<unsigned>(n);
-    } else if (cli.is("--emit-jobs")) {
-      emit = cli.value();
-    } else {
-      cli.unknown();
-    }
-  }
-  if (!args_in.path) throw ConfigError("missing SCENARIO.yaml (kvsim sweep --help)");
-  const std::optional<std::string>& path = args_in.path;
-  const std::string& out_dir = args_in.out_dir;
-  const std::vector<std::string>& sets = args_in.sets;
-  const std::optional<std::string>& seed = args_in.seed;
-  const bool quiet = args_in.quiet;
-  std::vector<std::string> base_sets = sets;
-  if (seed) base_sets.push_back("seed=" + *seed);
-  const Scenario scenario = load_scenario(*path, base_sets);
+  std::int64_t jobs = std::max(1u, std::thread::hardware_concurrency());
+  add_scenario_args(cl, in);
+  cl.options()  //
+      ("jobs,j", integer(&jobs, 1, 4096, "N"),
+       "local processes (default: the number of cores)")  //
+      ("emit-jobs", text(&emit, "FILE"), "write one 'kvsim run' command per line and run nothing");
+  if (!cl.parse(args)) return 0;
+  const std::string& out_dir = in.out_dir;
+  const bool quiet = in.quiet;
+  std::vector<std::string> base_sets = in.sets;
+  if (in.seed) base_sets.push_back(fmt::format("seed={}", *in.seed));
+  const Scenario scenario = load_scenario(in.path, base_sets);
   const auto points = sweep_points(scenario);
   if (points.empty())
-    throw ConfigError(*path + ": sweep: the scenario has no `sweep:` section to expand");
+    throw ConfigError(in.path + ": sweep: the scenario has no `sweep:` section to expand");
 
   // Validate every point before anything runs (bad values fail the whole sweep with status 2).
   std::vector<std::vector<std::string>> point_sets;
@@ -238,13 +213,13 @@ int sweep(const Args& args) {
     std::vector<std::string> s = base_sets;
     for (const auto& [k, v] : p) s.push_back(k + "=" + v);
     s.push_back("name=" + yaml_quote(sweep_point_name(p)));
-    (void)load_scenario(*path, s);
+    (void)load_scenario(in.path, s);
     point_sets.push_back(std::move(s));
   }
   const fs::path sweep_dir = fs::path(out_dir) / scenario.name;
   const std::string exe = self_exe();
   auto argv_of = [&](const std::vector<std::string>& s) {
-    std::vector<std::string> a = {exe, "run", *path, "-o", sweep_dir.string(), "--quiet"};
+    std::vector<std::string> a = {exe, "run", in.path, "-o", sweep_dir.string(), "--quiet"};
     for (const std::string& x : s) {
       a.push_back("--set");
       a.push_back(x);
@@ -273,7 +248,7 @@ int sweep(const Args& args) {
   int failed = 0;
   std::map<pid_t, std::size_t> running;
   while (done < point_sets.size()) {
-    while (next < point_sets.size() && running.size() < jobs) {
+    while (next < point_sets.size() && running.size() < static_cast<std::size_t>(jobs)) {
       const std::vector<std::string> a = argv_of(point_sets[next]);
       std::vector<char*> argv;
       for (const std::string& x : a) argv.push_back(const_cast<char*>(x.c_str()));
@@ -310,26 +285,16 @@ int sweep(const Args& args) {
 }
 
 int merge(const Args& args) {
-  std::optional<std::string> dir, out;
-  for (std::size_t k = 0; k < args.size(); ++k) {
-    const std::string& a = args[k];
-    if (a == "-h" || a == "--help") {
-      std::fputs(kMergeUsage, stdout);
-      return 0;
-    } else if (a == "-o" || a == "--output") {
-      if (k + 1 >= args.size()) throw ConfigError("-o: missing value");
-      out = args[++k];
-    } else if (!a.empty() && a[0] == '-') {
-      throw ConfigError(fmt::format("merge: unknown option '{}'\n{}", a, kMergeUsage));
-    } else if (!dir) {
-      dir = a;
-    } else {
-      throw ConfigError(fmt::format("merge: unexpected argument '{}'", a));
-    }
-  }
-  if (!dir) throw ConfigError(std::string("merge: missing SWEEP_DIR\n") + kMergeUsage);
-  const fs::path out_file = out ? fs::path(*out) : fs::path(*dir) / "sweep.csv";
-  const std::size_t rows = merge_dir(*dir, out_file);
+  CommandLine cl("merge", "SWEEP_DIR [-o FILE]",
+                 "One row per run folder of a sweep (the swept keys from the folder names, then "
+                 "the summary.json scalars) into SWEEP_DIR/sweep.csv.");
+  std::string dir;
+  std::optional<std::string> out;
+  cl.positional("SWEEP_DIR", text(&dir, "SWEEP_DIR"));
+  cl.options()("output,o", text(&out, "FILE"), "the table's file (default: SWEEP_DIR/sweep.csv)");
+  if (!cl.parse(args)) return 0;
+  const fs::path out_file = out ? fs::path(*out) : fs::path(dir) / "sweep.csv";
+  const std::size_t rows = merge_dir(dir, out_file);
   std::printf("%zu rows in %s\n", rows, out_file.c_str());
   return 0;
 }
