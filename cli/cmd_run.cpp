@@ -1,13 +1,13 @@
 // kvsim run SCENARIO.yaml [-o DIR] [--set key.path=value ...] [--seed N] [--quiet]
 //                         [--check-invariants]
 // Runs one scenario into DIR/<name>/ (default DIR: results). Exit 0 ok, 1 run failure (a request
-// that can never fit, I/O), 2 bad input (ConfigError, printed by main as one line).
+// that can never fit, I/O), 2 bad input (ConfigError, printed by main as one line), 130 / 143
+// interrupted by SIGINT / SIGTERM (no run folder left behind).
 
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -16,15 +16,13 @@
 
 #include "cli/cli_args.h"
 #include "cli/commands.h"
+#include "cli/interrupt.h"
 #include "sim/common/errors.h"
 #include "sim/config/scenario.h"
 #include "sim/run/run_scenario.h"
 
 namespace kvsim::cli {
 namespace {
-
-volatile std::sig_atomic_t g_interrupted = 0;
-extern "C" void on_interrupt(int) { g_interrupted = 1; }
 
 void print_summary(const RunResult& r, std::FILE* out) {
   const nlohmann::json j = nlohmann::json::parse(r.summary_json);
@@ -68,7 +66,8 @@ int run(const Args& args) {
   CommandLine cl(
       "run", "SCENARIO.yaml [options]",
       "Runs one scenario into DIR/<name>/ (see sim/OUTPUTS.md).\nExit status: 0 done, 1 a "
-      "failed run, 2 bad input.");
+      "failed run, 2 bad input, 130 / 143 interrupted by SIGINT / SIGTERM (no run "
+      "folder left behind).");
   ScenarioArgs in;
   bool check = false;
   add_scenario_args(cl, in);
@@ -100,26 +99,17 @@ int run(const Args& args) {
       std::fflush(stderr);
     };
   }
-  // Ctrl-C / SIGTERM end the run cleanly: the temporary folder is removed, nothing half-written.
-  opts.interrupt = &g_interrupted;
-  struct sigaction sa {};
-  sa.sa_handler = on_interrupt;
-  sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {
-  }, old_term{};
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  // Ctrl-C / SIGTERM end the run cleanly: the temporary folder is removed, nothing half-written
+  // (main exits 130 / 143).
+  const InterruptScope interrupt;
+  opts.interrupt = InterruptScope::flag();
   RunResult result;
   try {
     result = run_scenario(scenario, out_dir, opts);
   } catch (...) {
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
     if (tty) std::fputs("\n", stderr);
     throw;
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
   if (tty) std::fputs("\n", stderr);
   if (!quiet) print_summary(result, stdout);
   return 0;

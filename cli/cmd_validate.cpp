@@ -4,7 +4,7 @@
 // Runs the scenario like `kvsim run` with the kernel validation harness (validate/harness.h) on
 // every step, and writes validation.csv + validation.json into the run folder. Exit 0 when every
 // sampled step is within the dtype's tolerance, 1 when one is not (or the run fails), 2 on bad
-// input (ConfigError, printed by main as one line).
+// input (ConfigError, printed by main as one line), 130 / 143 interrupted by SIGINT / SIGTERM.
 
 #include <fmt/format.h>
 
@@ -15,6 +15,7 @@
 
 #include "cli/cli_args.h"
 #include "cli/commands.h"
+#include "cli/interrupt.h"
 #include "kernels/backend.h"
 #include "sim/common/csv_util.h"
 #include "sim/common/errors.h"
@@ -29,7 +30,7 @@ constexpr const char* kAbout =
     "Runs the scenario (as `kvsim run`) and checks real paged-attention kernels on its block "
     "tables against a dense reference; writes validation.csv and validation.json in the run "
     "folder.\nExit status: 0 all sampled steps within tolerance, 1 a step out of tolerance or a "
-    "failed run, 2 bad input.";
+    "failed run, 2 bad input, 130 / 143 interrupted (no run folder left behind).";
 
 std::string parse_backend(const std::string& text) {
   if (text != "cpu" && text != "cuda")
@@ -111,8 +112,12 @@ int validate(const Args& args) {
   if (repeats) opts.repeats = static_cast<std::int32_t>(*repeats);
   if (warmup) opts.warmup = static_cast<std::int32_t>(*warmup);
 
+  // Ctrl-C / SIGTERM end the run cleanly, as in `kvsim run`.
+  const InterruptScope interrupt;
+  RunOptions run_options;
+  run_options.interrupt = InterruptScope::flag();
   const validate::ValidationRunResult r =
-      validate::run_validation(scenario, in.out_dir, opts, {}, calibration);
+      validate::run_validation(scenario, in.out_dir, opts, run_options, calibration);
   const validate::ValidationSummary& s = r.summary;
   if (s.steps_sampled == 0)
     std::fprintf(stderr,

@@ -1,6 +1,6 @@
 // kvsim: the command-line entry point. Dispatches to the subcommands of cli/commands.h and turns
 // what they throw into one line on stderr and the exit status: 2 bad input (ConfigError), 1 any
-// other failure.
+// other failure, 128 + N when signal N (SIGINT, SIGTERM) interrupted the command.
 
 #include <cstdio>
 #include <cstring>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/interrupt.h"
 #include "sim/common/errors.h"
 #include "sim/common/yaml_util.h"
 
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
       return kvsim::kExitUsage;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "kvsim %s: error: %s\n", c.name, e.what());
+      if (const int sig = kvsim::cli::interrupt_signal(); sig != 0) return 128 + sig;
       return 1;
     }
   }
