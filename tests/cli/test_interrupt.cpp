@@ -1,5 +1,6 @@
 // SIGINT / SIGTERM in the middle of a run, a validation or a sweep: the temporary run folders are
-// removed and the exit status is 128 + the signal.
+// removed and the exit status is 128 + the signal; a temporary folder that a killed run left
+// behind is removed by the next run of that name unless its pid is alive.
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "cli_test_util.h"
+#include "sim/metrics/writers.h"
 
 namespace fs = std::filesystem;
 using kvsim::test::lines_of;
@@ -46,6 +48,15 @@ std::vector<std::string> tmp_entries(const fs::path& dir) {
 
 /// Whether `dir` has an entry whose name has ".tmp-" (a run is writing).
 bool has_tmp(const fs::path& dir) { return !tmp_entries(dir).empty(); }
+
+/// A pid no process has: a child that has exited and been reaped.
+pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  REQUIRE(pid > 0);
+  REQUIRE(wait_exit(pid) == 0);
+  return pid;
+}
 
 /// Starts `args`, waits until a temporary folder appears under `out`, sends `sig` (to the
 /// process group when `group`), and returns the exit status and stderr.
@@ -119,4 +130,47 @@ TEST_CASE("kvsim sweep passes SIGTERM on to its runs: no folder of theirs is lef
   CHECK(tmp_entries(out).empty());
   CHECK_FALSE(fs::exists(out / "swept" / "sweep.csv"));
   CHECK_FALSE(fs::exists(out / "swept" / "cache.block_size=8"));
+}
+
+TEST_CASE("a run removes the temporary folders of dead runs of its name, not of live ones",
+          "[cli]") {
+  TempDir tmp("stale");
+  const fs::path out = tmp.path / "out";
+  const std::string scenario =
+      std::string(KVSIM_SOURCE_DIR) + "/scenarios/regression/tiny-chat.yaml";
+  const std::string name = "regression-tiny-chat";
+  const pid_t dead = dead_pid();
+  const fs::path stale = out / (name + ".tmp-" + std::to_string(dead));
+  const fs::path live = out / (name + ".tmp-" + std::to_string(::getpid()));
+  const fs::path other = out / ("other.tmp-" + std::to_string(dead));
+  const fs::path odd = out / (name + ".tmp-12ab");
+  for (const fs::path& p : {stale, live, other, odd}) {
+    fs::create_directories(p);
+    std::ofstream(p / "steps.csv") << "half-written\n";
+  }
+  const auto o = kvsim::test::run_kvsim({"run", scenario, "-o", out.string(), "--quiet"}, tmp.path);
+  REQUIRE(o.status == 0);
+  CHECK(fs::exists(out / name / "summary.json"));
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(fs::exists(live / "steps.csv"));   // a live pid: a run in progress
+  CHECK(fs::exists(other / "steps.csv"));  // another name
+  CHECK(fs::exists(odd / "steps.csv"));    // not a pid
+}
+
+TEST_CASE("RunFolder::remove_stale counts what it removed and keeps files and live pids", "[cli]") {
+  TempDir tmp("stale-unit");
+  const pid_t dead1 = dead_pid(), dead2 = dead_pid();
+  const std::string n = "a,b=1";
+  fs::create_directories(tmp.path / (n + ".tmp-" + std::to_string(dead1)));
+  fs::create_directories(tmp.path / (n + ".tmp-" + std::to_string(dead2)) / "sub");
+  fs::create_directories(tmp.path / (n + ".tmp-" + std::to_string(::getppid())));
+  fs::create_directories(tmp.path / (n + ".tmp-0"));
+  std::ofstream(tmp.path / (n + ".tmp-" + std::to_string(dead1) + "x")) << "";
+  std::ofstream(tmp.path / ("sweep.csv.tmp-" + std::to_string(dead1))) << "";
+  CHECK(kvsim::RunFolder::remove_stale(tmp.path, n) == 2);
+  CHECK(kvsim::RunFolder::remove_stale(tmp.path, n) == 0);
+  CHECK(fs::exists(tmp.path / (n + ".tmp-" + std::to_string(::getppid()))));
+  CHECK(fs::exists(tmp.path / (n + ".tmp-0")));
+  CHECK(fs::exists(tmp.path / ("sweep.csv.tmp-" + std::to_string(dead1))));
+  CHECK(kvsim::RunFolder::remove_stale(tmp.path / "absent", n) == 0);
 }
