@@ -5,10 +5,13 @@
 // on the way out, and main() exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)
 // with the error on one line.
 
+#include <signal.h>
+
 #include <csignal>
 
 namespace kvsim::cli {
 
+/// SIGINT / SIGTERM recorded instead of ending the process, for as long as it lives.
 class InterruptScope {
  public:
   /// Installs the recording handlers for SIGINT and SIGTERM. One scope at a time.
@@ -29,7 +32,7 @@ class InterruptScope {
 /// The signal an InterruptScope recorded in this process, 0 when none.
 [[nodiscard]] int interrupt_signal();
 
-/// "SIGINT", "SIGTERM", or "signal N".
+/// "SIGINT", "SIGTERM", or "a signal" for any other number.
 [[nodiscard]] const char* signal_name(int sig);
 
 }  // namespace kvsim::cli
