@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
+#include <tuple>
+
+#include "core/common/assert.h"
 
 namespace kvsim {
 
@@ -162,6 +166,31 @@ std::int32_t to_i32(std::int64_t v) {
 
 }  // namespace
 
+LengthTable LengthTable::from_csv(const std::string& path) {
+  LengthTable t;
+  t.file = path;
+  const EmpiricalSampler prompts = EmpiricalSampler::from_csv_column(path, "prompt_tokens");
+  const EmpiricalSampler outputs = EmpiricalSampler::from_csv_column(path, "output_tokens");
+  KVSIM_ASSERT(prompts.values().size() == outputs.values().size());
+  for (std::size_t i = 0; i < prompts.values().size(); ++i) {
+    for (const auto& [name, v, out] :
+         {std::tuple{"prompt_tokens", prompts.values()[i], &t.prompt_tokens},
+          std::tuple{"output_tokens", outputs.values()[i], &t.output_tokens}}) {
+      if (!(v >= 1 && v <= kMaxTokens && v == std::floor(v)))
+        throw ConfigError(
+            fmt::format("{}: data row {}: {} must be a whole number in [1, {}], got {}", path,
+                        i + 1, name, kMaxTokens, v));
+      out->push_back(static_cast<std::int64_t>(v));
+    }
+  }
+  return t;
+}
+
+std::size_t LengthTable::draw_row(RngStream& rng) const {
+  return static_cast<std::size_t>(
+      uniform_int(rng, 0, static_cast<std::int64_t>(prompt_tokens.size()) - 1));
+}
+
 SyntheticWorkloadConfig parse_synthetic_workload(const YAML::Node& w, const YamlContext& ctx) {
   SyntheticWorkloadConfig c;
   c.arrival = parse_arrival(w["arrival"], ctx.child("arrival"));
@@ -173,13 +202,30 @@ SyntheticWorkloadConfig parse_synthetic_workload(const YAML::Node& w, const Yaml
     c.num_requests =
         std::min<std::int64_t>(c.num_requests, static_cast<std::int64_t>(c.arrival.times_s.size()));
   c.duration_s = get_optional_double(w, "duration_s", ctx, 0.0, 1e9);
-  for (const char* key : {"prompt_tokens", "output_tokens"})
-    if (!has_key(w, key))
-      throw yaml_error(w, ctx, fmt::format("missing required key '{}' in {}", key, ctx.where()));
-  c.prompt_tokens =
-      Distribution::parse(w["prompt_tokens"], ctx.child("prompt_tokens"), 1, kMaxTokens, true);
-  c.output_tokens =
-      Distribution::parse(w["output_tokens"], ctx.child("output_tokens"), 1, kMaxTokens, true);
+  if (has_key(w, "lengths")) {
+    for (const char* key : {"prompt_tokens", "output_tokens"})
+      if (has_key(w, key))
+        throw yaml_error(w[key], ctx.child(key),
+                         fmt::format("{}: give either lengths or prompt_tokens and "
+                                     "output_tokens, not both",
+                                     ctx.child(key).path));
+    const YamlContext lc = ctx.child("lengths");
+    const std::string path = resolve_input_path(lc, get_string(w, "lengths", ctx, std::nullopt));
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec))
+      throw yaml_error(w["lengths"], lc, fmt::format("{}: no such file '{}'", lc.path, path));
+    c.lengths = std::make_shared<const LengthTable>(LengthTable::from_csv(path));
+  } else {
+    for (const char* key : {"prompt_tokens", "output_tokens"})
+      if (!has_key(w, key))
+        throw yaml_error(w, ctx,
+                         fmt::format("missing required key '{}' in {} (or give lengths: FILE)", key,
+                                     ctx.where()));
+    c.prompt_tokens =
+        Distribution::parse(w["prompt_tokens"], ctx.child("prompt_tokens"), 1, kMaxTokens, true);
+    c.output_tokens =
+        Distribution::parse(w["output_tokens"], ctx.child("output_tokens"), 1, kMaxTokens, true);
+  }
   if (has_key(w, "system_prompts"))
     c.system_prompts = parse_pool(w["system_prompts"], ctx.child("system_prompts"), false);
   if (has_key(w, "few_shot")) c.few_shot = parse_pool(w["few_shot"], ctx.child("few_shot"), true);
@@ -212,8 +258,12 @@ YAML::Node synthetic_workload_yaml(const SyntheticWorkloadConfig& c) {
   w["num_requests"] = c.num_requests;
   if (c.duration_s) w["duration_s"] = number_node(*c.duration_s);
   w["arrival"] = arrival_yaml(c.arrival);
-  w["prompt_tokens"] = c.prompt_tokens.to_yaml();
-  w["output_tokens"] = c.output_tokens.to_yaml();
+  if (c.lengths) {
+    w["lengths"] = c.lengths->file;
+  } else {
+    w["prompt_tokens"] = c.prompt_tokens.to_yaml();
+    w["output_tokens"] = c.output_tokens.to_yaml();
+  }
   if (c.system_prompts) w["system_prompts"] = pool_yaml(*c.system_prompts, false);
   if (c.few_shot) w["few_shot"] = pool_yaml(*c.few_shot, true);
   if (c.sessions) {
@@ -312,8 +362,15 @@ std::optional<RequestSpec> SyntheticSource::next() {
   r.arrival_ns = *arrival;
   r.ignore_eos = config_.ignore_eos;
   r.eos_token_id = config_.eos_token_id;
-  const std::int64_t user_tokens = config_.prompt_tokens.sample_int(lengths_);
-  r.max_tokens = to_i32(config_.output_tokens.sample_int(lengths_));
+  std::int64_t user_tokens;
+  if (config_.lengths) {
+    const std::size_t row = config_.lengths->draw_row(lengths_);
+    user_tokens = config_.lengths->prompt_tokens[row];
+    r.max_tokens = to_i32(config_.lengths->output_tokens[row]);
+  } else {
+    user_tokens = config_.prompt_tokens.sample_int(lengths_);
+    r.max_tokens = to_i32(config_.output_tokens.sample_int(lengths_));
+  }
   std::int64_t sp = -1, fs = -1;
   if (config_.system_prompts) sp = choose(*config_.system_prompts, system_zipf_);
   if (config_.few_shot) fs = choose(*config_.few_shot, few_shot_zipf_);
@@ -360,7 +417,9 @@ std::optional<RequestSpec> SyntheticSource::on_finished(const RequestSpec& done,
   r.eos_token_id = done.eos_token_id;
   const double think_s = config_.sessions->think_time_s.sample(rng);
   const std::int64_t user_tokens = config_.sessions->user_tokens.sample_int(rng);
-  r.max_tokens = to_i32(config_.output_tokens.sample_int(rng));
+  r.max_tokens = config_.lengths
+                     ? to_i32(config_.lengths->output_tokens[config_.lengths->draw_row(rng)])
+                     : to_i32(config_.output_tokens.sample_int(rng));
   r.arrival_ns = add_time_saturating(finish_ns, seconds_to_ns(think_s));
   r.prompt.reserve(done.prompt.size() + outputs.size() + static_cast<std::size_t>(user_tokens));
   r.prompt = done.prompt;

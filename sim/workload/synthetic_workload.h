@@ -15,6 +15,11 @@
 //   output_tokens: DIST         output length, >= 1: max_tokens with ignore_eos (the benchmarks'
 //                               way); with ignore_eos false and an eos_token_id, where the model
 //                               emits EOS (finish reason "stop", see RequestSpec::max_tokens)
+//   lengths: FILE               instead of prompt_tokens and output_tokens: a CSV whose columns
+//                               prompt_tokens and output_tokens give (prompt, output) pairs; each
+//                               request draws one row, uniformly with replacement, so the two
+//                               lengths keep their joint distribution (scenarios/lengths/ ships
+//                               the PagedAttention paper's ShareGPT- and Alpaca-like presets)
 //   system_prompts:             optional shared prefix, prepended first
 //     {count: 8, tokens: DIST, popularity: {zipf: 1.1} | uniform, share: 1.0}
 //   few_shot:                   optional shared template after the system prompt
@@ -22,22 +27,26 @@
 //   sessions:                   optional multi-turn conversations
 //     {turns: DIST, think_time_s: DIST, user_tokens: DIST}
 //   ignore_eos: true, eos_token_id: (none)
-// DIST is a sim/workload/distribution.h form. System prompt and template lengths are drawn once, at start.
-// share is the fraction of requests that use a prefix at all. prefix_group of a request is
+// DIST is a sim/workload/distribution.h form. System prompt and template lengths are drawn once, at
+// start. share is the fraction of requests that use a prefix at all. prefix_group of a request is
 // (sp + 1) * (F + 1) + (fs + 1) - 1 with sp / fs its system prompt / template index (-1 none) and
 // F the template count: the system prompt index when there are no templates, and -1 for none.
 //
+// A follow-up turn's output length is a fresh draw of output_tokens (with `lengths`: the output
+// of a fresh row).
 // Random streams (sim/rng.h): workload.arrivals, workload.lengths, workload.prefix_choice,
 // workload.prefix_lengths, workload.sessions; each follow-up turn draws from its own generator
 // keyed by (session, turn), so a session's content does not depend on when the engine finishes it.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "sim/workload/distribution.h"
 #include "sim/common/rng.h"
+#include "sim/workload/distribution.h"
 #include "sim/workload/workload.h"
 
 namespace kvsim {
@@ -68,12 +77,24 @@ struct SessionConfig {
   Distribution user_tokens = Distribution::fixed(1);
 };
 
+/// `lengths:` -- (prompt, output) pairs drawn jointly, one row per request.
+struct LengthTable {
+  std::string file;                                        // as resolved
+  std::vector<std::int64_t> prompt_tokens, output_tokens;  // one entry per data row, >= 1
+  /// Reads the CSV at `path` (columns prompt_tokens and output_tokens, whole numbers >= 1);
+  /// ConfigError naming the file and row on a bad one.
+  static LengthTable from_csv(const std::string& path);
+  /// A row, uniformly (one uniform_int draw).
+  std::size_t draw_row(RngStream& rng) const;
+};
+
 struct SyntheticWorkloadConfig {
   std::int64_t num_requests = 1000;
   std::optional<double> duration_s;
   ArrivalConfig arrival;
   Distribution prompt_tokens = Distribution::fixed(1);
   Distribution output_tokens = Distribution::fixed(1);
+  std::shared_ptr<const LengthTable> lengths;  // set: replaces prompt_tokens and output_tokens
   std::optional<PrefixPoolConfig> system_prompts;
   std::optional<PrefixPoolConfig> few_shot;
   std::optional<SessionConfig> sessions;

@@ -68,8 +68,8 @@ std::optional<std::int64_t> parse_timestamp(std::string_view s) {
 }  // namespace
 
 TraceConfig parse_trace_config(const YAML::Node& w, const YamlContext& ctx) {
-  for (std::string_view k : {"arrival", "prompt_tokens", "output_tokens", "system_prompts",
-                             "few_shot", "sessions", "duration_s"}) {
+  for (std::string_view k : {"arrival", "prompt_tokens", "output_tokens", "lengths",
+                             "system_prompts", "few_shot", "sessions", "duration_s"}) {
     if (has_key(w, k))
       throw yaml_error(w[std::string(k)], ctx.child(k),
                        fmt::format("{}: cannot be combined with workload.trace (a trace gives its "

@@ -108,8 +108,8 @@ class RequestSource {
 
 /// The keys `workload:` accepts (synthetic and trace together).
 inline constexpr std::string_view kWorkloadKeys[] = {
-    "num_requests", "duration_s", "arrival", "prompt_tokens", "output_tokens", "system_prompts",
-    "few_shot",     "sessions",   "trace",   "ignore_eos",    "eos_token_id"};
+    "num_requests",   "duration_s", "arrival",  "prompt_tokens", "output_tokens", "lengths",
+    "system_prompts", "few_shot",   "sessions", "trace",         "ignore_eos",    "eos_token_id"};
 
 /// Builds the source from the scenario's `workload:` YAML section (validates every key), seed, and
 /// model vocab size. A `trace:` key selects a trace reader; otherwise the synthetic generator.
