@@ -6,7 +6,8 @@
 //
 // Schema (defaults in brackets):
 //   name [file stem]  seed [0]
-//   engine:    profile [vllm-0.7.2] (only one so far), mode [timed] | cache_only
+//   engine:    profile [vllm-0.7.2] | orca-max | orca-pow2 | orca-oracle (core/engine_api.h's
+//              table), mode [timed] | cache_only
 //   model:     config: HF config.json path, and/or inline HF fields (sim/config/model_config.h);
 //              required in timed mode
 //   hardware:  gpu [H100-80GB], tensor_parallel_size [1], gpu_memory_bytes, peak_flops_per_s,
