@@ -131,6 +131,14 @@ def _panels(n):
     return fig, list(axes[0])
 
 
+def _minor_log_label(v, _=None):
+    """Minor ticks of a log axis: 2x and 5x a power of ten labelled, the rest not."""
+    if v <= 0:
+        return ""
+    m = v / 10 ** math.floor(math.log10(v) + 1e-9)
+    return "%g" % v if abs(m - 2) < 1e-6 or abs(m - 5) < 1e-6 else ""
+
+
 def metric_lines(sweep, out, formats, metric, x=None, by=None, prefix=""):
     """`metric` against swept key x, one line per value of `by`, one panel per combination of the
     other keys (at most MAX_PANELS), as `prefix`lines_METRIC_vs_X."""
@@ -180,6 +188,7 @@ def metric_lines(sweep, out, formats, metric, x=None, by=None, prefix=""):
         if log_y:
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(lambda v, _: "%g" % v)
+            ax.yaxis.set_minor_formatter(_minor_log_label)
         else:
             ax.set_ylim(bottom=0)
         if log_x:
