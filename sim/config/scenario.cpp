@@ -59,6 +59,7 @@ KVCacheConfig Scenario::kv_cache_config() const {
 EngineParams Scenario::engine_params() const {
   EngineParams p;
   p.profile = engine.profile;
+  p.contiguous_fit = engine.contiguous_fit;
   p.scheduler = scheduler;
   p.cache = kv_cache_config();
   return p;
@@ -126,8 +127,12 @@ Scenario parse_scenario(const YAML::Node& root_in, const std::string& file) {
 
   const YAML::Node engine = root["engine"];
   const YamlContext ectx = top.child("engine");
-  check_keys(engine, {"profile", "mode"}, ectx);
+  check_keys(engine, {"profile", "mode", "contiguous_fit"}, ectx);
   s.engine.profile = get_profile(engine, ectx);
+  s.engine.contiguous_fit = get_choice(engine, "contiguous_fit", ectx, "first_fit",
+                                       {"first_fit", "best_fit"}) == "first_fit"
+                                ? FitPolicy::kFirstFit
+                                : FitPolicy::kBestFit;
   s.engine.mode = get_choice(engine, "mode", ectx, "timed", {"timed", "cache_only"}) == "timed"
                       ? EngineConfig::Mode::kTimed
                       : EngineConfig::Mode::kCacheOnly;
@@ -263,6 +268,9 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "engine" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "profile" << YAML::Value << profile_name(s.engine.profile);
   e << YAML::Key << "mode" << YAML::Value << mode_name(s.engine.mode);
+  if (profile_info(s.engine.profile).family == EngineFamily::kContiguous)
+    e << YAML::Key << "contiguous_fit" << YAML::Value
+      << (s.engine.contiguous_fit == FitPolicy::kFirstFit ? "first_fit" : "best_fit");
   e << YAML::EndMap;
   // File paths (here and in the workload and latency sections) are written as resolved from the
   // scenario's folder, so that the resolved file runs from the same working directory wherever

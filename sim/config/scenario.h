@@ -7,7 +7,8 @@
 // Schema (defaults in brackets):
 //   name [file stem]  seed [0]
 //   engine:    profile [vllm-0.7.2] | orca-max | orca-pow2 | orca-oracle (core/engine_api.h's
-//              table), mode [timed] | cache_only
+//              table), mode [timed] | cache_only, contiguous_fit [first_fit] | best_fit (the hole
+//              a contiguous profile's reservation takes; read by those profiles only)
 //   model:     config: HF config.json path, and/or inline HF fields (sim/config/model_config.h);
 //              required in timed mode
 //   hardware:  gpu [H100-80GB], tensor_parallel_size [1], gpu_memory_bytes, peak_flops_per_s,
@@ -46,6 +47,7 @@ struct EngineConfig {
   enum class Mode : std::uint8_t { kTimed, kCacheOnly };
   Profile profile = Profile::kVllm072;
   Mode mode = Mode::kTimed;
+  FitPolicy contiguous_fit = FitPolicy::kFirstFit;  // contiguous profiles only
 };
 const char* mode_name(EngineConfig::Mode m);
 

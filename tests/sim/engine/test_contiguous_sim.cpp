@@ -105,8 +105,8 @@ TEST_CASE(
       const std::string p = profile;
       if (p == "orca-oracle") CHECK(internal == 0);  // the reservation is the true length
       if (p == "orca-max" || p == "orca-pow2") CHECK(internal > 0);
-      if (p == "vllm-0.7.2") CHECK(external == 0);  // paged: no external fragmentation
-      if (p == "orca-max") CHECK(external > 0);     // 1,392 slots beside 7 x 2,048
+      if (p == "vllm-0.7.2") CHECK(external == 0);              // paged: no external fragmentation
+      if (p == "orca-max") CHECK(external > 0);                 // 1,392 slots beside 7 x 2,048
       if (p != "vllm-0.7.2") CHECK(j["num_preemptions"] == 0);  // reservations cover requests
     }
   }
@@ -181,4 +181,32 @@ TEST_CASE("a contiguous run is byte-identical across runs with the same seed", "
   const RunResult rc = run_scenario(load_scenario(kStudy, seed2), b.path / "seed2");
   const std::string other = kvsim::test::slurp(fs::path(rc.folder) / "requests.csv");
   CHECK(other != kvsim::test::slurp(fs::path(ra.folder) / "requests.csv"));
+}
+
+TEST_CASE("engine.contiguous_fit picks first or best fit for the contiguous profiles only",
+          "[sim]") {
+  TempDir dir("contig-fit");
+  const std::vector<std::string> base = {"engine.profile=orca-oracle", "workload.num_requests=300",
+                                         "workload.arrival.rate_per_s=64"};
+  const Scenario first = load_scenario(kStudy, base);
+  CHECK(first.engine.contiguous_fit == FitPolicy::kFirstFit);
+  CHECK(resolved_yaml(first).find("contiguous_fit: first_fit") != std::string::npos);
+  std::vector<std::string> best_sets = base;
+  best_sets.push_back("engine.contiguous_fit=best_fit");
+  const Scenario best = load_scenario(kStudy, best_sets);
+  CHECK(best.engine.contiguous_fit == FitPolicy::kBestFit);
+  CHECK(best.engine_params().contiguous_fit == FitPolicy::kBestFit);
+  CHECK(resolved_yaml(best).find("contiguous_fit: best_fit") != std::string::npos);
+  // Resolving is a fixed point (the lengths file and the fit included).
+  const std::string text = resolved_yaml(best);
+  CHECK(resolved_yaml(parse_scenario(load_yaml_string(text, "r.yaml"), "r.yaml")) == text);
+  const RunResult a = run_scenario(first, dir.path / "first");
+  const RunResult b = run_scenario(best, dir.path / "best");
+  CHECK(kvsim::test::slurp(fs::path(a.folder) / "steps.csv") !=
+        kvsim::test::slurp(fs::path(b.folder) / "steps.csv"));
+  // The paged profiles do not read it, so their resolved configuration does not name it.
+  CHECK(resolved_yaml(load_scenario(kStudy, {})).find("contiguous_fit") == std::string::npos);
+  CHECK(kvsim::test::error_of([&] {
+          (void)load_scenario(kStudy, {"engine.contiguous_fit=worst_fit"});
+        }).find("engine.contiguous_fit: unknown value 'worst_fit'") != std::string::npos);
 }
