@@ -108,6 +108,10 @@ TEST_CASE("every shipped scenario's resolved file spells out its defaults and re
         CHECK(has_key(w["trace"], key));
       CHECK(text(w["trace"]["time_scale"]) == "1");
       CHECK(w["trace"]["max_requests"].as<std::int64_t>() <= kMaxTestRequests);
+    } else if (has_key(w, "lengths")) {  // joint (prompt, output) rows instead of two distributions
+      for (const char* key : {"num_requests", "arrival"}) CHECK(has_key(w, key));
+      CHECK_FALSE(has_key(w, "prompt_tokens"));
+      CHECK(fs::is_regular_file(text(w["lengths"])));
     } else {
       for (const char* key : {"num_requests", "arrival", "prompt_tokens", "output_tokens"})
         CHECK(has_key(w, key));
