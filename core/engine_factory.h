@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/common/engine_config.h"
+#include "core/contiguous/extent_allocator.h"
 #include "core/engine_api.h"
 
 namespace kvsim {
@@ -15,6 +16,8 @@ struct EngineParams {
   Profile profile = Profile::kVllm072;
   SchedulerConfig scheduler;
   KVCacheConfig cache;
+  // The contiguous family: which hole a reservation takes.
+  FitPolicy contiguous_fit = FitPolicy::kFirstFit;
 };
 
 /// A new engine of `params.profile`, empty (all blocks free, no requests).

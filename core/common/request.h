@@ -78,6 +78,11 @@ class Request {
   Token sampled_token = 0;
   /// Times this request was preempted.
   std::int32_t num_preemptions = 0;
+  /// The tokens (prompt + every generated token) the request will hold when it finishes, -1
+  /// when unknown. Known to oracle policies only: the simulator sets it (it decides every output
+  /// length), a real engine cannot know it. Read by the contiguous orca-pow2 and orca-oracle
+  /// profiles to size their reservations.
+  std::int64_t oracle_final_num_tokens = -1;
 
  private:
   std::int64_t index_;

@@ -81,6 +81,7 @@ KVCacheConfig Scenario::kv_cache_config() const {
 EngineParams Scenario::engine_params() const {
   EngineParams p;
   p.profile = engine.profile;
+  p.contiguous_fit = engine.contiguous_fit;
   p.scheduler = scheduler;
   p.cache = kv_cache_config();
   return p;

@@ -11,7 +11,10 @@
 //
 // Schema (defaults in brackets; typed struct, parser and writer in parentheses):
 //   name [file stem]  seed [0]
-//   engine:    profile [vllm-0.7.2], mode [timed] | cache_only        (scenario_sections.h)
+//   engine:    profile [vllm-0.7.2] | orca-max | orca-pow2 | orca-oracle (core/engine_api.h's
+//              table), mode [timed] | cache_only, contiguous_fit [first_fit] | best_fit (the hole
+//              a contiguous profile's reservation takes; read by those profiles only)
+//                                                                     (scenario_sections.h)
 //   model:     config: HF config.json path, and/or inline HF fields; required in timed mode
 //              (ModelConfig, sim/config/model_config.h)
 //   hardware:  gpu [H100-80GB], tensor_parallel_size [1], gpu_memory_bytes, peak_flops_per_s,

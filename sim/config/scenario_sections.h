@@ -16,6 +16,7 @@
 
 #include "core/common/engine_config.h"
 #include "core/engine_api.h"
+#include "core/engine_factory.h"
 #include "sim/common/yaml_util.h"
 #include "sim/config/hardware.h"
 #include "sim/config/model_config.h"
@@ -27,9 +28,10 @@ struct EngineConfig {
   enum class Mode : std::uint8_t { kTimed, kCacheOnly };
   Profile profile = Profile::kVllm072;
   Mode mode = Mode::kTimed;
+  FitPolicy contiguous_fit = FitPolicy::kFirstFit;  // read by the contiguous profiles only
 };
 const char* mode_name(EngineConfig::Mode m);
-inline constexpr std::string_view kEngineKeys[] = {"profile", "mode"};
+inline constexpr std::string_view kEngineKeys[] = {"profile", "mode", "contiguous_fit"};
 /// Reads `engine:` (absent: the defaults).
 [[nodiscard]] EngineConfig parse_engine(const YAML::Node& engine, const YamlContext& ctx);
 [[nodiscard]] YAML::Node engine_yaml(const EngineConfig& c);

@@ -112,8 +112,15 @@ std::optional<RequestSpec> SyntheticSource::next() {
   r.arrival_ns = *arrival;
   r.ignore_eos = per_request_.ignore_eos;
   r.eos_token_id = per_request_.eos_token_id;
-  const std::int64_t user_tokens = config_.prompt_tokens.sample_int(lengths_);
-  r.max_tokens = to_i32(config_.output_tokens.sample_int(lengths_));
+  std::int64_t user_tokens;
+  if (config_.lengths) {
+    const std::size_t row = config_.lengths->draw_row(lengths_);
+    user_tokens = config_.lengths->prompt_tokens[row];
+    r.max_tokens = to_i32(config_.lengths->output_tokens[row]);
+  } else {
+    user_tokens = config_.prompt_tokens.sample_int(lengths_);
+    r.max_tokens = to_i32(config_.output_tokens.sample_int(lengths_));
+  }
   std::int64_t sp = -1, fs = -1;
   if (config_.system_prompts) sp = choose(*config_.system_prompts, system_zipf_);
   if (config_.few_shot) fs = choose(*config_.few_shot, few_shot_zipf_);
@@ -160,7 +167,9 @@ std::optional<RequestSpec> SyntheticSource::on_finished(const RequestSpec& done,
   r.eos_token_id = done.eos_token_id;
   const double think_s = config_.sessions->think_time_s.sample(rng);
   const std::int64_t user_tokens = config_.sessions->user_tokens.sample_int(rng);
-  r.max_tokens = to_i32(config_.output_tokens.sample_int(rng));
+  r.max_tokens = config_.lengths
+                     ? to_i32(config_.lengths->output_tokens[config_.lengths->draw_row(rng)])
+                     : to_i32(config_.output_tokens.sample_int(rng));
   r.arrival_ns = add_time_saturating(finish_ns, seconds_to_ns(think_s));
   r.prompt.reserve(done.prompt.size() + outputs.size() + static_cast<std::size_t>(user_tokens));
   r.prompt = done.prompt;

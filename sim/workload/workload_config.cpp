@@ -6,6 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <tuple>
+
+#include "core/common/assert.h"
+#include "sim/workload/samplers.h"
 
 namespace kvsim {
 
@@ -27,7 +31,7 @@ constexpr std::string_view kAllAtOnceKeys[] = {"process"};
 constexpr std::string_view kFormatNames[] = {"azure", "mooncake", "csv", "jsonl"};
 // Synthetic keys a trace workload must not have.
 constexpr std::string_view kSyntheticOnlyKeys[] = {
-    "arrival",  "prompt_tokens", "output_tokens", "system_prompts",
+    "arrival",  "prompt_tokens", "output_tokens", "lengths", "system_prompts",
     "few_shot", "sessions",      "duration_s"};
 
 // ---- parsing ------------------------------------------------------------------------------------
@@ -134,8 +138,28 @@ SyntheticWorkloadConfig parse_synthetic(const YAML::Node& w, const YamlContext& 
     c.num_requests =
         std::min<std::int64_t>(c.num_requests, static_cast<std::int64_t>(c.arrival.times_s.size()));
   c.duration_s = get_optional_double(w, "duration_s", ctx, 0.0, 1e9);
-  c.prompt_tokens = required_distribution(w, "prompt_tokens", ctx, 1, kMaxTokens, true);
-  c.output_tokens = required_distribution(w, "output_tokens", ctx, 1, kMaxTokens, true);
+  if (has_key(w, "lengths")) {
+    for (const char* key : {"prompt_tokens", "output_tokens"})
+      if (has_key(w, key))
+        throw yaml_error(w[key], ctx.child(key),
+                         fmt::format("{}: give either lengths or prompt_tokens and "
+                                     "output_tokens, not both",
+                                     ctx.child(key).path));
+    const YamlContext lc = ctx.child("lengths");
+    const std::string path = resolve_input_path(lc, get_string(w, "lengths", ctx, std::nullopt));
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec))
+      throw yaml_error(w["lengths"], lc, fmt::format("{}: no such file '{}'", lc.path, path));
+    c.lengths = std::make_shared<const LengthTable>(LengthTable::from_csv(path));
+  } else {
+    for (const char* key : {"prompt_tokens", "output_tokens"})
+      if (!has_key(w, key))
+        throw yaml_error(w, ctx,
+                         fmt::format("missing required key '{}' in {} (or give lengths: FILE)", key,
+                                     ctx.where()));
+    c.prompt_tokens = required_distribution(w, "prompt_tokens", ctx, 1, kMaxTokens, true);
+    c.output_tokens = required_distribution(w, "output_tokens", ctx, 1, kMaxTokens, true);
+  }
   if (has_key(w, "system_prompts"))
     c.system_prompts = parse_pool(w["system_prompts"], ctx.child("system_prompts"), false);
   if (has_key(w, "few_shot")) c.few_shot = parse_pool(w["few_shot"], ctx.child("few_shot"), true);
@@ -239,8 +263,13 @@ void write_synthetic(YAML::Node& w, const SyntheticWorkloadConfig& c) {
   w["num_requests"] = c.num_requests;
   w["duration_s"] = optional_node(c.duration_s);
   w["arrival"] = arrival_yaml(c.arrival);
-  w["prompt_tokens"] = c.prompt_tokens.to_yaml();
-  w["output_tokens"] = c.output_tokens.to_yaml();
+  if (c.lengths) {
+    w["lengths"] = c.lengths->file;
+  } else {
+    w["prompt_tokens"] = c.prompt_tokens.to_yaml();
+    w["output_tokens"] = c.output_tokens.to_yaml();
+    w["lengths"] = null_node();
+  }
   w["system_prompts"] = pool_yaml(c.system_prompts, false);
   w["few_shot"] = pool_yaml(c.few_shot, true);
   w["sessions"] = sessions_yaml(c.sessions);
@@ -308,6 +337,31 @@ YAML::Node workload_config_yaml(const WorkloadConfig& c) {
   w["ignore_eos"] = c.per_request.ignore_eos;
   w["eos_token_id"] = optional_node(c.per_request.eos_token_id);
   return w;
+}
+
+LengthTable LengthTable::from_csv(const std::string& path) {
+  LengthTable t;
+  t.file = path;
+  const EmpiricalSampler prompts = EmpiricalSampler::from_csv_column(path, "prompt_tokens");
+  const EmpiricalSampler outputs = EmpiricalSampler::from_csv_column(path, "output_tokens");
+  KVSIM_ASSERT(prompts.values().size() == outputs.values().size());
+  for (std::size_t i = 0; i < prompts.values().size(); ++i) {
+    for (const auto& [name, v, out] :
+         {std::tuple{"prompt_tokens", prompts.values()[i], &t.prompt_tokens},
+          std::tuple{"output_tokens", outputs.values()[i], &t.output_tokens}}) {
+      if (!(v >= 1 && v <= kMaxTokens && v == std::floor(v)))
+        throw ConfigError(
+            fmt::format("{}: data row {}: {} must be a whole number in [1, {}], got {}", path,
+                        i + 1, name, kMaxTokens, v));
+      out->push_back(static_cast<std::int64_t>(v));
+    }
+  }
+  return t;
+}
+
+std::size_t LengthTable::draw_row(RngStream& rng) const {
+  return static_cast<std::size_t>(
+      uniform_int(rng, 0, static_cast<std::int64_t>(prompt_tokens.size()) - 1));
 }
 
 }  // namespace kvsim

@@ -18,6 +18,11 @@
 //   output_tokens: DIST         output length, >= 1: max_tokens with ignore_eos (the benchmarks'
 //                               way); with ignore_eos false and an eos_token_id, where the model
 //                               emits EOS (finish reason "stop", see RequestSpec::max_tokens)
+//   lengths: FILE               instead of prompt_tokens and output_tokens: a CSV whose columns
+//                               prompt_tokens and output_tokens give (prompt, output) pairs; each
+//                               request draws one row, uniformly with replacement, so the two
+//                               lengths keep their joint distribution (scenarios/lengths/ ships
+//                               the PagedAttention paper's ShareGPT- and Alpaca-like presets)
 //   system_prompts:             optional shared prefix, prepended first
 //     {count: 8, tokens: DIST, popularity: {zipf: 1.1} | uniform, share: 1.0}
 //   few_shot:                   optional shared template after the system prompt
@@ -42,6 +47,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -49,6 +55,7 @@
 #include <variant>
 #include <vector>
 
+#include "sim/common/rng.h"
 #include "sim/common/yaml_util.h"
 #include "sim/workload/distribution.h"
 
@@ -82,6 +89,18 @@ struct SessionConfig {
   Distribution user_tokens = Distribution::fixed(1);
 };
 
+/// `workload.lengths:` -- (prompt, output) pairs drawn jointly, one row per request. Read once, when
+/// the scenario loads.
+struct LengthTable {
+  std::string file;                                        // as resolved
+  std::vector<std::int64_t> prompt_tokens, output_tokens;  // one entry per data row, >= 1
+  /// Reads the CSV at `path` (columns prompt_tokens and output_tokens, whole numbers >= 1);
+  /// ConfigError naming the file and row on a bad one.
+  static LengthTable from_csv(const std::string& path);
+  /// A row, uniformly (one uniform_int draw).
+  std::size_t draw_row(RngStream& rng) const;
+};
+
 /// The synthetic generator's keys of `workload:`.
 struct SyntheticWorkloadConfig {
   std::int64_t num_requests = 1000;
@@ -89,6 +108,7 @@ struct SyntheticWorkloadConfig {
   ArrivalConfig arrival;
   Distribution prompt_tokens = Distribution::fixed(1);
   Distribution output_tokens = Distribution::fixed(1);
+  std::shared_ptr<const LengthTable> lengths;  // set: replaces prompt_tokens and output_tokens
   std::optional<PrefixPoolConfig> system_prompts;
   std::optional<PrefixPoolConfig> few_shot;
   std::optional<SessionConfig> sessions;
@@ -127,8 +147,8 @@ struct WorkloadConfig {
 
 /// The keys `workload:` accepts (synthetic and trace together).
 inline constexpr std::string_view kWorkloadKeys[] = {
-    "num_requests", "duration_s", "arrival", "prompt_tokens", "output_tokens", "system_prompts",
-    "few_shot",     "sessions",   "trace",   "ignore_eos",    "eos_token_id"};
+    "num_requests",   "duration_s", "arrival",  "prompt_tokens", "output_tokens", "lengths",
+    "system_prompts", "few_shot",   "sessions", "trace",         "ignore_eos",    "eos_token_id"};
 /// The keys of `workload.trace`.
 inline constexpr std::string_view kTraceKeys[] = {
     "format", "path", "time_scale", "max_requests", "hash_block_tokens", "prefix_tokens"};

@@ -1,52 +1,17 @@
 // The hot paths allocate nothing: once warm, Scheduler::schedule() and update_from_output()
 // (and through them allocate_slots, get_computed_blocks, free) make no heap allocation. Global
-// operator new is replaced in this test executable to count allocations inside the window.
+// operator new is replaced in this test executable to count allocations (alloc_counter.h).
 
-#include <atomic>
 #include <catch2/catch.hpp>
-#include <cstdlib>
 #include <memory>
-#include <new>
 #include <random>
 
+#include "alloc_counter.h"
 #include "core/v1/scheduler.h"
 
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<std::int64_t> g_allocations{0};
-}  // namespace
-
-// The replacement pairs malloc with free on purpose; GCC cannot see that both sides are ours.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-namespace {
-void* counted_alloc(std::size_t n) {
-  if (g_counting.load(std::memory_order_relaxed))
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n ? n : 1);
-}
-}  // namespace
-
-// The whole non-aligned family is replaced, so every pointer is freed by the allocator that made it
-// (the aligned overloads stay the library's, paired among themselves).
-void* operator new(std::size_t n) {
-  if (void* p = counted_alloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) {
-  if (void* p = counted_alloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-
 using namespace kvsim;
+using kvsim::test::g_allocations;
+using kvsim::test::g_counting;
 
 TEST_CASE("once warm the scheduler step allocates nothing on the heap", "[core]") {
   constexpr std::int32_t kBlockSize = 16;

@@ -109,6 +109,10 @@ TEST_CASE("every shipped scenario's resolved file spells out its defaults and re
         CHECK(has_key(w["trace"], key));
       CHECK(text(w["trace"]["time_scale"]) == "1");
       CHECK(w["trace"]["max_requests"].as<std::int64_t>() <= kMaxTestRequests);
+    } else if (has_key(w, "lengths")) {  // joint (prompt, output) rows instead of two distributions
+      for (const char* key : {"num_requests", "arrival"}) CHECK(has_key(w, key));
+      CHECK_FALSE(has_key(w, "prompt_tokens"));
+      CHECK(fs::is_regular_file(text(w["lengths"])));
     } else {
       for (const char* key : {"num_requests", "arrival", "prompt_tokens", "output_tokens"})
         CHECK(has_key(w, key));
@@ -438,6 +442,7 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
   LatencyFit fit;
   fit.coefficients_us = {900.0, 0.05, 2.5, 0.001, 1e-7, 10.0};
   write_file(tmp.path / "fit.yaml", fit_to_yaml(fit, "measurements.csv"));
+  write_file(tmp.path / "lens.csv", "prompt_tokens,output_tokens\n10,3\n20,5\n7,1\n");
   const std::string dir = tmp.path.string() + "/";
   const std::string timed_base =
       "model: {config: " + kModel +
@@ -448,7 +453,8 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
        timed_base,
        {{"name", "all-keys"},
         {"seed", "7"},
-        {"engine.profile", profiles().back().name},  // the only profile so far is the default
+        {"engine.profile", profiles().back().name},  // not the default
+        {"engine.contiguous_fit", "best_fit"},
         {"model.name", "renamed"},
         {"model.num_key_value_heads", "4"},
         {"model.max_position_embeddings", "4096"},
@@ -540,6 +546,9 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
         {"workload.arrival.burst_size", "4"},
         {"workload.arrival.interval_s", "0.5"},
         {"workload.arrival.spacing_s", "0.01"}}},
+      {"joint-lengths",
+       "model: {config: " + kModel + "}\nworkload: {num_requests: 4}\n",
+       {{"workload.lengths", "lens.csv", "", dir + "lens.csv"}}},
       {"constant-timestamps",
        timed_base,
        {{"latency.model", "constant"},
