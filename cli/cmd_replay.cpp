@@ -1,27 +1,38 @@
-// kvsim replay [FILE|-] [--check-invariants]: op-trace replay (shared/spec/ops-format.md).
+// kvsim replay [FILE|-] [--profile NAME] [--check-invariants]: op-trace replay
+// (shared/spec/ops-format.md).
 
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "sim/common/errors.h"
+#include "sim/common/yaml_util.h"
 #include "sim/replay/replayer.h"
 
 namespace kvsim::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: kvsim replay [FILE|-] [--check-invariants]\n"
+    "usage: kvsim replay [FILE|-] [--profile NAME] [--check-invariants]\n"
     "Reads an op trace (JSON Lines, one op per line) and writes one JSON result line per op.\n"
+    "  --profile NAME       the engine release to replay against (default vllm-0.7.2)\n"
     "  --check-invariants   verify the pool/manager/scheduler invariants after every op\n";
 
 constexpr std::size_t kChunkBytes = 1 << 20;
 constexpr std::size_t kFlushBytes = 1 << 20;
 
-constexpr std::string_view kFlags[] = {"--check-invariants", "--help"};
+constexpr std::string_view kFlags[] = {"--profile", "--check-invariants", "--help"};
+
+Profile profile_flag(const std::string& name) {
+  if (const auto p = find_profile(name)) return *p;
+  std::vector<std::string_view> names;
+  for (const ProfileInfo& p : profiles()) names.emplace_back(p.name);
+  throw ConfigError("--profile: unknown profile '" + name + "'" + suggestion_suffix(name, names));
+}
 
 }  // namespace
 
@@ -29,6 +40,7 @@ int replay(const Args& args) {
   std::string path = "-";
   bool have_path = false;
   ReplayOptions options;
+  Profile profile = Profile::kVllm072;
   ArgParser cli(args, "replay", kFlags);
   while (cli.next()) {
     if (cli.is("--help", "-h")) {
@@ -37,6 +49,8 @@ int replay(const Args& args) {
     }
     if (cli.is("--check-invariants")) {
       options.check_invariants = true;
+    } else if (cli.is("--profile")) {
+      profile = profile_flag(cli.value());
     } else if (!cli.is_flag() && !have_path) {  // "-" (stdin) is not a flag
       path = cli.arg();
       have_path = true;
@@ -47,7 +61,7 @@ int replay(const Args& args) {
   std::FILE* in = path == "-" ? stdin : std::fopen(path.c_str(), "rb");
   if (!in) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
 
-  const std::unique_ptr<Replayer> replayer_ptr = make_replayer(Profile::kVllm072, options);
+  const std::unique_ptr<Replayer> replayer_ptr = make_replayer(profile, options);
   Replayer& replayer = *replayer_ptr;
   std::string buf;  // unconsumed input
   OutBuf out;
