@@ -35,8 +35,8 @@ std::string flow_text(const YAML::Node& node) {
 Profile get_profile(const YAML::Node& engine, const YamlContext& ctx) {
   std::vector<std::string_view> names;
   for (const ProfileInfo& p : profiles()) names.emplace_back(p.name);
-  const std::size_t i = get_choice_index(engine, "profile", ctx, profile_name(Profile::kVllm072),
-                                         names);
+  const std::size_t i =
+      get_choice_index(engine, "profile", ctx, profile_name(Profile::kVllm072), names);
   return profiles()[i].profile;
 }
 
@@ -53,6 +53,7 @@ KVCacheConfig Scenario::kv_cache_config() const {
   c.max_model_len = scheduler.max_model_len;
   c.enable_caching = cache.enable_prefix_caching;
   c.num_preallocate_tokens = cache.num_preallocate_tokens;
+  c.sliding_window = model && model->sliding_window ? *model->sliding_window : 0;
   return c;
 }
 
@@ -174,7 +175,10 @@ Scenario parse_scenario(const YAML::Node& root_in, const std::string& file) {
 
   const YAML::Node sched = root["scheduler"];
   const YamlContext sctx = top.child("scheduler");
-  check_keys(sched, {"max_num_seqs", "max_num_batched_tokens", "max_model_len"}, sctx);
+  check_keys(
+      sched,
+      {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "long_prefill_token_threshold"},
+      sctx);
   s.scheduler.max_num_seqs = get_int(sched, "max_num_seqs", sctx, 256, 1, 1 << 20);
   s.scheduler.max_num_batched_tokens =
       get_int(sched, "max_num_batched_tokens", sctx, 8192, 1, std::int64_t{1} << 30);
@@ -188,6 +192,18 @@ Scenario parse_scenario(const YAML::Node& root_in, const std::string& file) {
                      fmt::format("scheduler.max_model_len: {} is greater than the model's "
                                  "max_position_embeddings ({}), as vLLM refuses",
                                  s.scheduler.max_model_len, s.model->max_position_embeddings));
+  s.scheduler.long_prefill_token_threshold =
+      get_int(sched, "long_prefill_token_threshold", sctx, 0, 0, std::int64_t{1} << 30);
+  if (const auto bad = check_engine_params(s.engine_params())) {
+    const std::string section_name(bad->key.substr(0, bad->key.find('.')));
+    const std::string leaf(bad->key.substr(bad->key.find('.') + 1));
+    YAML::Node node;  // the offending key where the file gives it (else no line:col)
+    if (has_key(root, section_name) && root[section_name].IsMap() &&
+        has_key(root[section_name], leaf))
+      node = root[section_name][leaf];
+    throw yaml_error(node, top.child(section_name).child(leaf),
+                     fmt::format("{}: {}", bad->key, bad->message));
+  }
 
   if (!has_key(root, "workload"))
     throw ConfigError(file + ": workload: required (a synthetic generator or a trace)");
@@ -302,6 +318,9 @@ std::string resolved_yaml(const Scenario& s) {
   e << YAML::Key << "max_num_seqs" << YAML::Value << s.scheduler.max_num_seqs;
   e << YAML::Key << "max_num_batched_tokens" << YAML::Value << s.scheduler.max_num_batched_tokens;
   e << YAML::Key << "max_model_len" << YAML::Value << s.scheduler.max_model_len;
+  if (s.scheduler.long_prefill_token_threshold > 0)  // vllm-0.8.5 only
+    e << YAML::Key << "long_prefill_token_threshold" << YAML::Value
+      << s.scheduler.long_prefill_token_threshold;
   e << YAML::EndMap;
   e << YAML::Key << "workload" << YAML::Value
     << resolved_workload_yaml(s.workload, s.ctx().child("workload"));

@@ -6,7 +6,7 @@
 //
 // Schema (defaults in brackets):
 //   name [file stem]  seed [0]
-//   engine:    profile [vllm-0.7.2] (only one so far), mode [timed] | cache_only
+//   engine:    profile [vllm-0.7.2] | vllm-0.8.5 (core/engine_api.h), mode [timed] | cache_only
 //   model:     config: HF config.json path, and/or inline HF fields (sim/config/model_config.h);
 //              required in timed mode
 //   hardware:  gpu [H100-80GB], tensor_parallel_size [1], gpu_memory_bytes, peak_flops_per_s,
@@ -16,7 +16,9 @@
 //              not with the override), activation_reserve_bytes [2 GiB], cache_dtype [auto],
 //              enable_prefix_caching [true], num_preallocate_tokens [64; 0 in cache_only]
 //   scheduler: max_num_seqs [256], max_num_batched_tokens [8192],
-//              max_model_len [model's max_position_embeddings, else 8192; never above it]
+//              max_model_len [model's max_position_embeddings, else 8192; never above it],
+//              long_prefill_token_threshold [0: off; vllm-0.8.5 only]
+// The model's sliding_window reaches the engine (vllm-0.8.5 manages it; vllm-0.7.2 ignores it).
 //   workload:  synthetic generator or trace (sim/workload/workload.h); required
 //   latency:   [roofline] (sim/engine/latency_model.h); timed mode only
 //   validate:  backend [cpu] | cuda, sample_every_steps [0], sample_prob [0], dtype [auto]
@@ -34,9 +36,9 @@
 #include <vector>
 
 #include "core/engine_factory.h"
+#include "sim/common/yaml_util.h"
 #include "sim/config/hardware.h"
 #include "sim/config/model_config.h"
-#include "sim/common/yaml_util.h"
 
 namespace kvsim {
 
