@@ -33,8 +33,8 @@ std::optional<SettingError> check_engine_params(const EngineParams& params) {
           c.sliding_window <= c.block_size)
         return SettingError{"cache.block_size",
                             std::to_string(c.block_size) + " is not shorter than the model's " +
-                                "sliding_window (" + std::to_string(c.sliding_window) + "): " +
-                                release + "'s sliding-window manager fails an assertion"};
+                                "sliding_window (" + std::to_string(c.sliding_window) +
+                                "): " + release + "'s sliding-window manager fails an assertion"};
       return std::nullopt;
     }
   }

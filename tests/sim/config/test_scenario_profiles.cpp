@@ -93,11 +93,12 @@ TEST_CASE("a model's sliding window reaches the KV cache config", "[sim]") {
   CHECK(m.kv_cache_config().sliding_window == 4096);
   CHECK(parse(base("vllm-0.8.5")).kv_cache_config().sliding_window == 0);  // qwen2: off
   // A window no longer than a block: vLLM v0.8.5 would fail an assertion; v0.7.2 ignores it.
-  const std::string tiny = "name: p\nengine: {profile: vllm-0.8.5}\n"
-                           "model: {num_hidden_layers: 2, num_attention_heads: 4, "
-                           "hidden_size: 256, vocab_size: 1000, sliding_window: 16}\n"
-                           "cache: {block_size: 16, num_gpu_blocks_override: 100}\n"
-                           "workload: {num_requests: 1, prompt_tokens: 10, output_tokens: 2}\n";
+  const std::string tiny =
+      "name: p\nengine: {profile: vllm-0.8.5}\n"
+      "model: {num_hidden_layers: 2, num_attention_heads: 4, "
+      "hidden_size: 256, vocab_size: 1000, sliding_window: 16}\n"
+      "cache: {block_size: 16, num_gpu_blocks_override: 100}\n"
+      "workload: {num_requests: 1, prompt_tokens: 10, output_tokens: 2}\n";
   CHECK_THAT(error_of(tiny), Catch::Contains("cache.block_size: 16 is not shorter than the "
                                              "model's sliding_window (16)"));
   CHECK(error_of(tiny, {"cache.block_size=8"}).empty());
