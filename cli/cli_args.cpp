@@ -194,6 +194,16 @@ po::value_semantic* integer(std::optional<std::int64_t>* target, std::int64_t mi
                                [=](const std::string& s) { return parse_integer(s, min, max); });
 }
 
+po::value_semantic* profile(Profile* target) {
+  return checked<Profile>(target, "NAME", [](const std::string& s) {
+    if (const auto p = find_profile(s)) return *p;
+    std::vector<std::string_view> names;
+    for (const ProfileInfo& info : profiles()) names.emplace_back(info.name);
+    throw BadValue("unknown profile '" + s + "'" + suggestion_suffix(s, names) +
+                   " (valid: " + profile_names() + ")");
+  });
+}
+
 po::value_semantic* number(double* target, double min, double max, const char* metavar) {
   return checked<double>(target, metavar,
                          [=](const std::string& s) { return parse_number(s, min, max); });

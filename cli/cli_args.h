@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/engine_api.h"
 #include "cli/commands.h"
 #include "sim/common/errors.h"
 
@@ -153,6 +154,9 @@ po::value_semantic* checked(Target* target, const char* metavar,
                             std::function<T(const std::string&)> parse) {
   return new detail::Value<T, Target>(target, metavar, std::move(parse));
 }
+
+/// An engine profile named as in core/engine_api.h's table; a typo names the valid ones.
+po::value_semantic* profile(Profile* target);
 
 /// The flags of a command that runs one scenario (run, sweep, validate).
 struct ScenarioArgs {

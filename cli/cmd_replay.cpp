@@ -1,13 +1,16 @@
-// kvsim replay [FILE|-] [--check-invariants]: op-trace replay (shared/spec/ops-format.md).
+// kvsim replay [FILE|-] [--profile NAME] [--check-invariants]: op-trace replay
+// (shared/spec/ops-format.md).
 
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "sim/common/errors.h"
+#include "sim/common/yaml_util.h"
 #include "sim/replay/replayer.h"
 
 namespace kvsim::cli {
@@ -21,18 +24,21 @@ constexpr std::size_t kFlushBytes = 1 << 20;
 int replay(const Args& args) {
   std::string path = "-";
   ReplayOptions options;
+  Profile profile = Profile::kVllm072;
   CommandLine cl("replay", "[FILE|-] [options]",
                  "Reads an op trace (JSON Lines, one op per line; FILE, or - for stdin, the "
                  "default) and writes one JSON result line per op.");
   cl.positional("FILE", text(&path, "FILE"), 1, /*required=*/false);
   cl.options()  //
+      ("profile", cli::profile(&profile), "the engine release whose op protocol and answers to "
+                                          "replay (default vllm-0.7.2)")
       ("check-invariants", flag(&options.check_invariants),
        "verify the pool/manager/scheduler invariants after every op");
   if (!cl.parse(args)) return 0;
   std::FILE* in = path == "-" ? stdin : std::fopen(path.c_str(), "rb");
   if (!in) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
 
-  const std::unique_ptr<Replayer> replayer_ptr = make_replayer(Profile::kVllm072, options);
+  const std::unique_ptr<Replayer> replayer_ptr = make_replayer(profile, options);
   Replayer& replayer = *replayer_ptr;
   std::string buf;  // unconsumed input
   OutBuf out;

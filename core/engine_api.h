@@ -28,6 +28,7 @@ namespace kvsim {
 /// What `engine.profile` names: one engine family at one release.
 enum class Profile : std::uint8_t {
   kVllm072,     // vLLM v0.7.2 V1 (the default)
+  kVllm085,     // vLLM v0.8.5.post1 V1
   kOrcaMax,     // contiguous: each request reserves max_model_len slots
   kOrcaPow2,    // contiguous: prompt + true output rounded up to a power of two
   kOrcaOracle,  // contiguous: exactly the slots the request will fill
@@ -106,12 +107,12 @@ struct KVBreakdown {
 
 /// The pool as vLLM reports it. Counters are running totals since construction.
 struct KVPoolStats {
-  std::int32_t block_size = 0;         // token slots per block
-  std::int64_t num_blocks = 0;         // blocks of the GPU pool
-  std::int64_t num_free_blocks = 0;    // vLLM's free count (cached-but-free blocks included)
-  double usage = 0;                    // vLLM's kv_cache_usage_perc, in [0, 1]
-  std::int64_t evictions = 0;          // cached blocks reused for other content
-  std::int64_t blocks_allocated = 0;   // blocks handed out
+  std::int32_t block_size = 0;        // token slots per block
+  std::int64_t num_blocks = 0;        // blocks of the GPU pool
+  std::int64_t num_free_blocks = 0;   // vLLM's free count (cached-but-free blocks included)
+  double usage = 0;                   // vLLM's kv_cache_usage_perc, in [0, 1]
+  std::int64_t evictions = 0;         // cached blocks reused for other content
+  std::int64_t blocks_allocated = 0;  // blocks handed out
 };
 
 class EngineCore {

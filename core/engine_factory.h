@@ -4,6 +4,9 @@
 // classes).
 
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "core/common/engine_config.h"
 #include "core/contiguous/extent_allocator.h"
@@ -22,5 +25,14 @@ struct EngineParams {
 
 /// A new engine of `params.profile`, empty (all blocks free, no requests).
 [[nodiscard]] std::unique_ptr<EngineCore> make_engine(const EngineParams& params);
+
+/// A setting the profile's release cannot run with: its scenario key ("section.key") and why.
+struct SettingError {
+  std::string_view key;
+  std::string message;
+};
+/// The first setting of `params` the profile's release lacks or cannot run with (e.g.
+/// scheduler.long_prefill_token_threshold > 0 for vLLM v0.7.2), or nullopt.
+[[nodiscard]] std::optional<SettingError> check_engine_params(const EngineParams& params);
 
 }  // namespace kvsim

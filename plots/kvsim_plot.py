@@ -6,8 +6,9 @@
 
 One run folder -> RUN_DIR/plots/ (KV memory breakdown, KV usage and queues, prefix hit rate,
 latency CDFs, preemptions and evictions). Several run folders, or a sweep folder -> comparisons
-(hit rate vs capacity, breakdown bars, latency table and CDF overlays, sweep heatmaps, metrics
-against a numeric swept key with one line per value of another, breakdown bars per value) in
+(hit rate vs capacity, breakdown bars, latency table and CDF overlays, headline metric bars, KV
+usage / hit rate / preemption timelines, sweep heatmaps, metrics against a numeric swept key with
+one line per value of another, breakdown bars per value) in
 ./plots-compare/ (SWEEP_DIR/plots/ for a single sweep). Every figure is written as PNG and SVG,
 with an index.html showing them beside the summary table. Needs matplotlib: use Debian's
 /usr/bin/python3 (apt-get install python3-matplotlib).
@@ -195,6 +196,9 @@ def plot_compare(runs, sweeps, out, formats, max_points, per_run, heatmap_keys, 
                           formats)
     drawer.draw("latency_cdf_overlay", compare.latency_cdf_overlay, figures, skipped, all_runs,
                 out, formats)
+    drawer.draw("metrics_bars", compare.metrics_bars, figures, skipped, all_runs, out, formats)
+    drawer.draw("run_timelines", compare.run_timelines, figures, skipped, all_runs, out, formats,
+                max_points)
     for sw in sweeps:
         drawer.draw("heatmap " + sw.name, compare.sweep_heatmaps, figures, skipped, sw, out,
                     formats, heatmap_keys)

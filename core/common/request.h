@@ -71,6 +71,12 @@ class Request {
   std::vector<HashId> block_hashes;
   /// vLLM's req_to_blocks[request_id]: the block table. Only KVCacheManager mutates it.
   std::vector<BlockId> blocks;
+  /// vLLM v0.8.5's num_cached_block[request_id]: how many blocks of the table are cached; -1 when
+  /// it has no entry (before its first allocation, after free). Only KVCacheManager mutates it.
+  std::int64_t num_cached_block = -1;
+  /// The request asks for prompt logprobs (sampling_params.prompt_logprobs is not None): vLLM
+  /// v0.8.5 gives it no prefix-cache hit.
+  bool wants_prompt_logprobs = false;
 
   /// Scheduler bookkeeping for the step in flight: tokens scheduled (0 = not scheduled) and the
   /// token the model sampled for it, set by the caller before Scheduler::update_from_output.

@@ -75,6 +75,7 @@ KVCacheConfig Scenario::kv_cache_config() const {
   c.max_model_len = scheduler.max_model_len;
   c.enable_caching = cache.enable_prefix_caching;
   c.num_preallocate_tokens = cache.num_preallocate_tokens;
+  c.sliding_window = model && model->sliding_window ? *model->sliding_window : 0;
   return c;
 }
 
@@ -165,6 +166,16 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
   size_pool(s);
   s.scheduler =
       parse_scheduler(root["scheduler"], top.child("scheduler"), s.model ? &*s.model : nullptr);
+  if (const auto bad = check_engine_params(s.engine_params())) {
+    // A setting the profile's release does not have: at the key where the scenario gives it.
+    const std::string section(bad->key.substr(0, bad->key.find('.')));
+    const std::string leaf(bad->key.substr(bad->key.find('.') + 1));
+    YAML::Node node;
+    if (has_key(root, section) && root[section].IsMap() && has_key(root[section], leaf))
+      node = root[section][leaf];
+    throw yaml_error(node, top.child(section).child(leaf),
+                     fmt::format("{}: {}", bad->key, bad->message));
+  }
   s.workload = parse_workload_config(root["workload"], top.child("workload"));
   s.latency = parse_latency_config(root["latency"], top.child("latency"));
   s.validate = parse_validate(root["validate"], top.child("validate"));

@@ -91,6 +91,8 @@ SchedulerConfig parse_scheduler(const YAML::Node& sched, const YamlContext& ctx,
                      fmt::format("scheduler.max_model_len: {} is greater than the model's "
                                  "max_position_embeddings ({}), as vLLM refuses",
                                  c.max_model_len, model_len));
+  c.long_prefill_token_threshold =
+      get_int(sched, "long_prefill_token_threshold", ctx, 0, 0, std::int64_t{1} << 30);
   return c;
 }
 
@@ -99,6 +101,7 @@ YAML::Node scheduler_yaml(const SchedulerConfig& c) {
   n["max_num_seqs"] = c.max_num_seqs;
   n["max_num_batched_tokens"] = c.max_num_batched_tokens;
   n["max_model_len"] = c.max_model_len;
+  n["long_prefill_token_threshold"] = c.long_prefill_token_threshold;
   return n;
 }
 

@@ -56,8 +56,8 @@ inline constexpr std::string_view kCacheKeys[] = {"block_size",
 [[nodiscard]] CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool timed);
 [[nodiscard]] YAML::Node cache_yaml(const CacheConfig& c);
 
-inline constexpr std::string_view kSchedulerKeys[] = {"max_num_seqs", "max_num_batched_tokens",
-                                                      "max_model_len"};
+inline constexpr std::string_view kSchedulerKeys[] = {
+    "max_num_seqs", "max_num_batched_tokens", "max_model_len", "long_prefill_token_threshold"};
 /// Reads `scheduler:`. max_model_len defaults to the model's max_position_embeddings (8192 without
 /// a model or without that field) and may not exceed it.
 [[nodiscard]] SchedulerConfig parse_scheduler(const YAML::Node& scheduler, const YamlContext& ctx,

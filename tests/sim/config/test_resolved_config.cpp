@@ -517,6 +517,8 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
       {"cache-only-csv",
        cache_only_base,
        {{"engine.mode", "cache_only"},
+        {"engine.profile", "vllm-0.8.5"},
+        {"scheduler.long_prefill_token_threshold", "64"},
         {"cache.num_gpu_blocks_override", "400"},
         {"workload.trace.format", "csv"},
         {"workload.trace.path", "t.csv", "", dir + "t.csv"},
