@@ -11,43 +11,24 @@
 #include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "sim/common/errors.h"
+#include "sim/common/yaml_util.h"
 #include "sim/config/hardware.h"
 #include "sim/config/model_config.h"
-#include "sim/common/yaml_util.h"
 
 namespace kvsim::cli {
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: kvsim kv-size --model CONFIG [--gpu NAME | --kv-cache-memory-bytes N]\n"
-    "                     [--block-size B] [--tensor-parallel-size N] [--gpu-memory-utilization "
-    "F]\n"
-    "                     [--num-gpu-blocks-override N] [--activation-reserve-bytes N]\n"
-    "                     [--kv-cache-dtype auto|bfloat16|float16|float32|fp8] [--json]\n"
-    "\n"
-    "CONFIG is a Hugging Face config.json, a YAML file with a model: section, or the name of a\n"
-    "config shipped in scenarios/models/ (llama-3.1-8b, qwen2-1.5b, deepseek-v3, ...).\n";
+constexpr const char* kAbout =
+    "The KV cache a model gets on a GPU, computed as vLLM V1 does. CONFIG is a Hugging Face "
+    "config.json, a YAML file with a model: section, or the name of a config shipped in "
+    "scenarios/models/ (llama-3.1-8b, qwen2-1.5b, deepseek-v3, ...).";
 
-std::int64_t parse_int_flag(std::string_view flag, const std::string& v, std::int64_t min,
-                            std::int64_t max = kIntMax) {
-  YAML::Node n(v);
-  try {
-    return as_int(n, YamlContext{"command line", std::string(flag)}, min, max);
-  } catch (const ConfigError&) {
-    throw ConfigError(
-        fmt::format("{}: expected an integer in [{}, {}], got '{}'", flag, min, max, v));
-  }
-}
-
-double parse_double_flag(std::string_view flag, const std::string& v, double min, double max) {
-  YAML::Node n(v);
-  try {
-    return as_double(n, YamlContext{"command line", std::string(flag)}, min, max);
-  } catch (const ConfigError&) {
-    throw ConfigError(
-        fmt::format("{}: expected a number in [{}, {}], got '{}'", flag, min, max, v));
-  }
+std::string parse_cache_dtype(const std::string& text) {
+  if (text != "auto" && !dtype_bytes_of(text))
+    throw BadValue(
+        fmt::format("unknown dtype '{}' (allowed: auto, bfloat16, float16, float32, fp8)", text));
+  return text;
 }
 
 ModelConfig load_model_arg(const std::string& arg) {
@@ -86,56 +67,35 @@ int kv_size(const Args& args) {
   std::string model_arg, gpu = std::string(kDefaultGpu), cache_dtype = "auto";
   CacheSizingConfig cache;
   HardwareConfig hw;
-  bool json_out = false, gpu_given = false;
-  static constexpr std::string_view kFlags[] = {"--model",
-                                                "--gpu",
-                                                "--kv-cache-memory-bytes",
-                                                "--block-size",
-                                                "--tensor-parallel-size",
-                                                "--gpu-memory-utilization",
-                                                "--num-gpu-blocks-override",
-                                                "--activation-reserve-bytes",
-                                                "--kv-cache-dtype",
-                                                "--json",
-                                                "--help"};
-  ArgParser cli(args, "kv-size", kFlags);
-  while (cli.next()) {
-    const std::string& flag = cli.arg();
-    if (cli.is("--help", "-h")) {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (cli.is("--json"))
-      json_out = true;
-    else if (cli.is("--model"))
-      model_arg = cli.value();
-    else if (cli.is("--gpu"))
-      gpu = cli.value(), gpu_given = true;
-    else if (cli.is("--kv-cache-memory-bytes"))
-      cache.kv_cache_memory_bytes = parse_int_flag(flag, cli.value(), 1, std::int64_t{1} << 60);
-    else if (cli.is("--block-size"))
-      cache.block_size = parse_int_flag(flag, cli.value(), 1, 1 << 16);
-    else if (cli.is("--tensor-parallel-size"))
-      hw.tensor_parallel_size = parse_int_flag(flag, cli.value(), 1);
-    else if (cli.is("--gpu-memory-utilization"))
-      cache.gpu_memory_utilization = parse_double_flag(flag, cli.value(), 1e-6, 1.0);
-    else if (cli.is("--num-gpu-blocks-override"))
-      cache.num_gpu_blocks_override = parse_int_flag(flag, cli.value(), 1);
-    else if (cli.is("--activation-reserve-bytes"))
-      cache.activation_reserve_bytes = parse_int_flag(flag, cli.value(), 0, std::int64_t{1} << 50);
-    else if (cli.is("--kv-cache-dtype"))
-      cache_dtype = cli.value();
-    else
-      cli.unknown();
-  }
-  if (model_arg.empty()) throw ConfigError("kv-size: --model CONFIG is required");
-  if (gpu_given && cache.kv_cache_memory_bytes)
+  bool json_out = false;
+  CommandLine cl("kv-size", "--model CONFIG [options]", kAbout);
+  // One flag per entry: name, value (target, range, metavar), help. clang-format would align the
+  // chain's line comments across the whole table.
+  // clang-format off
+  cl.options()
+      ("model", text(&model_arg, "CONFIG"), "the model's config (required)")
+      ("gpu", text(&gpu, "NAME"), "GPU preset (default: H100-80GB)")
+      ("kv-cache-memory-bytes",
+       integer(&cache.kv_cache_memory_bytes, 1, std::int64_t{1} << 60, "N"),
+       "KV cache bytes per GPU, instead of the GPU's memory budget")
+      ("block-size", integer(&cache.block_size, 1, 1 << 16, "B"), "tokens per block (default: 16)")
+      ("tensor-parallel-size", integer(&hw.tensor_parallel_size, 1, kIntMax, "N"),
+       "GPUs the model is split over (default: 1)")
+      ("gpu-memory-utilization", number(&cache.gpu_memory_utilization, 1e-6, 1.0, "F"),
+       "fraction of the GPU's memory vLLM may use (default: 0.9)")
+      ("num-gpu-blocks-override", integer(&cache.num_gpu_blocks_override, 1, kIntMax, "N"),
+       "the block count, instead of the computed one")
+      ("activation-reserve-bytes",
+       integer(&cache.activation_reserve_bytes, 0, std::int64_t{1} << 50, "N"),
+       "bytes kept for activations (default: 2 GiB)")
+      ("kv-cache-dtype", checked<std::string>(&cache_dtype, "DTYPE", parse_cache_dtype),
+       "auto|bfloat16|float16|float32|fp8 (default: auto, the model's dtype)")
+      ("json", flag(&json_out), "print the sizing as JSON");
+  // clang-format on
+  if (!cl.parse(args)) return 0;
+  if (model_arg.empty()) throw cl.error("--model CONFIG is required");
+  if (cl.given("gpu") && cache.kv_cache_memory_bytes)
     throw ConfigError("kv-size: give --gpu or --kv-cache-memory-bytes, not both");
-  if (cache_dtype != "auto" && !dtype_bytes_of(cache_dtype))
-    throw ConfigError(
-        fmt::format("kv-size: --kv-cache-dtype: unknown dtype '{}' (allowed: auto, "
-                    "bfloat16, float16, float32, fp8)",
-                    cache_dtype));
   cache.cache_dtype = cache_dtype;
   hw.gpu = gpu_preset(gpu);
   const ModelConfig model = load_model_arg(model_arg);

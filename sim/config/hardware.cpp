@@ -62,10 +62,7 @@ GpuPreset gpu_preset(std::string_view name) {
 }
 
 HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx) {
-  check_keys(
-      hardware,
-      {"gpu", "tensor_parallel_size", "gpu_memory_bytes", "peak_flops_per_s", "hbm_bytes_per_s"},
-      ctx);
+  check_keys(hardware, std::span<const std::string_view>(kHardwareKeys), ctx);
   HardwareConfig hw;
   const std::string name = get_string(hardware, "gpu", ctx, std::string(kDefaultGpu));
   if (const GpuPreset* p = find_gpu_preset(name)) {
@@ -74,7 +71,7 @@ HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx)
     try {
       hw.gpu = gpu_preset(name);
     } catch (const ConfigError& e) {
-      throw yaml_error(hardware["gpu"], ctx,
+      throw yaml_error(hardware["gpu"], ctx.child("gpu"),
                        fmt::format("{}: {}", ctx.child("gpu").path, e.what()));
     }
   }
@@ -102,6 +99,27 @@ CacheSizingConfig load_cache_sizing(const YAML::Node& cache, const YamlContext& 
       get_choice(cache, "cache_dtype", ctx, "auto",
                  {"auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2"});
   return c;
+}
+
+YAML::Node hardware_yaml(const HardwareConfig& hw) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["gpu"] = hw.gpu.name;
+  n["tensor_parallel_size"] = hw.tensor_parallel_size;
+  n["gpu_memory_bytes"] = hw.gpu.memory_bytes;
+  n["peak_flops_per_s"] = number_node(hw.gpu.peak_flops_per_s);
+  n["hbm_bytes_per_s"] = number_node(hw.gpu.hbm_bytes_per_s);
+  return n;
+}
+
+YAML::Node cache_sizing_yaml(const CacheSizingConfig& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["block_size"] = c.block_size;
+  n["gpu_memory_utilization"] = number_node(c.gpu_memory_utilization);
+  n["kv_cache_memory_bytes"] = optional_node(c.kv_cache_memory_bytes);
+  n["num_gpu_blocks_override"] = optional_node(c.num_gpu_blocks_override);
+  n["activation_reserve_bytes"] = c.activation_reserve_bytes;
+  n["cache_dtype"] = c.cache_dtype;
+  return n;
 }
 
 KVCachePlan plan_kv_cache(const ModelConfig& model, const HardwareConfig& hardware,

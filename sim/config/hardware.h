@@ -48,8 +48,13 @@ struct HardwareConfig {
   std::int64_t tensor_parallel_size = 1;
 };
 inline constexpr std::string_view kDefaultGpu = "H100-80GB";
+inline constexpr std::string_view kHardwareKeys[] = {
+    "gpu", "tensor_parallel_size", "gpu_memory_bytes", "peak_flops_per_s", "hbm_bytes_per_s"};
 /// Reads and validates (all keys) the `hardware:` section; an absent section gives the defaults.
 [[nodiscard]] HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx);
+/// The resolved `hardware:` section: the preset's name and every figure used (load_hardware of
+/// it gives `hw` back).
+[[nodiscard]] YAML::Node hardware_yaml(const HardwareConfig& hw);
 
 inline constexpr std::int64_t kDefaultActivationReserveBytes = std::int64_t{2} << 30;
 
@@ -71,6 +76,9 @@ inline constexpr std::string_view kCacheSizingKeys[] = {"block_size",
                                                         "cache_dtype"};
 /// Reads the sizing keys of `cache:` (does not reject other keys).
 [[nodiscard]] CacheSizingConfig load_cache_sizing(const YAML::Node& cache, const YamlContext& ctx);
+/// The sizing keys of a resolved `cache:` section, in kCacheSizingKeys order (null for an absent
+/// override); load_cache_sizing of it gives `c` back.
+[[nodiscard]] YAML::Node cache_sizing_yaml(const CacheSizingConfig& c);
 
 /// Where the KV bytes of one GPU come from.
 struct MemoryBudget {

@@ -390,8 +390,24 @@ ModelConfig load_model_config(const YAML::Node& model, const YamlContext& ctx) {
   ErrorAt file_err;
   std::string name;
   if (has_key(model, "config")) {
-    file = resolve_input_path(ctx.child("config"), get_string(model, "config", ctx, std::nullopt));
-    text = read_text_file(file);
+    const YamlContext cc = ctx.child("config");
+    const std::string given = get_string(model, "config", ctx, std::nullopt);
+    file = resolve_input_path(cc, given);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec)) {
+      const bool relative = std::filesystem::path(given).is_relative();
+      throw yaml_error(key_node(model, "config"), cc,
+                       fmt::format("{}: no such model config file '{}'{}", cc.path, given,
+                                   relative ? " (looked beside the scenario and in the working "
+                                              "directory)"
+                                            : ""));
+    }
+    try {
+      text = read_text_file(file);
+    } catch (const ConfigError&) {
+      throw yaml_error(key_node(model, "config"), cc,
+                       fmt::format("{}: cannot read model config file '{}'", cc.path, file));
+    }
     file_err = json_error_at(text, file);
     e = effective_object(parse_json_text(text, file), file_err);
     name = std::filesystem::path(file).stem().string();
@@ -412,15 +428,55 @@ ModelConfig load_model_config(const YAML::Node& model, const YamlContext& ctx) {
   }
   const ErrorAt err = [&](std::string_view key, const std::string& message) {
     const std::string k(key);
-    for (const YAML::Node* src : {&text_config, &model}) {
-      if (src->IsDefined() && src->IsMap() && has_key(*src, k))
-        return yaml_error((*src)[k], ctx, message);
-    }
+    if (text_config.IsDefined() && text_config.IsMap() && has_key(text_config, k))
+      return yaml_error(text_config[k], ctx.child("text_config").child(k), message);
+    if (has_key(model, k)) return yaml_error(model[k], ctx.child(k), message);
     if (file_err) return file_err(key, message);
     return yaml_error(model, ctx, fmt::format("{}: {}", ctx.where(), message));
   };
   if (has_key(model, "name")) name = get_string(model, "name", ctx, std::nullopt);
-  return build(e, err, name.empty() ? "inline" : name);
+  ModelConfig m = build(e, err, name.empty() ? "inline" : name);
+  m.config_file = file;
+  return m;
+}
+
+YAML::Node model_config_yaml(const ModelConfig& m) {
+  // Written as inline fields that override the file's (and name the first of each alias that
+  // build() looks at), so the file adds nothing the simulator reads.
+  YAML::Node n(YAML::NodeType::Map);
+  n["config"] = m.config_file.empty() ? null_node() : YAML::Node(m.config_file);
+  n["name"] = m.name;
+  n["model_type"] = m.model_type;
+  n["num_hidden_layers"] = m.num_hidden_layers;
+  n["num_attention_heads"] = m.num_attention_heads;
+  n["num_key_value_heads"] = m.num_key_value_heads;
+  n["head_dim"] = m.head_dim;
+  n["hidden_size"] = m.hidden_size;
+  n["intermediate_size"] = m.intermediate_size;
+  n["vocab_size"] = m.vocab_size;
+  n["max_position_embeddings"] = m.max_position_embeddings;
+  n["dtype"] = m.dtype;
+  n["quantization"] = m.weight_bytes_per_param != m.dtype_bytes ? "fp8" : "none";
+  n["tie_word_embeddings"] = m.tie_word_embeddings;
+  n["gated_mlp"] = m.gated_mlp;
+  n["sliding_window"] = optional_node(m.sliding_window);
+  n["use_sliding_window"] = m.sliding_window.has_value();
+  n["kv_lora_rank"] = m.kv_lora_rank;
+  if (m.mla) {
+    n["qk_rope_head_dim"] = m.qk_rope_head_dim;
+    n["qk_nope_head_dim"] = m.qk_nope_head_dim;
+    n["v_head_dim"] = m.v_head_dim;
+    n["q_lora_rank"] = m.q_lora_rank;
+  }
+  n["n_routed_experts"] = m.num_experts;
+  if (m.num_experts > 0) {
+    n["num_experts_per_tok"] = m.num_experts_per_tok;
+    n["moe_intermediate_size"] = m.moe_intermediate_size;
+    n["n_shared_experts"] = m.num_shared_experts;
+    n["first_k_dense_replace"] = m.first_k_dense_replace;
+  }
+  n["num_parameters"] = m.num_parameters_estimated ? null_node() : YAML::Node(m.num_parameters);
+  return n;
 }
 
 }  // namespace kvsim

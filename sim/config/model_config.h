@@ -42,6 +42,7 @@ namespace kvsim {
 
 struct ModelConfig {
   std::string name;        // the file's stem, or `name` from YAML
+  std::string config_file;  // the config.json read (resolved path); empty for an inline model
   std::string model_type;  // "llama", "qwen2", "opt", "deepseek_v3", ...
   std::int64_t num_hidden_layers = 0;
   std::int64_t num_attention_heads = 0;
@@ -92,7 +93,12 @@ struct ModelConfig {
 /// Reads a config.json file.
 [[nodiscard]] ModelConfig load_model_config_file(const std::string& path);
 /// Reads the scenario's `model:` section: {config: PATH} and/or inline HF fields (inline fields
-/// override the file's), plus `name`, `gated_mlp`.
+/// override the file's), plus `name`, `gated_mlp`. A config file that does not exist is an error
+/// at the `config:` key naming the path.
 [[nodiscard]] ModelConfig load_model_config(const YAML::Node& model, const YamlContext& ctx);
+/// The resolved `model:` section: `config` (the file read, null for none), `name`, and every field
+/// the simulator uses as inline fields with the value used (null for an absent sliding_window, and
+/// for num_parameters when it is estimated); load_model_config of it gives `m` back.
+[[nodiscard]] YAML::Node model_config_yaml(const ModelConfig& m);
 
 }  // namespace kvsim

@@ -22,10 +22,18 @@ std::optional<std::int64_t> ServerAdmission::engine_max_tokens(
 ServerAdmission server_admission(Profile profile) {
   switch (profile) {
     case Profile::kVllm072:
-      return ServerAdmission{ServerAdmission::Overflow::kRefuse};
+    case Profile::kVllm085:  // _validate_input unchanged (v0.8.5.post1 serving_engine.py:214-267)
+      return kRefuseOverflowAdmission;
+    case Profile::kOrcaMax:
+    case Profile::kOrcaPow2:
+    case Profile::kOrcaOracle:
+      // The contiguous baselines have no server of their own: they are served as vLLM v0.7.2
+      // serves, so a workload is refused alike under every profile it is compared across.
+      return kRefuseOverflowAdmission;
+      // A release that clamps (vLLM v0.20: kClampOverflowAdmission) adds its case here.
   }
-  KVSIM_ASSERT(false, "unknown profile");
-  return {};
+  KVSIM_ASSERT(false, "server_admission: a profile without a server rule");
+  return kRefuseOverflowAdmission;
 }
 
 }  // namespace kvsim

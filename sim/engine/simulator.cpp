@@ -201,7 +201,9 @@ void Simulator::run_timed() {
         break;
     }
     if (++n % progress_every_ == 0) report_progress();
-    if ((n & 1023) == 0) check_interrupt();
+    // Every event (one load): a signal must stop even a run of slow steps (kvsim validate).
+    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]]
+      check_interrupt();
   }
   KVSIM_ASSERT(unadmitted_.empty(), "arrivals left unadmitted after the last step");
   if (core_->num_unfinished_requests() > 0) {
@@ -248,7 +250,8 @@ void Simulator::run_cache_only() {
     std::optional<RequestSpec> follow = source_.on_finished(spec, engine_.now(), outputs);
     if (follow) queue_arrival(std::move(*follow), false);
     if (++n % progress_every_ == 0) report_progress();
-    if ((n & 255) == 0) check_interrupt();
+    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]]
+      check_interrupt();
   }
   report_progress();
 }

@@ -11,9 +11,11 @@
 // max_num_seqs - running waiting requests, all a schedule() can look at, so a deep queue costs no
 // token memory; observers still count the whole queue (StepView::num_waiting). At its arrival a
 // request is refused, or given the engine's max_tokens, by the profile's ServerAdmission rule
-// (as vLLM's OpenAI server does: sim/engine/server_admission.h). A step that can schedule nothing
-// while requests wait and none run means a request can never fit: the run fails with RunError
-// naming it.
+// (as vLLM's OpenAI server does: sim/engine/server_admission.h), and refused too when the engine
+// says it can never admit it (EngineCore::admission_error: a contiguous reservation larger than
+// the pool). Each request gets its final length (Request::oracle_final_num_tokens) for the
+// engines that play an oracle. A step that can schedule nothing while requests wait and none run
+// means a request can never fit: the run fails with RunError naming it.
 //
 // Client aborts (RequestSpec::client_timeout_ns): a request not finished that long after its
 // arrival is aborted at that instant, as when its client closes the connection. Its row is
@@ -123,7 +125,8 @@ class Simulator {
     std::int64_t num_outputs = 1;
     FinishReason reason = FinishReason::kLength;
   };
-  /// The plan of `spec` under the server's rule, or nullopt when the server refuses it.
+  /// The plan of `spec` under the server's rule, or nullopt when the server refuses it (or the
+  /// engine: EngineCore::admission_error).
   std::optional<OutputPlan> plan_outputs(const RequestSpec& spec) const;
   /// Records `spec` as refused at its arrival.
   void reject(const RequestSpec& spec);

@@ -51,6 +51,10 @@ std::optional<Simulator::OutputPlan> Simulator::plan_outputs(const RequestSpec& 
   // vLLM checks the length limits before EOS (v0.7.2 vllm/v1/core/scheduler.py:483-494): an EOS
   // on the last token max_tokens or max_model_len allows is a "length".
   p.reason = p.num_outputs == *max_tokens ? FinishReason::kLength : FinishReason::kStop;
+  // An engine that can never serve it (a contiguous reservation larger than the pool) refuses it
+  // too.
+  const std::int64_t prompt = spec.num_prompt_tokens();
+  if (core_->admission_error(prompt, prompt + p.num_outputs) != nullptr) return std::nullopt;
   return p;
 }
 
@@ -139,6 +143,7 @@ void Simulator::admit(std::int64_t slot) {
   // rest of the context).
   l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits),
                                         std::vector<MMPlaceholder>{}, num_outputs);
+  l.request->oracle_final_num_tokens = l.request->num_tokens() + num_outputs;
   // Size the per-request tables once: the step loop then never grows them.
   core_->reserve_request(*l.request, final_kv_tokens_[s] + 1);
   spec.prompt.clear();

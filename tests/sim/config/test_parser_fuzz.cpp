@@ -4,17 +4,19 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
-#include "sim/workload/distribution.h"
-#include "sim/config/hardware.h"
-#include "sim/engine/latency_model.h"
-#include "sim/config/model_config.h"
 #include "sim/common/rng.h"
+#include "sim/common/yaml_util.h"
+#include "sim/config/hardware.h"
+#include "sim/config/model_config.h"
+#include "sim/config/scenario.h"
+#include "sim/engine/latency_model.h"
+#include "sim/workload/distribution.h"
 #include "sim/workload/samplers.h"
 #include "sim/workload/workload.h"
-#include "sim/common/yaml_util.h"
 #include "sim_test_util.h"
 
 using namespace kvsim;
@@ -73,6 +75,9 @@ few_shot: {count: 2, examples: 3, example_tokens: {uniform: {min: 5, max: 9}}}
 prompt_tokens: {lognormal: {mean: 300, sigma: 0.8}, max: 2000}
 output_tokens: {gamma: {mean: 50, cv: 2}}
 sessions: {turns: {zipf: {n: 5, s: 1}}, think_time_s: {exponential: {mean: 3}}, user_tokens: {normal: {mean: 40, std: 5}}}
+eos_token_id: 2
+stop_at_eos_fraction: 0.4
+client_timeout_s: 30
 )",
     R"(num_requests: 10
 duration_s: 100
@@ -81,6 +86,7 @@ prompt_tokens: {fixed: 64}
 output_tokens: 8
 ignore_eos: false
 eos_token_id: 2
+client_timeout_s: 0.5
 )",
     R"(arrival: {process: timestamps, times_s: [0, 0.1, 0.2, 5]}
 prompt_tokens: [1, 2]
@@ -98,7 +104,8 @@ TEST_CASE("mutated workload YAML parses or throws ConfigError, never anything el
     bool parsed = false;
     if (!only_config_errors(input, [&] {
           YAML::Node root = load_yaml_string(input, "fuzz.yaml");
-          auto src = make_request_source(root, YamlContext{"fuzz.yaml", "workload"}, 1, 1000);
+          auto src = make_request_source(
+              parse_workload_config(root, YamlContext{"fuzz.yaml", "workload"}), 1, 1000);
           int n = 0;
           while (n < 30) {
             auto req = kvsim::test::next_made(*src);
@@ -145,8 +152,8 @@ latency: {model: roofline, mfu: 0.4, mbu: 0.7}
           const CacheSizingConfig c = load_cache_sizing(root["cache"], top.child("cache"));
           const KVCachePlan plan = plan_kv_cache(m, hw, c, "fuzz.yaml");
           REQUIRE(plan.sizing.num_gpu_blocks >= 1);
-          auto lat = make_latency_model(root["latency"], top.child("latency"), m, hw.gpu,
-                                        static_cast<int>(hw.tensor_parallel_size));
+          auto lat = make_latency_model(parse_latency_config(root["latency"], top.child("latency")),
+                                        m, hw.gpu, static_cast<int>(hw.tensor_parallel_size));
           BatchFeatures b{.num_seqs = 2,
                           .prefill_tokens = 100,
                           .decode_tokens = 1,
@@ -174,14 +181,17 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
        "2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:15:51.0000000,12,0\n"},
       {"mooncake", "m.jsonl",
        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 6, \"hash_ids\": [0, 1]}\n"
-       "{\"timestamp\": 10, \"input_length\": 512, \"output_length\": 4, \"hash_ids\": [0]}\n"},
+       "{\"timestamp\": 10, \"input_length\": 512, \"output_length\": 4, \"hash_ids\": [0], "
+       "\"max_tokens\": 3, \"ignore_eos\": false, \"eos_token_id\": 7}\n"},
       {"csv", "g.csv",
-       "arrival_s,prompt_tokens,output_tokens,prefix_group,prefix_tokens\n0,10,2,1,4\n0.5,20,3,1,"
-       "\n1,5,1,-1,0\n"},
+       "arrival_s,prompt_tokens,output_tokens,prefix_group,prefix_tokens,max_tokens,ignore_eos,"
+       "eos_token_id\n0,10,2,1,4,,,\n0.5,20,3,1,,5,false,9\n1,5,1,-1,0,2,true,\n"},
       {"jsonl", "g.jsonl",
        "{\"arrival_s\": 0, \"prompt_tokens\": 10, \"output_tokens\": 2, \"prefix_group\": 0}\n"
-       "{\"arrival_s\": 1.5, \"prompt_tokens\": 3, \"output_tokens\": 1}\n"},
+       "{\"arrival_s\": 1.5, \"prompt_tokens\": 3, \"output_tokens\": 1, \"max_tokens\": 4, "
+       "\"ignore_eos\": false, \"eos_token_id\": 11}\n"},
   };
+  int parsed = 0;  // mutated traces read to the end
   for (int iter = 0; iter < 1200; ++iter) {
     const Corpus& c = corpora[static_cast<std::size_t>(iter) % corpora.size()];
     const std::string text = mutate(c.text, r);
@@ -192,9 +202,18 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
     bool bad_message = false;
     if (!only_config_errors(text, [&] {
           try {
-            auto src =
-                make_request_source(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}, 3, 500);
-            while (auto req = kvsim::test::next_made(*src)) REQUIRE(!req->prompt.empty());
+            auto src = make_request_source(
+                parse_workload_config(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}), 3, 500);
+            while (auto req = kvsim::test::next_made(*src)) {
+              REQUIRE(!req->prompt.empty());
+              REQUIRE(req->output_tokens >= 1);
+              REQUIRE((!req->max_tokens || *req->max_tokens >= 1));
+              REQUIRE(
+                  (!req->eos_token_id || (*req->eos_token_id >= 0 && *req->eos_token_id < 500)));
+              // A request that stops at EOS sends max_tokens only when its row gives one.
+              REQUIRE((req->stops_at_eos() || req->max_tokens.has_value()));
+            }
+            ++parsed;
           } catch (const ConfigError& e) {
             bad_message = std::string(e.what()).rfind(path, 0) != 0;
             throw;
@@ -206,6 +225,7 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
       break;
     }
   }
+  CHECK(parsed > 0);
 }
 
 TEST_CASE("mutated measurement and empirical-length CSVs parse or throw ConfigError", "[sim]") {
@@ -245,4 +265,36 @@ TEST_CASE("mutated measurement and empirical-length CSVs parse or throw ConfigEr
   // Some mutations must survive, or the loops above checked only the error path.
   CHECK(fits > 0);
   CHECK(dists > 0);
+}
+
+TEST_CASE("a mutated scenario that loads resolves to a fixed point", "[sim]") {
+  RngStream r = make_stream(2028, "fuzz.scenario");
+  const std::string model = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/qwen2-1.5b.json";
+  int ok = 0;
+  for (int iter = 0; iter < 600; ++iter) {
+    std::string workload;
+    std::istringstream lines(kWorkloads[iter % 3]);
+    for (std::string line; std::getline(lines, line);) workload += "  " + line + "\n";
+    const std::string text =
+        "name: f\nseed: 3\nmodel: {config: '" + model + "', num_hidden_layers: 4}\n" +
+        "hardware: {gpu: A100-40GB, tensor_parallel_size: 2}\n"
+        "cache: {block_size: 16, kv_cache_memory_bytes: 1e9, enable_prefix_caching: false}\n"
+        "scheduler: {max_num_seqs: 32, max_model_len: 4096}\n"
+        "workload:\n" +
+        workload +
+        "latency: {model: roofline, mfu: 0.4}\nvalidate: {sample_prob: 0.5}\n"
+        "outputs: {steps_every: 3}\n";
+    const std::string input = mutate(text, r);
+    if (!only_config_errors(input, [&] {
+          const Scenario s = parse_scenario(load_yaml_string(input, "fuzz.yaml"), "fuzz.yaml");
+          const std::string resolved = resolved_yaml(s);
+          INFO("resolved:\n" << resolved);
+          const Scenario again = parse_scenario(load_yaml_string(resolved, "r.yaml"), "r.yaml");
+          REQUIRE(resolved_yaml(again) == resolved);
+          REQUIRE(again.num_gpu_blocks == s.num_gpu_blocks);
+          ++ok;
+        }))
+      break;
+  }
+  CHECK(ok > 0);
 }

@@ -30,8 +30,9 @@ const std::string kModel = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/op
 
 std::unique_ptr<RequestSource> source_of(const std::string& workload_yaml,
                                          std::int32_t vocab = 32000) {
-  return make_request_source(YAML::Load(workload_yaml), YamlContext{"s.yaml", "workload"}, 5,
-                             vocab);
+  return make_request_source(
+      parse_workload_config(YAML::Load(workload_yaml), YamlContext{"s.yaml", "workload"}), 5,
+      vocab);
 }
 
 std::vector<RequestSpec> drain(RequestSource& src) {
@@ -306,19 +307,21 @@ TEST_CASE("client_timeout_s and stop_at_eos_fraction reach the requests and reso
   const YAML::Node w = YAML::Load(
       "{num_requests: 3, prompt_tokens: 5, output_tokens: 5, eos_token_id: 2, "
       "stop_at_eos_fraction: 0.25, client_timeout_s: 1.5}");
-  const YAML::Node resolved = resolved_workload_yaml(w, ctx);
+  const YAML::Node resolved = workload_config_yaml(parse_workload_config(w, ctx));
   CHECK(resolved["stop_at_eos_fraction"].as<double>() == 0.25);
   CHECK(resolved["client_timeout_s"].as<double>() == 1.5);
-  CHECK_FALSE(resolved["ignore_eos"].IsDefined());
-  CHECK(YAML::Dump(resolved_workload_yaml(resolved, ctx)) == YAML::Dump(resolved));
+  CHECK(resolved["ignore_eos"].IsNull());  // the fraction replaces it
+  CHECK(YAML::Dump(workload_config_yaml(parse_workload_config(resolved, ctx))) ==
+        YAML::Dump(resolved));
 
   TempDir tmp("timeout-trace");
   const fs::path p = tmp.path / "t.jsonl";
   kvsim::test::write_file(p, "{\"arrival_s\": 0, \"prompt_tokens\": 10, \"output_tokens\": 5}\n");
   const YAML::Node t = YAML::Load(trace_yaml("jsonl", p, ", client_timeout_s: 0.25"));
-  auto src = make_request_source(t, ctx, 1, 32000);
+  auto src = make_request_source(parse_workload_config(t, ctx), 1, 32000);
   CHECK(src->next()->client_timeout_ns == 250'000'000);
-  CHECK(resolved_workload_yaml(t, ctx)["client_timeout_s"].as<double>() == 0.25);
+  CHECK(workload_config_yaml(parse_workload_config(t, ctx))["client_timeout_s"].as<double>() ==
+        0.25);
   CHECK_THAT(read_error("{num_requests: 3, prompt_tokens: 5, output_tokens: 5, "
                         "client_timeout_s: 0}"),
              Catch::Contains("client_timeout_s"));
