@@ -53,6 +53,21 @@ TEST_CASE("v0.7.2's server refuses by whether the client sent max_tokens", "[sim
   CHECK_FALSE(rule.engine_max_tokens(0, 5, kMml).has_value());
 }
 
+TEST_CASE(
+    "every profile names its server's rule: v0.7.2's for both vLLM releases and the "
+    "contiguous baselines",
+    "[sim]") {
+  for (const ProfileInfo& p : profiles()) {
+    INFO(p.name);
+    // None clamps yet (vLLM v0.20 will): every one refuses an oversized max_tokens.
+    CHECK(server_admission(p.profile).overflow == ServerAdmission::Overflow::kRefuse);
+    CHECK_FALSE(server_admission(p.profile).engine_max_tokens(60, 41, 100).has_value());
+    CHECK(server_admission(p.profile).engine_max_tokens(60, std::nullopt, 100) ==
+          std::optional<std::int64_t>(40));
+  }
+  CHECK(kClampOverflowAdmission.overflow == ServerAdmission::Overflow::kClamp);
+}
+
 TEST_CASE("the clamping rule caps max_tokens at the context and refuses only a full prompt",
           "[sim]") {
   const ServerAdmission rule{ServerAdmission::Overflow::kClamp};
