@@ -25,6 +25,7 @@ namespace {
 /// The case folders under tests/cases that kvsim must reproduce.
 constexpr const char* kTimedCaseFolders[] = {
     "timed-vllm-0.7.2",
+    "timed-vllm-0.8.5.post1",
 };
 
 std::vector<std::string> lines_of(const std::string& text) {
