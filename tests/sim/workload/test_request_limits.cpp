@@ -1,12 +1,9 @@
 // Per-request limits: the trace rows' max_tokens / ignore_eos / eos_token_id, the synthetic
 // generator's stop-at-EOS mix, and client_timeout_s as the sources hand them to the simulator;
 // what a run makes of them (a request with its own max_tokens ends at exactly that many tokens);
-// impossible values as one-line file:line errors (exit status 2 from kvsim run).
-
-#include <sys/wait.h>
+// impossible values as one-line file:line errors (exit status 2 from kvsim run: tests/cli).
 
 #include <catch2/catch.hpp>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -175,30 +172,6 @@ TEST_CASE("impossible per-request limits are one-line errors naming file:line", 
     INFO(b.row);
     CHECK(read_error(trace_yaml("csv", csv, ", eos_token_id: 2")) == csv.string() + b.message);
   }
-}
-
-TEST_CASE("kvsim run exits 2 with one line naming file:line for a bad per-request field", "[sim]") {
-  TempDir tmp("row-cli");
-  const fs::path trace = tmp.path / "t.jsonl";
-  kvsim::test::write_file(trace,
-                          "{\"arrival_s\": 0, \"prompt_tokens\": 10, \"output_tokens\": 5}\n"
-                          "{\"arrival_s\": 1, \"prompt_tokens\": 10, \"output_tokens\": 5, "
-                          "\"max_tokens\": 0}\n");
-  const fs::path yaml = tmp.path / "s.yaml";
-  kvsim::test::write_file(yaml, "name: bad\nmodel: {config: " + kModel +
-                                    "}\ncache: {num_gpu_blocks_override: 64}\nworkload: {trace: "
-                                    "{format: jsonl, path: t.jsonl}}\n");
-  const fs::path log = tmp.path / "log.txt";
-  const std::string cmd = kvsim::test::kvsim_exe() + " run " + yaml.string() + " -o " +
-                          (tmp.path / "out").string() + " --quiet > " + log.string() + " 2>&1";
-  const int rc = std::system(cmd.c_str());
-  REQUIRE(WIFEXITED(rc));
-  CHECK(WEXITSTATUS(rc) == 2);
-  const std::string out = kvsim::test::slurp(log);
-  CHECK_THAT(out, Catch::Contains(trace.string() + ":2:59: field 'max_tokens' must be an integer "
-                                                   ">= 1, got 0"));
-  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
-  CHECK_FALSE(fs::exists(tmp.path / "out" / "bad"));
 }
 
 TEST_CASE("a request with its own max_tokens ends at exactly that many tokens", "[sim]") {
