@@ -155,20 +155,14 @@ struct WorkloadConfig {
 };
 
 /// The keys `workload:` accepts (synthetic and trace together).
-inline constexpr std::string_view kWorkloadKeys[] = {"num_requests",
-                                                     "duration_s",
-                                                     "arrival",
-                                                     "prompt_tokens",
-                                                     "output_tokens",
-                                                     "lengths",
-                                                     "system_prompts",
-                                                     "few_shot",
-                                                     "sessions",
-                                                     "trace",
-                                                     "ignore_eos",
-                                                     "eos_token_id",
-                                                     "stop_at_eos_fraction",
-                                                     "client_timeout_s"};
+inline constexpr std::string_view kWorkloadKeys[] = {
+    // the synthetic generator (num_requests also caps a trace)
+    "num_requests", "duration_s", "arrival", "prompt_tokens", "output_tokens", "lengths",
+    "system_prompts", "few_shot", "sessions", "stop_at_eos_fraction",
+    // trace
+    "trace",
+    // every request
+    "ignore_eos", "eos_token_id", "client_timeout_s"};
 /// The keys of `workload.trace`.
 inline constexpr std::string_view kTraceKeys[] = {
     "format", "path", "time_scale", "max_requests", "hash_block_tokens", "prefix_tokens"};
