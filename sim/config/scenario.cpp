@@ -188,6 +188,18 @@ Scenario parse_scenario(const YAML::Node& root_in, const std::string& file) {
                      fmt::format("scheduler.max_model_len: {} is greater than the model's "
                                  "max_position_embeddings ({}), as vLLM refuses",
                                  s.scheduler.max_model_len, s.model->max_position_embeddings));
+  if (s.model) {  // the release's pool and its start-up check that one max_model_len request fits
+    const KVSizingRules rules = kv_sizing_rules_for_profile(profile_name(s.engine.profile))
+                                    .value_or(KVSizingRules::kV072Uniform);
+    PoolRequest request;
+    request.max_model_len = s.scheduler.max_model_len;
+    request.max_num_batched_tokens = s.scheduler.max_num_batched_tokens;
+    s.plan = plan_kv_pool(*s.model, s.hardware, sizing, request, rules, file);
+    s.num_gpu_blocks = s.plan->sizing.num_gpu_blocks;  // the same as above for uniform rules
+    if (s.num_gpu_blocks > kMaxGpuBlocks)
+      throw ConfigError(fmt::format("{}: cache: {} blocks is outside the supported range [1, {}]",
+                                    file, s.num_gpu_blocks, kMaxGpuBlocks));
+  }
 
   if (!has_key(root, "workload"))
     throw ConfigError(file + ": workload: required (a synthetic generator or a trace)");
