@@ -29,6 +29,8 @@ class ArgParser {
   bool is_flag() const { return arg_.size() > 1 && arg_[0] == '-'; }
   /// The current flag's value: the inline "=value", else the next argument.
   std::string value();
+  /// The inline "=value" of the current argument, if any (for switches such as --flag=false).
+  const std::optional<std::string>& inline_value() const { return inline_value_; }
   /// Throws "unknown option '<arg>' (did you mean ...?) (kvsim <command> --help)".
   [[noreturn]] void unknown() const;
 
