@@ -239,7 +239,7 @@ std::int64_t group_need_bytes(const KVCacheGroup& g, const RequestLimits& r) {
   if (g.uniform_type_layers.empty()) return max_memory_usage_bytes(g.spec, r);
   std::int64_t pages = 0;
   for (const NamedLayerSpec& l : g.uniform_type_layers)
-    pages = std::max(pages, cdiv(max_memory_usage_bytes(l.spec, r), page_size_bytes(l.spec)));
+    pages = std::max(pages, sat_cdiv(max_memory_usage_bytes(l.spec, r), page_size_bytes(l.spec)));
   return sat_mul(pages, group_page_bytes(g));
 }
 

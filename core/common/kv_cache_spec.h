@@ -110,5 +110,9 @@ struct RequestLimits {
 /// must compare as "too large", not wrap).
 [[nodiscard]] std::int64_t sat_mul(std::int64_t a, std::int64_t b);
 [[nodiscard]] std::int64_t sat_add(std::int64_t a, std::int64_t b);
+/// ceil(a / b) for a >= 0, b > 0, without overflow at INT64_MAX (a saturated size).
+[[nodiscard]] constexpr std::int64_t sat_cdiv(std::int64_t a, std::int64_t b) {
+  return a / b + (a % b != 0 ? 1 : 0);
+}
 
 }  // namespace kvsim

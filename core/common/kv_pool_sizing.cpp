@@ -61,7 +61,7 @@ std::int64_t need_bytes(const std::vector<KVCacheGroup>& groups, const RequestLi
   const std::int64_t page = uniform_page(groups);
   std::int64_t blocks = 0;
   for (const KVCacheGroup& g : groups)
-    blocks = sat_add(blocks, cdiv(detail::group_need_bytes(g, r), page));
+    blocks = sat_add(blocks, sat_cdiv(detail::group_need_bytes(g, r), page));
   return sat_mul(sat_mul(max_group_len(groups), page), blocks);
 }
 
@@ -99,7 +99,7 @@ double max_concurrency(const WorkerKVConfig& w, const RequestLimits& r) {
   std::int64_t need = 0;
   for (const KVCacheGroup& g : w.groups) need = sat_add(need, detail::group_need_bytes(g, r));
   const std::int64_t per_block = detail::group_page_bytes(w.groups.front()) * per_group;
-  const std::int64_t blocks = cdiv(sat_mul(per_group, need), per_block);
+  const std::int64_t blocks = sat_cdiv(sat_mul(per_group, need), per_block);
   return blocks > 0 ? static_cast<double>(w.num_blocks) / static_cast<double>(blocks) : 0.0;
 }
 

@@ -11,9 +11,14 @@
 //                 type, or the hybrid allocator (page-size unification, groups of group_size
 //                 layers sharing one block pool); num_gpu_blocks_override and --max-model-len auto
 //                 before the check; PP workers get the smallest num_blocks.
-// The full algorithm with vLLM file:line references: docs of the vllm-0.20 profile
-// (shared spec vllm-0.20-kv-sizing.md). Pure computation: no I/O. Messages and log lines are
-// vLLM's own wording, so callers can print them as the engine would.
+// The algorithm, with vLLM file:line references: the shared spec vllm-0.20-kv-sizing.md; the
+// acceptance cases: tests/cases/kv-sizing-vllm-0.20.1. Pure computation: no I/O. Messages and
+// log lines are vLLM's own wording, so callers can print them as the engine would.
+//
+// What an engine of the vllm-0.20 profile takes from here: KVPoolLayout (num_blocks of the one
+// shared pool, engine/scheduler/hash block sizes) and, per KVCacheGroup, the merged spec (kind,
+// block_size, sliding_window / attention_chunk_size), its layers and max_blocks_per_request, the
+// per-request admission cap of vLLM's single-type managers.
 
 #include <cstdint>
 #include <optional>

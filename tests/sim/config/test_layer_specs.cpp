@@ -176,8 +176,11 @@ layers:
   CHECK(layers[2].spec.kind == KVSpecKind::kSlidingWindow);
   CHECK(layers[3].name == "model.layers.3.self_attn.attn");
   CHECK(page_size_bytes(layers[3].spec) == 2 * 16 * 2 * 64 * 2);
-  const KVSizingResult r = size_kv_pool(KVSizingInput{layers, 1, 1, {std::int64_t{1} << 24}, 1024},
-                                        KVSizingRules::kV020Hybrid);
+  KVSizingInput in;
+  in.layers = layers;
+  in.available_memory_bytes = {std::int64_t{1} << 24};
+  in.max_model_len = 1024;
+  const KVSizingResult r = size_kv_pool(in, KVSizingRules::kV020Hybrid);
   REQUIRE(r.layout);
   CHECK(r.layout->groups.size() == 2);
   CHECK(error_of([] {
