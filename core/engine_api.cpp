@@ -7,10 +7,13 @@
 namespace kvsim {
 namespace {
 
-constexpr std::array<ProfileInfo, 1> kProfiles = {{
+constexpr std::array<ProfileInfo, 2> kProfiles = {{
     {Profile::kVllm072, "vllm-0.7.2", EngineFamily::kV1,
      "vLLM v0.7.2 V1: KVCacheManager + Scheduler (preallocation, chunked prefill, recompute "
      "preemption)"},
+    {Profile::kVllm072V0, "vllm-0.7.2-v0", EngineFamily::kV0,
+     "vLLM v0.7.2 V0: block space manager with GPU+CPU allocators, swapped queue, swap or "
+     "recompute preemption, copy-on-write, watermark"},
 }};
 
 }  // namespace
