@@ -7,6 +7,7 @@
 
 #include "core/common/engine_config.h"
 #include "core/engine_api.h"
+#include "core/v0/v0_config.h"
 
 namespace kvsim {
 
@@ -15,6 +16,9 @@ struct EngineParams {
   Profile profile = Profile::kVllm072;
   SchedulerConfig scheduler;
   KVCacheConfig cache;
+  /// vLLM V0 only: swap space, chunked prefill, preemption mode, policy (the block size, pool,
+  /// batch limits and prefix caching come from `scheduler` and `cache`).
+  v0::V0Options v0;
 };
 
 /// A new engine of `params.profile`, empty (all blocks free, no requests).
