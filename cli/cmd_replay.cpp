@@ -1,7 +1,9 @@
-// kvsim replay [FILE|-] [--check-invariants]: op-trace replay (shared/spec/ops-format.md).
+// kvsim replay [FILE|-] [--profile NAME] [--check-invariants]: op-trace replay
+// (shared/spec/ops-format*.md; the profile picks the protocol).
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -14,14 +16,15 @@ namespace kvsim::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: kvsim replay [FILE|-] [--check-invariants]\n"
+    "usage: kvsim replay [FILE|-] [--profile NAME] [--check-invariants]\n"
     "Reads an op trace (JSON Lines, one op per line) and writes one JSON result line per op.\n"
+    "  --profile NAME       the engine whose op protocol the trace speaks (default vllm-0.7.2)\n"
     "  --check-invariants   verify the pool/manager/scheduler invariants after every op\n";
 
 constexpr std::size_t kChunkBytes = 1 << 20;
 constexpr std::size_t kFlushBytes = 1 << 20;
 
-constexpr std::string_view kFlags[] = {"--check-invariants", "--help"};
+constexpr std::string_view kFlags[] = {"--check-invariants", "--profile", "--help"};
 
 }  // namespace
 
@@ -29,6 +32,7 @@ int replay(const Args& args) {
   std::string path = "-";
   bool have_path = false;
   ReplayOptions options;
+  Profile profile = Profile::kVllm072;
   ArgParser cli(args, "replay", kFlags);
   while (cli.next()) {
     if (cli.is("--help", "-h")) {
@@ -37,6 +41,13 @@ int replay(const Args& args) {
     }
     if (cli.is("--check-invariants")) {
       options.check_invariants = true;
+    } else if (cli.is("--profile")) {
+      const std::string name = cli.value();
+      const std::optional<Profile> p = find_profile(name);
+      if (!p)
+        throw ConfigError("--profile: unknown profile '" + name + "' (one of: " + profile_names() +
+                          ")");
+      profile = *p;
     } else if (!cli.is_flag() && !have_path) {  // "-" (stdin) is not a flag
       path = cli.arg();
       have_path = true;
@@ -47,7 +58,7 @@ int replay(const Args& args) {
   std::FILE* in = path == "-" ? stdin : std::fopen(path.c_str(), "rb");
   if (!in) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
 
-  const std::unique_ptr<Replayer> replayer_ptr = make_replayer(Profile::kVllm072, options);
+  const std::unique_ptr<Replayer> replayer_ptr = make_replayer(profile, options);
   Replayer& replayer = *replayer_ptr;
   std::string buf;  // unconsumed input
   OutBuf out;
