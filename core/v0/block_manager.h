@@ -90,6 +90,8 @@ class BlockManager {
   std::int64_t watermark_blocks() const { return watermark_blocks_; }
   bool caching() const { return allocator_.caching(); }
   const CpuGpuBlockAllocator& allocator() const { return allocator_; }
+  /// Tests only: the allocator, mutable, to plant faults that find_violation() must catch.
+  CpuGpuBlockAllocator& allocator_for_tests() { return allocator_; }
 
   /// Every (seq_id, table) the manager holds, sorted by seq_id, into `out` (replaced).
   void tables(std::vector<std::pair<SeqId, std::span<const BlockId>>>& out) const;
