@@ -21,6 +21,7 @@ V0Replayer::~V0Replayer() { reset(); }
 void V0Replayer::reset() {
   groups_.clear();
   seqs_.clear();
+  orphans_.clear();
   sched_.reset();
   bm_.reset();
   group_pool_.clear();
@@ -199,11 +200,14 @@ v0::Sequence& V0Replayer::new_seq(v0::SeqId id, std::span<const Token> prompt) {
   return *s;
 }
 
-void V0Replayer::drop_group(v0::SequenceGroup& g) {
+void V0Replayer::drop_group(v0::SequenceGroup& g, bool still_queued) {
   for (v0::Sequence* s : g.seqs()) seqs_.erase(s->seq_id);
   groups_.erase(g.request_id);
   if (mode_ == Mode::kSched) {
-    sched_->retire_group(g);
+    if (still_queued)
+      orphans_.push_back(&g);
+    else
+      sched_->retire_group(g);
     return;
   }
   for (v0::Sequence* s : g.seqs()) {

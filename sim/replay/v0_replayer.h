@@ -78,7 +78,9 @@ class V0Replayer final : public Replayer {
   v0::Sequence& seq(std::int64_t id);
   v0::Sequence& seq_field(std::string_view key) { return seq(get_int(key)); }
   v0::Sequence& new_seq(v0::SeqId id, std::span<const Token> prompt);  // a WAITING sequence
-  void drop_group(v0::SequenceGroup& g);  // forgets a tracked group and its sequences
+  /// Forgets a tracked group and its sequences; a group vLLM still queues (a `finish` of a
+  /// waiting or swapped sequence) stays alive as an orphan until the next init.
+  void drop_group(v0::SequenceGroup& g, bool still_queued = false);
   void require_bm(const char* op) const;
   void require_sched(const char* op) const;
   double get_double_or(std::string_view key, double dflt) const;
@@ -97,6 +99,7 @@ class V0Replayer final : public Replayer {
   v0::SeqId bm_next_seq_ = 0;  // bm mode's seq_id counter
   GroupMap groups_;            // tracked groups by request id
   std::unordered_map<v0::SeqId, v0::Sequence*> seqs_;  // their sequences by seq id
+  std::vector<v0::SequenceGroup*> orphans_;  // untracked groups still in a scheduler queue
   bool schedule_pending_ = false;
   std::uint64_t queue_stamp_ = 0;
 

@@ -95,8 +95,10 @@ void V0Replayer::write_queues(JsonWriter& w) {
 }
 
 void V0Replayer::drop_finished(const std::vector<v0::SequenceGroup*>& groups) {
-  for (v0::SequenceGroup* g : groups)
-    if (g->mark != queue_stamp_ && groups_.count(g->request_id)) drop_group(*g);
+  for (v0::SequenceGroup* g : groups) {
+    const auto it = groups_.find(g->request_id);
+    if (it != groups_.end() && it->second == g) drop_group(*g, g->mark == queue_stamp_);
+  }
 }
 
 void V0Replayer::op_schedule(JsonWriter& w) {
@@ -276,10 +278,22 @@ void V0Replayer::op_abort(JsonWriter& w) {
   for (Index e = JsonLine::first_child(ids), k = 0; k < json_[ids].size; ++k, e = json_.next(e))
     if (json_[e].type != Type::kString) throw OpError{"TypeError: ids must be strings"};
   for (Index e = JsonLine::first_child(ids), k = 0; k < json_[ids].size; ++k, e = json_.next(e)) {
-    const auto it = groups_.find(json_[e].s);
-    if (it == groups_.end()) continue;
-    v0::SequenceGroup& g = *it->second;
-    if (sched_->abort_group(g)) drop_group(g);
+    // vLLM's abort_seq_group looks in its queues: an untracked orphan is found there too.
+    v0::SequenceGroup* g = nullptr;
+    if (const auto it = groups_.find(json_[e].s); it != groups_.end()) {
+      g = it->second;
+    } else {
+      for (std::size_t i = 0; i < orphans_.size() && !g; ++i)
+        if (orphans_[i]->request_id == json_[e].s) g = orphans_[i];
+    }
+    if (!g || !sched_->abort_group(*g)) continue;
+    const auto orphan = std::find(orphans_.begin(), orphans_.end(), g);
+    if (orphan != orphans_.end()) {
+      orphans_.erase(orphan);
+      sched_->retire_group(*g);
+    } else {
+      drop_group(*g);
+    }
   }
   w.begin_object();
   write_queues(w);
