@@ -1,7 +1,11 @@
 // bench_replay: op-trace replay throughput, end to end (parse + execute + print) and for the core
 // alone, on seeded generated traces in kvm and sched mode. See bench/README.md.
 //
-//   bench_replay [--ops N] [--seed S] [--reps R]
+//   bench_replay [--ops N] [--seed S] [--reps R] [--write-v0-traces DIR]
+//
+// Modes: V1's kvm and sched traces, and vLLM V0's sched-mode traces with recompute (v0-rc) and
+// swap (v0-sw) preemption (--write-v0-traces DIR saves those two files, for replaying the same
+// traces in vLLM's own code).
 
 #include <chrono>
 #include <cstdio>
@@ -13,9 +17,12 @@
 #include <string_view>
 #include <vector>
 
+#include "core/v0/scheduler.h"
 #include "core/v1/scheduler.h"
+#include "sim/replay/v0_replayer.h"
 #include "sim/replay/v1_replayer.h"
 #include "trace_generator.h"
+#include "v0_trace_generator.h"
 
 using namespace kvsim;
 using namespace kvsim::bench;
@@ -28,10 +35,11 @@ double seconds_since(Clock::time_point t0) {
 }
 
 /// In-process end to end: split lines, parse, execute, render into a buffer flushed to /dev/null.
+template <class ReplayerT = V1Replayer>
 double time_end_to_end(const std::string& text, std::int64_t& errors) {
   std::FILE* sink = std::fopen("/dev/null", "wb");
   const auto t0 = Clock::now();
-  V1Replayer replayer;
+  ReplayerT replayer;
   OutBuf out;
   std::size_t start = 0;
   for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
@@ -132,7 +140,57 @@ double time_core_sched(const SchedTrace& t) {
   return seconds_since(t0);
 }
 
-double time_cli(const std::string& text, const char* tag) {
+/// The V0 trace's ops on the V0 Scheduler through EngineCore (the simulator's path; its clock
+/// ticks once per schedule from 0, as the trace's does).
+double time_core_v0(const V0SchedTrace& t) {
+  const auto t0 = Clock::now();
+  v0::V0Config c;
+  c.block_size = t.block_size;
+  c.num_gpu_blocks = t.num_gpu_blocks;
+  c.num_cpu_blocks = t.num_cpu_blocks;
+  c.enable_prefix_caching = true;
+  c.max_num_seqs = t.max_num_seqs;
+  c.max_num_batched_tokens = t.max_num_batched_tokens;
+  c.max_model_len = t.max_model_len;
+  if (t.swap) c.preemption_mode = v0::PreemptionMode::kSwap;
+  v0::Scheduler sched(c);
+  std::vector<std::unique_ptr<Request>> reqs;
+  SchedulerOutput out;
+  std::vector<RequestOutput> outputs;
+  for (const V0SchedOp& op : t.ops) {
+    switch (op.kind) {
+      case V0SchedOp::Kind::kAdd: {
+        SamplingLimits lim;
+        lim.max_tokens = op.max_tokens;
+        if (reqs.size() <= static_cast<std::size_t>(op.req))
+          reqs.resize(static_cast<std::size_t>(op.req) + 1);
+        reqs[static_cast<std::size_t>(op.req)] = std::make_unique<Request>(op.req, op.prompt, lim);
+        sched.add_request(*reqs[static_cast<std::size_t>(op.req)]);
+        break;
+      }
+      case V0SchedOp::Kind::kSchedule:
+        sched.schedule(out);
+        break;
+      case V0SchedOp::Kind::kUpdate:
+        for (const ScheduledRequest& s : out.scheduled)
+          s.request->sampled_token =
+              static_cast<Token>((s.request->num_tokens() * t.rule_mul + t.rule_add) % t.rule_mod);
+        sched.update_from_output(outputs);
+        for (const RequestOutput& o : outputs)
+          if (o.finished) reqs[static_cast<std::size_t>(o.request->index())].reset();
+        for (Request* r : out.ignored) reqs[static_cast<std::size_t>(r->index())].reset();
+        break;
+      case V0SchedOp::Kind::kAbort: {
+        auto& r = reqs[static_cast<std::size_t>(op.req)];
+        if (r && sched.abort_request(*r)) r.reset();
+        break;
+      }
+    }
+  }
+  return seconds_since(t0);
+}
+
+double time_cli(const std::string& text, const char* tag, const char* flags = "") {
   const auto path =
       std::filesystem::temp_directory_path() / (std::string("kvsim_bench_") + tag + ".jsonl");
   {
@@ -140,7 +198,7 @@ double time_cli(const std::string& text, const char* tag) {
     o << text;
   }
   const std::string cmd =
-      std::string(KVSIM_BINARY_DIR) + "/kvsim replay " + path.string() + " > /dev/null";
+      std::string(KVSIM_BINARY_DIR) + "/kvsim replay " + flags + path.string() + " > /dev/null";
   const auto t0 = Clock::now();
   const int rc = std::system(cmd.c_str());
   const double s = seconds_since(t0);
@@ -166,9 +224,12 @@ int main(int argc, char** argv) {
   std::int64_t num_ops = 1000000;
   std::uint64_t seed = 1;
   int reps = 5;
+  std::string v0_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view a = argv[i];
-    if (a == "--ops")
+    if (a == "--write-v0-traces")
+      v0_dir = argv[i + 1];
+    else if (a == "--ops")
       num_ops = std::atoll(argv[i + 1]);
     else if (a == "--seed")
       seed = std::strtoull(argv[i + 1], nullptr, 10);
@@ -200,6 +261,29 @@ int main(int argc, char** argv) {
     }
     std::printf("%-6s %10.0f %10.1f %14.0f %14.0f %14.0f%s\n", mode == 0 ? "kvm" : "sched", ops,
                 static_cast<double>(text.size()) / 1e6, ops / e2e, ops / cli, ops / core,
+                errors ? "  (ERROR LINES!)" : "");
+    if (errors) return 1;
+  }
+  for (int mode = 0; mode < 2; ++mode) {
+    const V0SchedTrace v0t = generate_v0_sched_trace(seed, num_ops, /*swap=*/mode == 1);
+    const char* tag = mode == 0 ? "v0-rc" : "v0-sw";
+    if (!v0_dir.empty()) {
+      std::ofstream o(std::filesystem::path(v0_dir) / (std::string(tag) + ".jsonl"),
+                      std::ios::binary);
+      o << v0t.text;
+    }
+    const auto ops = static_cast<double>(v0t.ops.size());
+    std::int64_t errors = 0;
+    const double e2e = best_of(reps, [&] { return time_end_to_end<V0Replayer>(v0t.text, errors); });
+    const double cli =
+        best_of(reps, [&] { return time_cli(v0t.text, tag, "--profile vllm-0.7.2-v0 "); });
+    const double core = best_of(reps, [&] { return time_core_v0(v0t); });
+    if (cli < 0) {
+      std::fprintf(stderr, "bench_replay: kvsim replay failed on the %s trace\n", tag);
+      return 1;
+    }
+    std::printf("%-6s %10.0f %10.1f %14.0f %14.0f %14.0f%s\n", tag, ops,
+                static_cast<double>(v0t.text.size()) / 1e6, ops / e2e, ops / cli, ops / core,
                 errors ? "  (ERROR LINES!)" : "");
     if (errors) return 1;
   }
