@@ -148,7 +148,7 @@ double time_core_v0(const V0SchedTrace& t) {
   c.block_size = t.block_size;
   c.num_gpu_blocks = t.num_gpu_blocks;
   c.num_cpu_blocks = t.num_cpu_blocks;
-  c.enable_prefix_caching = true;
+  c.enable_prefix_caching = !t.swap;
   c.max_num_seqs = t.max_num_seqs;
   c.max_num_batched_tokens = t.max_num_batched_tokens;
   c.max_model_len = t.max_model_len;

@@ -36,8 +36,8 @@ V0SchedTrace generate_v0_sched_trace(std::uint64_t seed, std::int64_t num_ops, b
        ",\"max_num_seqs\":" + std::to_string(t.max_num_seqs) +
        ",\"max_num_batched_tokens\":" + std::to_string(t.max_num_batched_tokens) +
        ",\"max_model_len\":" + std::to_string(t.max_model_len) +
-       ",\"enable_prefix_caching\":true,\"preemption_mode\":" + (swap ? "\"swap\"" : "null") +
-       "}\n";
+       ",\"enable_prefix_caching\":" + (swap ? "false" : "true") +
+       ",\"preemption_mode\":" + (swap ? "\"swap\"" : "null") + "}\n";
   const std::string rule = "{\"op\":\"update\",\"rule\":{\"mul\":" + std::to_string(t.rule_mul) +
                            ",\"add\":" + std::to_string(t.rule_add) +
                            ",\"mod\":" + std::to_string(t.rule_mod) + "}}\n";
