@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "replay/mutate_line.h"
 #include "sim/replay/v0_replayer.h"
 #include "sim_test_util.h"
 
@@ -170,31 +171,12 @@ TEST_CASE("randomly mutated V0 traces never crash and answer one line per op", "
   }
   REQUIRE(corpus.size() > 3000);
   std::mt19937_64 rng(2024);
-  const std::string alphabet = "{}[]\",:0123456789-.eE truefalsnul\\";
   for (int round = 0; round < 12; ++round) {
     kvsim::V0Replayer r(kvsim::ReplayOptions{true});
     std::string out;
     std::int64_t answered = 0;
     for (std::size_t i = 0; i < corpus.size(); i += 1 + rng() % 3) {
-      std::string line = corpus[i];
-      const int edits = static_cast<int>(rng() % 4);
-      for (int e = 0; e < edits && !line.empty(); ++e) {
-        const std::size_t pos = rng() % line.size();
-        switch (rng() % 4) {
-          case 0:
-            line[pos] = alphabet[rng() % alphabet.size()];
-            break;
-          case 1:
-            line.erase(pos, 1 + rng() % 8);
-            break;
-          case 2:
-            line.insert(pos, 1, alphabet[rng() % alphabet.size()]);
-            break;
-          default:
-            line.resize(pos);
-            break;
-        }
-      }
+      const std::string line = kvsim::test::mutate_line(corpus[i], rng);
       const std::size_t before = std::count(out.begin(), out.end(), '\n');
       const bool a = r.process_line(line, out);
       REQUIRE(std::count(out.begin(), out.end(), '\n') - before == (a ? 1u : 0u));
