@@ -118,6 +118,9 @@ class Scheduler final : public EngineCore {
   // scheduler_policies.cpp
   void schedule_default(SchedulerOutputs& out);
   void schedule_chunked_prefill(SchedulerOutputs& out);
+  static void finish_outputs(const Budget& budget, const PrefillOutputs& prefills,
+                             const RunningOutputs& running, const SwappedOutputs& swapped,
+                             SchedulerOutputs& out);
   void schedule_running(Budget& budget, bool enable_chunking, RunningOutputs& ret);
   void schedule_swapped(Budget& budget, bool enable_chunking, SwappedOutputs& ret);
   void schedule_prefills(Budget& budget, bool enable_chunking, PrefillOutputs& ret);

@@ -245,6 +245,25 @@ void Scheduler::schedule_priority_preemption(Budget& budget) {
 
 // ---- the two policies -----------------------------------------------------------------------
 
+/// The parts of SchedulerOutputs both policies fill alike (vLLM builds them the same way at the
+/// end of _schedule_default and _schedule_chunked_prefill): tokens, block moves, ignored groups,
+/// preemptions.
+void Scheduler::finish_outputs(const Budget& budget, const PrefillOutputs& prefills,
+                               const RunningOutputs& running, const SwappedOutputs& swapped,
+                               SchedulerOutputs& out) {
+  out.num_batched_tokens = budget.num_batched_tokens + budget.num_cached_tokens;
+  out.blocks_to_swap_in = swapped.blocks_to_swap_in;
+  out.blocks_to_swap_out = running.blocks_to_swap_out;
+  out.blocks_to_copy = running.blocks_to_copy;
+  out.blocks_to_copy.insert(out.blocks_to_copy.end(), swapped.blocks_to_copy.begin(),
+                            swapped.blocks_to_copy.end());
+  out.ignored = prefills.ignored;
+  out.ignored.insert(out.ignored.end(), swapped.infeasible.begin(), swapped.infeasible.end());
+  out.preempted = static_cast<std::int64_t>(running.preempted.size() + running.swapped_out.size());
+  out.recomputed = running.preempted;
+  out.swapped_out = running.swapped_out;
+}
+
 void Scheduler::schedule_default(SchedulerOutputs& out) {
   Budget budget{config_.max_num_batched_tokens, config_.max_num_seqs, budget_mark_};
   for (SequenceGroup* g : running_) budget.add_num_seqs(*g, g->get_max_num_running_seqs());
@@ -280,17 +299,7 @@ void Scheduler::schedule_default(SchedulerOutputs& out) {
   emit(out, running.decode_seq_groups, Source::kRunning);
   emit(out, swapped.decode_seq_groups, Source::kSwapped);
   out.num_prefill_groups = static_cast<std::int64_t>(prefills.seq_groups.size());
-  out.num_batched_tokens = budget.num_batched_tokens + budget.num_cached_tokens;
-  out.blocks_to_swap_in = swapped.blocks_to_swap_in;
-  out.blocks_to_swap_out = running.blocks_to_swap_out;
-  out.blocks_to_copy = running.blocks_to_copy;
-  out.blocks_to_copy.insert(out.blocks_to_copy.end(), swapped.blocks_to_copy.begin(),
-                            swapped.blocks_to_copy.end());
-  out.ignored = prefills.ignored;
-  out.ignored.insert(out.ignored.end(), swapped.infeasible.begin(), swapped.infeasible.end());
-  out.preempted = static_cast<std::int64_t>(running.preempted.size() + running.swapped_out.size());
-  out.recomputed = running.preempted;
-  out.swapped_out = running.swapped_out;
+  finish_outputs(budget, prefills, running, swapped, out);
 }
 
 void Scheduler::schedule_chunked_prefill(SchedulerOutputs& out) {
@@ -326,17 +335,7 @@ void Scheduler::schedule_chunked_prefill(SchedulerOutputs& out) {
   out.num_prefill_groups =
       static_cast<std::int64_t>(prefills.seq_groups.size() + swapped.prefill_seq_groups.size() +
                                 running.prefill_seq_groups.size());
-  out.num_batched_tokens = budget.num_batched_tokens + budget.num_cached_tokens;
-  out.blocks_to_swap_in = swapped.blocks_to_swap_in;
-  out.blocks_to_swap_out = running.blocks_to_swap_out;
-  out.blocks_to_copy = running.blocks_to_copy;
-  out.blocks_to_copy.insert(out.blocks_to_copy.end(), swapped.blocks_to_copy.begin(),
-                            swapped.blocks_to_copy.end());
-  out.ignored = prefills.ignored;
-  out.ignored.insert(out.ignored.end(), swapped.infeasible.begin(), swapped.infeasible.end());
-  out.preempted = static_cast<std::int64_t>(running.preempted.size() + running.swapped_out.size());
-  out.recomputed = running.preempted;
-  out.swapped_out = running.swapped_out;
+  finish_outputs(budget, prefills, running, swapped, out);
 }
 
 }  // namespace kvsim::v0
