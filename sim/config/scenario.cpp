@@ -19,13 +19,20 @@ std::string flow_text(const YAML::Node& node) {
   return e.c_str();
 }
 
-/// The KV pool: from the model and memory budget (s.plan), else from the cache's block count.
+/// The KV pool: from the model and memory budget by the profile's release rules (s.plan, with
+/// that release's start-up check that one max_model_len request fits), else from the cache's
+/// block count. Needs the engine, model, hardware, cache and scheduler sections parsed.
 void size_pool(Scenario& s) {
   const std::int64_t bs = s.cache.sizing.block_size;
   CacheSizingConfig sizing = s.cache.sizing;
   if (s.cache.capacity_tokens) sizing.num_gpu_blocks_override = *s.cache.capacity_tokens / bs;
   if (s.model) {
-    s.plan = plan_kv_cache(*s.model, s.hardware, sizing, s.file);
+    const KVSizingRules rules = kv_sizing_rules_for_profile(profile_name(s.engine.profile))
+                                    .value_or(KVSizingRules::kV072Uniform);
+    PoolRequest request;
+    request.max_model_len = s.scheduler.max_model_len;
+    request.max_num_batched_tokens = s.scheduler.max_num_batched_tokens;
+    s.plan = plan_kv_pool(*s.model, s.hardware, sizing, request, rules, s.file);
     s.num_gpu_blocks = s.plan->sizing.num_gpu_blocks;
   } else if (sizing.num_gpu_blocks_override) {
     s.num_gpu_blocks = *sizing.num_gpu_blocks_override;
@@ -163,9 +170,9 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
     throw ConfigError(file + ": model: required in timed mode (the latency model needs it)");
   s.hardware = load_hardware(root["hardware"], top.child("hardware"));
   s.cache = parse_cache(root["cache"], top.child("cache"), timed);
-  size_pool(s);
   s.scheduler =
       parse_scheduler(root["scheduler"], top.child("scheduler"), s.model ? &*s.model : nullptr);
+  size_pool(s);
   if (const auto bad = check_engine_params(s.engine_params())) {
     // A setting the profile's release does not have: at the key where the scenario gives it.
     const std::string section(bad->key.substr(0, bad->key.find('.')));

@@ -87,7 +87,7 @@ struct Scenario {
   OutputsConfig outputs;
   std::vector<SweepAxis> sweep;
   std::int64_t num_gpu_blocks = 0;  // the pool actually used
-  std::optional<KVCachePlan> plan;  // when sized from a model and memory budget
+  std::optional<KVCachePlan> plan;  // when sized from a model: plan_kv_pool by the profile's rules
 
   /// The core's cache configuration.
   [[nodiscard]] KVCacheConfig kv_cache_config() const;

@@ -22,7 +22,9 @@ std::optional<std::int64_t> ServerAdmission::engine_max_tokens(
 ServerAdmission server_admission(Profile profile) {
   switch (profile) {
     case Profile::kVllm072:
-    case Profile::kVllm085:  // _validate_input unchanged (v0.8.5.post1 serving_engine.py:214-267)
+    case Profile::kVllm072V0:  // the same server in front of the V0 engine (its empty-prompt check:
+                               // engine/llm_engine.py _validate_model_inputs)
+    case Profile::kVllm085:    // _validate_input unchanged (v0.8.5.post1 serving_engine.py:214-267)
       return kRefuseOverflowAdmission;
     case Profile::kOrcaMax:
     case Profile::kOrcaPow2:

@@ -2,7 +2,8 @@
 // ServerAdmission: what vLLM's OpenAI server does with a request before the engine sees it --
 // refuse it, or hand the engine a max_tokens. A named policy per release (kRefuseOverflowAdmission,
 // kClampOverflowAdmission), selected by the profile (server_admission(profile)); the simulator
-// applies it at each arrival. The contiguous orca-* baselines are served like vLLM v0.7.2.
+// applies it at each arrival. vllm-0.7.2-v0 has v0.7.2's server; the contiguous orca-* baselines
+// are served like vLLM v0.7.2.
 //
 // vLLM v0.7.2 and v0.8.5.post1 (the same code): the server's _validate_input
 // (vllm/entrypoints/openai/serving_engine.py:238-252 at v0.7.2, :251-265 at v0.8.5.post1) refuses
@@ -39,7 +40,7 @@ struct ServerAdmission {
                                                 std::int64_t max_model_len) const;
 };
 
-/// vLLM v0.7.2 and v0.8.5.post1: refuse prompt + max_tokens > max_model_len.
+/// vLLM v0.7.2 (V1 and V0) and v0.8.5.post1: refuse prompt + max_tokens > max_model_len.
 inline constexpr ServerAdmission kRefuseOverflowAdmission{ServerAdmission::Overflow::kRefuse};
 /// vLLM v0.20 (no profile yet): clamp max_tokens to max_model_len - prompt.
 inline constexpr ServerAdmission kClampOverflowAdmission{ServerAdmission::Overflow::kClamp};
