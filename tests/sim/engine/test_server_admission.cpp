@@ -54,7 +54,7 @@ TEST_CASE("v0.7.2's server refuses by whether the client sent max_tokens", "[sim
 }
 
 TEST_CASE(
-    "every profile names its server's rule: v0.7.2's for both vLLM releases and the "
+    "every profile names its server's rule: v0.7.2's for every vLLM profile and the "
     "contiguous baselines",
     "[sim]") {
   for (const ProfileInfo& p : profiles()) {
