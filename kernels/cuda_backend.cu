@@ -26,6 +26,10 @@ class CudaBackend final : public AttentionBackend {
     KVSIM_CUDA_CHECK(cudaMemset(pool_.get(), 0xff, pool_bytes()));
   }
   const kv_pool_shape& pool_shape() const override { return shape_; }
+  std::int64_t pool_resident_bytes() const override {
+    return static_cast<std::int64_t>(pool_bytes());
+  }
+  void clear_pool() override { KVSIM_CUDA_CHECK(cudaMemset(pool_.get(), 0xff, pool_bytes())); }
 
   void write_kv(const void* key, const void* value, const std::int64_t* slot_mapping,
                 std::int64_t num_tokens) override {
