@@ -53,6 +53,16 @@ class CpuBackend final : public AttentionBackend {
     held_blocks_ = 0;
   }
 
+  void release_block(std::int64_t block) override {
+    KVSIM_KERNELS_CHECK(block >= 0 && block < shape_.num_blocks,
+                        "block " + std::to_string(block) + " out of range");
+    auto& mine = storage_[static_cast<std::size_t>(block)];
+    if (!mine) return;
+    mine.reset();
+    base_[static_cast<std::size_t>(block)] = nan_block_.get();
+    --held_blocks_;
+  }
+
   void write_kv(const void* key, const void* value, const std::int64_t* slot_mapping,
                 std::int64_t num_tokens) override {
     const std::int64_t num_slots = std::int64_t{shape_.num_blocks} * shape_.block_size;

@@ -26,9 +26,9 @@ bool cuda_device_available();
 struct attention_batch {
   const std::int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
   std::int32_t max_blocks_per_seq = 0;
-  const std::int32_t* seq_lens = nullptr;      // [num_seqs], including this step's new tokens
+  const std::int32_t* seq_lens = nullptr;  // [num_seqs], including this step's new tokens
   std::int32_t num_seqs = 0;
-  const std::int32_t* q_indptr = nullptr;      // [num_seqs + 1]; nullptr = decode (1 row per seq)
+  const std::int32_t* q_indptr = nullptr;  // [num_seqs + 1]; nullptr = decode (1 row per seq)
   std::int32_t num_q_heads = 0;
   float scale = 1.0f;
 
@@ -53,6 +53,9 @@ class AttentionBackend {
   /// Forgets every block's content (every element reads as NaN again, as after init_pool); the
   /// CPU backend frees the blocks' storage. O(blocks held).
   virtual void clear_pool() = 0;
+  /// Forgets block `block`'s content (it reads as NaN again); the CPU backend frees its storage.
+  /// Throws std::invalid_argument for a block past the pool. O(1) (CPU), O(block) (CUDA).
+  virtual void release_block(std::int64_t block) = 0;
 
   /// reshape_and_cache: key/value `[num_tokens, Hkv, D]` (pool dtype) into slots
   /// `slot_mapping[num_tokens]` (block_id * block_size + offset; negative = skip). Throws

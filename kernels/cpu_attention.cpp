@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -16,24 +17,44 @@ constexpr float kLog2e = 1.4426950408889634f;
 template <typename T>
 float to_f(T x);
 template <>
-float to_f<float>(float x) { return x; }
+float to_f<float>(float x) {
+  return x;
+}
 template <>
-float to_f<half_bits>(half_bits x) { return half_to_float(x); }
+float to_f<half_bits>(half_bits x) {
+  return half_to_float(x);
+}
 template <>
-float to_f<bf16_bits>(bf16_bits x) { return bf16_to_float(x); }
+float to_f<bf16_bits>(bf16_bits x) {
+  return bf16_to_float(x);
+}
 
 template <typename T>
 T from_f(float x);
 template <>
-float from_f<float>(float x) { return x; }
+float from_f<float>(float x) {
+  return x;
+}
 template <>
-half_bits from_f<half_bits>(float x) { return float_to_half(x); }
+half_bits from_f<half_bits>(float x) {
+  return float_to_half(x);
+}
 template <>
-bf16_bits from_f<bf16_bits>(float x) { return float_to_bf16(x); }
+bf16_bits from_f<bf16_bits>(float x) {
+  return float_to_bf16(x);
+}
 
 void check_view(const paged_kv_view& kv) {
   KVSIM_KERNELS_CHECK(kv.pool != nullptr || kv.block_base != nullptr, "pool is null");
   KVSIM_KERNELS_CHECK(kv.block_size > 0 && kv.num_kv_heads > 0 && kv.head_size > 0, "bad shape");
+}
+
+// Four floats as one value (GCC/Clang vector extension: a SIMD register on any target).
+typedef float Vec4 __attribute__((vector_size(16)));
+inline Vec4 load4(const float* p) {
+  Vec4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
 
 // Keys per tile: scores of a tile are one fixed-length loop per head dimension (vectorized), and
@@ -86,22 +107,43 @@ void attend_chunk(const float* qf, std::int64_t c0, std::int64_t c1, int d, Scra
     const std::int64_t n = std::min(kTile, c1 - t0);
     const float* kt = w.kt.data() + (t0 - c0) * d;  // tile-aligned: (t0 - c0) % kTile == 0
     float* sc = w.scores;
-    std::fill(sc, sc + kTile, 0.0f);
-    for (int e = 0; e < d; ++e) {
-      const float qe = qf[e];
-      const float* ke = kt + e * kTile;
-      for (std::int64_t j = 0; j < kTile; ++j) sc[j] += qe * ke[j];
+    {  // the tile's scores in kTile / 4 registers, one independent sum each
+      Vec4 s[kTile / 4] = {};
+      for (int e = 0; e < d; ++e) {
+        const float qe = qf[e];
+        const float* ke = kt + e * kTile;
+        for (std::int64_t k = 0; k < kTile / 4; ++k) s[k] += qe * load4(ke + 4 * k);
+      }
+      std::memcpy(sc, s, sizeof s);
     }
     float m_new = m;
     for (std::int64_t j = 0; j < n; ++j) m_new = sc[j] > m_new ? sc[j] : m_new;
     const float correction = std::exp2(m - m_new);  // 0 for the first tile (m = -inf)
     l *= correction;
-    for (int e = 0; e < d; ++e) acc[e] *= correction;
     for (std::int64_t j = 0; j < n; ++j) {
-      const float p = std::exp2(sc[j] - m_new);
-      l += p;
-      const float* vrow = w.v.data() + (t0 - c0 + j) * d;
-      for (int e = 0; e < d; ++e) acc[e] += p * vrow[e];
+      sc[j] = std::exp2(sc[j] - m_new);  // the tile's probabilities, in place of its scores
+      l += sc[j];
+    }
+    // acc = acc * correction + P V, 32 (then 4) dimensions at a time in registers that stay there
+    // over the tile's keys, one independent sum each (the last d % 4 one by one).
+    const float* v = w.v.data() + (t0 - c0) * d;
+    int e0 = 0;
+    for (; e0 + 32 <= d; e0 += 32) {
+      Vec4 a[8];
+      for (int k = 0; k < 8; ++k) a[k] = load4(acc + e0 + 4 * k) * correction;
+      for (std::int64_t j = 0; j < n; ++j)
+        for (int k = 0; k < 8; ++k) a[k] += sc[j] * load4(v + j * d + e0 + 4 * k);
+      std::memcpy(acc + e0, a, sizeof a);
+    }
+    for (; e0 + 4 <= d; e0 += 4) {
+      Vec4 a = load4(acc + e0) * correction;
+      for (std::int64_t j = 0; j < n; ++j) a += sc[j] * load4(v + j * d + e0);
+      std::memcpy(acc + e0, &a, sizeof a);
+    }
+    for (; e0 < d; ++e0) {
+      float a = acc[e0] * correction;
+      for (std::int64_t j = 0; j < n; ++j) a += sc[j] * v[j * d + e0];
+      acc[e0] = a;
     }
     m = m_new;
   }

@@ -201,7 +201,7 @@ TEST_CASE("the cpu backend starts from a NaN pool and round-trips writes", "[ker
 
 namespace kvsim::kernels::testing {
 
-TEST_CASE("the cpu backend holds only written blocks, reads others as NaN and clears", "[kernels]") {
+TEST_CASE("the cpu backend holds only written blocks, reads others as NaN, releases and clears", "[kernels]") {
   auto backend = make_attention_backend(BackendKind::kCpu);
   const kv_pool_shape shape{DType::kBF16, 1000, 8, 2, 64};
   const std::int64_t block_bytes = 2 * 8 * 2 * 64 * 2;
@@ -239,6 +239,21 @@ TEST_CASE("the cpu backend holds only written blocks, reads others as NaN and cl
   std::int64_t written = 0;
   for (const float x : dense) written += std::isnan(x) ? 0 : 1;
   CHECK(written == 3 * 2 * 2 * 64);  // 3 tokens x K and V x 2 heads x 64
+
+  // Releasing block 900 frees it alone: block 7 still reads its tokens, 900 reads NaN again.
+  backend->release_block(900);
+  CHECK(backend->pool_resident_bytes() == block_bytes);
+  backend->release_block(900);  // not held: nothing
+  CHECK(backend->pool_resident_bytes() == block_bytes);
+  for (const float x : run({7}, 2)) CHECK(x == 0.25f);
+  for (const float x : run({900}, 6)) CHECK(std::isnan(x));
+  CHECK_THROWS_AS(backend->release_block(1000), std::invalid_argument);
+  CHECK_THROWS_AS(backend->release_block(-1), std::invalid_argument);
+  const std::int64_t first_of_900 = 900 * 8;
+  backend->write_kv(enc.data(), enc.data(), &first_of_900, 1);  // written again: held again
+  CHECK(backend->pool_resident_bytes() == 2 * block_bytes);
+  for (const float x : run({900}, 1)) CHECK(x == 0.25f);
+  for (const float x : run({900}, 6)) CHECK(std::isnan(x));  // slot 5's old token is gone
 
   backend->clear_pool();
   CHECK(backend->pool_resident_bytes() == 0);
