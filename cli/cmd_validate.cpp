@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
 #include "cli/cli_args.h"
 #include "cli/commands.h"
+#include "kernels/backend.h"
 #include "sim/common/errors.h"
-#include "sim/config/scenario.h"
 #include "sim/common/yaml_util.h"
+#include "sim/config/scenario.h"
 #include "validate/validate_run.h"
 
 namespace kvsim::cli {
@@ -36,7 +36,8 @@ constexpr const char* kValidateUsage =
     "  --backend cpu|cuda         kernel backend (default: the scenario's validate.backend, cpu)\n"
     "  --sample-every N           check steps 0, N, 2N, ... (default: "
     "validate.sample_every_steps,\n"
-    "                             or every step when the scenario sets no sampling)\n"
+    "                             or, when the scenario sets no sampling, 200 steps spread over\n"
+    "                             the run, with preemptions and prefix hits among them)\n"
     "  --sample-prob P            check each step with probability P (seeded by the scenario "
     "seed)\n"
     "  --dtype bf16|fp16          KV/Q/O dtype (default: validate.dtype, auto = the KV cache "
@@ -147,6 +148,13 @@ int validate(const Args& args) {
   validate::ValidationOptions opts = validate::options_from_scenario(scenario);
   if (repeats) opts.repeats = static_cast<std::int32_t>(*repeats);
   if (warmup) opts.warmup = static_cast<std::int32_t>(*warmup);
+  if (!quiet) {
+    opts.announce = [](const std::string& line) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    };
+    opts.progress = validate::terminal_progress(stderr);  // nothing unless stderr is a terminal
+  }
 
   const validate::ValidationRunResult r =
       validate::run_validation(scenario, out_dir, opts, {}, calibration);

@@ -10,8 +10,8 @@
 
 #include "kernels/backend.h"
 #include "sim/common/errors.h"
-#include "sim/engine/latency_model.h"
 #include "sim/config/scenario.h"
+#include "sim/engine/latency_model.h"
 #include "validate/kv_content.h"
 #include "validate/validate_run.h"
 #include "validate_test_util.h"
@@ -262,24 +262,6 @@ TEST_CASE("exported calibration rows are read by kvsim calibrate's reader", "[va
   }
   const LatencyFit fit = fit_latency(batches, times);
   CHECK(fit.rows == r.summary.steps_sampled);
-}
-
-TEST_CASE("validation refuses a pool over the memory limit and says how to shrink it",
-          "[validate]") {
-  const Scenario s = load_scenario(kSmall, {"cache.num_gpu_blocks_override=100000"});
-  ValidationOptions o = cpu_options();
-  o.max_pool_bytes = 64 << 20;
-  try {
-    ValidationHarness h(s, o);
-    FAIL("no ConfigError");
-  } catch (const ConfigError& e) {
-    const std::string msg = e.what();
-    CHECK(msg.find("GiB limit") != std::string::npos);
-    CHECK(msg.find("--set cache.num_gpu_blocks_override=") != std::string::npos);
-    CHECK(msg.find('\n') == std::string::npos);
-  }
-  o.max_pool_bytes = std::int64_t{2} << 30;
-  CHECK_NOTHROW(ValidationHarness(s, o));
 }
 
 TEST_CASE("validation refuses cache_only scenarios and a cuda backend without a device",
