@@ -8,46 +8,27 @@
 #include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "sim/common/errors.h"
-#include "sim/engine/latency_model.h"
 #include "sim/common/yaml_util.h"
+#include "sim/engine/latency_model.h"
 
 namespace kvsim::cli {
 
 namespace {
-constexpr const char* kUsage =
-    "usage: kvsim calibrate MEASUREMENTS.csv -o model.yaml\n"
-    "\n"
-    "Fits step_time_us = c0 + c1*prefill_tokens + c2*decode_tokens + c3*sum_context_tokens\n"
-    "                    + c4*sum_context_sq + c5*num_seqs\n"
+constexpr const char* kAbout =
+    "Fits step_time_us = c0 + c1*prefill_tokens + c2*decode_tokens\n"
+    "                    + c3*sum_context_tokens + c4*sum_context_sq + c5*num_seqs\n"
     "by least squares. MEASUREMENTS.csv has a header with num_seqs, prefill_tokens, "
-    "decode_tokens,\n"
-    "sum_context_tokens, sum_context_sq and step_time_us (one row per measured step). The output "
-    "is\n"
-    "read by a scenario's  latency: {model: fitted, file: model.yaml}.\n";
+    "decode_tokens, sum_context_tokens, sum_context_sq and step_time_us (one row per measured "
+    "step). The output is read by a scenario's  latency: {model: fitted, file: model.yaml}.";
 }  // namespace
 
 int calibrate(const Args& args) {
   std::string input, output;
-  static constexpr std::string_view kFlags[] = {"--output", "--help"};
-  ArgParser cli(args, "calibrate", kFlags);
-  while (cli.next()) {
-    if (cli.is("-h", "--help")) {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (cli.is("-o", "--output"))
-      output = cli.value();
-    else if (!cli.is_flag() && input.empty())
-      input = cli.arg();
-    else if (!cli.is_flag())
-      throw ConfigError(
-          fmt::format("unexpected argument '{}' (one MEASUREMENTS.csv only)", cli.arg()));
-    else
-      cli.unknown();
-  }
-  if (input.empty())
-    throw ConfigError(std::string("calibrate: MEASUREMENTS.csv is required\n") + kUsage);
-  if (output.empty()) throw ConfigError("calibrate: -o model.yaml is required");
+  CommandLine cl("calibrate", "MEASUREMENTS.csv -o model.yaml", kAbout);
+  cl.positional("MEASUREMENTS.csv", text(&input, "MEASUREMENTS.csv"));
+  cl.options()("output,o", text(&output, "FILE"), "the fitted model's YAML file (required)");
+  if (!cl.parse(args)) return 0;
+  if (output.empty()) throw cl.error("-o model.yaml is required");
   std::vector<BatchFeatures> batches;
   std::vector<double> times;
   read_measurements_csv(input, batches, times);

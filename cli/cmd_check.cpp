@@ -5,60 +5,40 @@
 #include <string>
 #include <string_view>
 
-#include "sim/check/check.h"
 #include "cli/cli_args.h"
 #include "cli/commands.h"
+#include "sim/check/check.h"
 #include "sim/common/errors.h"
 
 namespace kvsim::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: kvsim check RUN_DIR --baseline FILE [--update-baseline [--scenario YAML]] [--all]\n"
-    "\n"
-    "Compares RUN_DIR's summary.json with a baseline and prints the metrics that moved.\n"
-    "  RUN_DIR            a run folder, or a summary.json\n"
-    "  --baseline FILE    a baseline YAML (scenarios/baselines/NAME.yaml), another run folder,\n"
-    "                     or its summary.json\n"
-    "  --update-baseline  write RUN_DIR's metrics into the baseline YAML (kept rules and header)\n"
-    "  --scenario YAML    the scenario a new baseline's header names for regenerating it\n"
-    "                     (default: the file under ./scenarios/ with the run's name)\n"
-    "  --all              print every metric, not only those that moved\n"
-    "Rules: exact for counters (prefix_cache_hits, num_preemptions, ...), rel 0.02 for *_ms and\n"
+constexpr const char* kAbout =
+    "Compares RUN_DIR's summary.json (RUN_DIR: a run folder, or a summary.json) with a baseline "
+    "and prints the metrics that moved.\n"
+    "Rules: exact for counters (prefix_cache_hits, num_preemptions, ...), rel 0.02 for *_ms and "
     "throughputs, abs 1e-9 for hit rates; a baseline YAML may set its own per metric.\n"
-    "Exit status: 0 pass, 1 regression, 2 bad input.\n";
-
-constexpr std::string_view kFlags[] = {"--baseline", "--scenario", "--update-baseline", "--all",
-                                       "--help"};
+    "Exit status: 0 pass, 1 regression, 2 bad input.";
 
 }  // namespace
 
 int check(const Args& args) {
   std::string run_dir, baseline, scenario;
   bool update = false, all_rows = false;
-  ArgParser cli(args, "check", kFlags);
-  while (cli.next()) {
-    if (cli.is("--help", "-h")) {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (cli.is("--baseline")) {
-      baseline = cli.value();
-    } else if (cli.is("--scenario")) {
-      scenario = cli.value();
-    } else if (cli.is("--update-baseline")) {
-      update = true;
-    } else if (cli.is("--all")) {
-      all_rows = true;
-    } else if (!cli.is_flag() && run_dir.empty()) {
-      run_dir = cli.arg();
-    } else {
-      cli.unknown();
-    }
-  }
-  if (run_dir.empty() || baseline.empty()) {
-    std::fputs(kUsage, stderr);
-    return kExitUsage;
-  }
+  CommandLine cl("check", "RUN_DIR --baseline FILE [options]", kAbout);
+  cl.positional("RUN_DIR", text(&run_dir, "RUN_DIR"));
+  cl.options()  //
+      ("baseline", text(&baseline, "FILE"),
+       "a baseline YAML (scenarios/baselines/NAME.yaml), another run folder, or its summary.json "
+       "(required)")  //
+      ("update-baseline", flag(&update),
+       "write RUN_DIR's metrics into the baseline YAML (kept rules and header)")  //
+      ("scenario", text(&scenario, "YAML"),
+       "the scenario a new baseline's header names for regenerating it (default: the file under "
+       "./scenarios/ with the run's name)")  //
+      ("all", flag(&all_rows), "print every metric, not only those that moved");
+  if (!cl.parse(args)) return 0;
+  if (baseline.empty()) throw cl.error("--baseline FILE is required");
 
   const MetricSet current = load_metric_set(run_dir);
   const std::filesystem::path baseline_path(baseline);

@@ -1,5 +1,6 @@
-// kvsim plot RUN_DIR... [-o OUT_DIR]: runs plots/kvsim_plot.py under Debian's Python (which has
-// matplotlib) with MPLBACKEND=Agg, passing the arguments through, and returns its exit status.
+// kvsim plot RUN_DIR... [-o OUT_DIR]: checks the arguments against the options below, then runs
+// plots/kvsim_plot.py under Debian's Python (which has matplotlib) with MPLBACKEND=Agg, passing
+// them on (long flags, then `--` and the folders), and returns its exit status.
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -9,11 +10,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "sim/common/errors.h"
+#include "sim/common/yaml_util.h"
 
 extern char** environ;
 
@@ -58,6 +62,29 @@ fs::path find_plots_dir() {
 }  // namespace
 
 int plot(const Args& args) {
+  CommandLine cl("plot", "RUN_DIR... [options]",
+                 "Figures (PNG + SVG) and an index.html of run folders (or summary.json files) and "
+                 "sweep folders; several runs or a sweep give comparisons (plots/README.md).");
+  std::vector<std::string> paths;
+  std::optional<std::string> out, formats, heatmap_keys;
+  std::optional<std::int64_t> max_points;
+  bool per_run = false, quiet = false;
+  cl.positional("RUN_DIR", texts(&paths, "RUN_DIR"), -1);
+  cl.options()  //
+      ("out,o", text(&out, "OUT_DIR"),
+       "output folder (default: RUN_DIR/plots for one run or one sweep, ./plots-compare for "
+       "several)")  //
+      ("format", text(&formats, "LIST"),
+       "comma-separated image formats: png, svg, pdf (default: png,svg)")  //
+      ("max-points", integer(&max_points, 10, kIntMax, "N"),
+       "steps.csv rows are averaged into at most N points (default: 3000)")  //
+      ("heatmap-keys", text(&heatmap_keys, "ROWS,COLS"),
+       "the two swept keys a sweep heatmap is drawn over (full or short names, e.g. "
+       "block_size,enable_prefix_caching; default: the first two)")  //
+      ("per-run", flag(&per_run),
+       "when comparing, also draw each run's own figures under OUT_DIR/runs/")  //
+      ("quiet,q", flag(&quiet), "print only errors");
+  if (!cl.parse(args)) return 0;
   if (::access(kPython, X_OK) != 0) {
     throw ConfigError(std::string(kPython) +
                       " not found: kvsim plot needs Debian's Python 3 with matplotlib "
@@ -65,8 +92,19 @@ int plot(const Args& args) {
   }
   const fs::path script = find_plots_dir() / kScript;
 
+  // The options as the script's argparse reads them, then the folders.
   std::vector<std::string> argv_s = {kPython, script.string()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  const auto pass = [&](const char* name, const std::optional<std::string>& v) {
+    if (v) argv_s.push_back(std::string(name) + "=" + *v);  // '=': a value may start with '-'
+  };
+  pass("--out", out);
+  pass("--format", formats);
+  if (max_points) pass("--max-points", std::to_string(*max_points));
+  pass("--heatmap-keys", heatmap_keys);
+  if (per_run) argv_s.push_back("--per-run");
+  if (quiet) argv_s.push_back("--quiet");
+  argv_s.push_back("--");
+  argv_s.insert(argv_s.end(), paths.begin(), paths.end());
   std::vector<char*> argv;
   for (std::string& s : argv_s) argv.push_back(s.data());
   argv.push_back(nullptr);

@@ -1,53 +1,44 @@
-// kvsim replay [FILE|-] [--check-invariants]: op-trace replay (shared/spec/ops-format.md).
+// kvsim replay [FILE|-] [--profile NAME] [--check-invariants]: op-trace replay
+// (shared/spec/ops-format.md).
 
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "sim/common/errors.h"
+#include "sim/common/yaml_util.h"
 #include "sim/replay/replayer.h"
 
 namespace kvsim::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: kvsim replay [FILE|-] [--check-invariants]\n"
-    "Reads an op trace (JSON Lines, one op per line) and writes one JSON result line per op.\n"
-    "  --check-invariants   verify the pool/manager/scheduler invariants after every op\n";
-
 constexpr std::size_t kChunkBytes = 1 << 20;
 constexpr std::size_t kFlushBytes = 1 << 20;
-
-constexpr std::string_view kFlags[] = {"--check-invariants", "--help"};
 
 }  // namespace
 
 int replay(const Args& args) {
   std::string path = "-";
-  bool have_path = false;
   ReplayOptions options;
-  ArgParser cli(args, "replay", kFlags);
-  while (cli.next()) {
-    if (cli.is("--help", "-h")) {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (cli.is("--check-invariants")) {
-      options.check_invariants = true;
-    } else if (!cli.is_flag() && !have_path) {  // "-" (stdin) is not a flag
-      path = cli.arg();
-      have_path = true;
-    } else {
-      cli.unknown();
-    }
-  }
+  Profile profile = Profile::kVllm072;
+  CommandLine cl("replay", "[FILE|-] [options]",
+                 "Reads an op trace (JSON Lines, one op per line; FILE, or - for stdin, the "
+                 "default) and writes one JSON result line per op.");
+  cl.positional("FILE", text(&path, "FILE"), 1, /*required=*/false);
+  cl.options()  //
+      ("profile", cli::profile(&profile), "the engine release whose op protocol and answers to "
+                                          "replay (default vllm-0.7.2)")
+      ("check-invariants", flag(&options.check_invariants),
+       "verify the pool/manager/scheduler invariants after every op");
+  if (!cl.parse(args)) return 0;
   std::FILE* in = path == "-" ? stdin : std::fopen(path.c_str(), "rb");
   if (!in) throw ConfigError(path + ": cannot open: " + std::strerror(errno));
 
-  const std::unique_ptr<Replayer> replayer_ptr = make_replayer(Profile::kVllm072, options);
+  const std::unique_ptr<Replayer> replayer_ptr = make_replayer(profile, options);
   Replayer& replayer = *replayer_ptr;
   std::string buf;  // unconsumed input
   OutBuf out;

@@ -1,13 +1,13 @@
 // kvsim run SCENARIO.yaml [-o DIR] [--set key.path=value ...] [--seed N] [--quiet]
 //                         [--check-invariants]
 // Runs one scenario into DIR/<name>/ (default DIR: results). Exit 0 ok, 1 run failure (a request
-// that can never fit, I/O), 2 bad input (ConfigError, printed by main as one line).
+// that can never fit, I/O), 2 bad input (ConfigError, printed by main as one line), 130 / 143
+// interrupted by SIGINT / SIGTERM (no run folder left behind).
 
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -16,24 +16,13 @@
 
 #include "cli/cli_args.h"
 #include "cli/commands.h"
+#include "cli/interrupt.h"
 #include "sim/common/errors.h"
 #include "sim/config/scenario.h"
 #include "sim/run/run_scenario.h"
 
 namespace kvsim::cli {
 namespace {
-
-volatile std::sig_atomic_t g_interrupted = 0;
-extern "C" void on_interrupt(int) { g_interrupted = 1; }
-
-constexpr const char* kRunUsage =
-    "usage: kvsim run SCENARIO.yaml [-o DIR] [--set key.path=value ...] [--seed N] [--quiet]\n"
-    "                 [--check-invariants]\n"
-    "  -o DIR              parent folder of the run folder DIR/<name>/ (default: results)\n"
-    "  --set k.path=value  override a scenario key (value parsed as YAML), repeatable\n"
-    "  --seed N            override the scenario's seed\n"
-    "  --quiet             no progress bar and no summary on the terminal\n"
-    "  --check-invariants  check the KV cache manager's invariants after every step (slow)\n";
 
 void print_summary(const RunResult& r, std::FILE* out) {
   const nlohmann::json j = nlohmann::json::parse(r.summary_json);
@@ -74,29 +63,22 @@ void print_summary(const RunResult& r, std::FILE* out) {
 }  // namespace
 
 int run(const Args& args) {
-  static constexpr std::string_view kFlags[] = {"--output",           "--set", "--seed", "--quiet",
-                                                "--check-invariants", "--help"};
-  ArgParser cli(args, "run", kFlags);
-  ScenarioArgs args_in;
+  CommandLine cl(
+      "run", "SCENARIO.yaml [options]",
+      "Runs one scenario into DIR/<name>/ (see sim/OUTPUTS.md).\nExit status: 0 done, 1 a "
+      "failed run, 2 bad input, 130 / 143 interrupted by SIGINT / SIGTERM (no run "
+      "folder left behind).");
+  ScenarioArgs in;
   bool check = false;
-  while (cli.next()) {
-    if (cli.is("-h", "--help")) {
-      std::fputs(kRunUsage, stdout);
-      return 0;
-    }
-    if (take_scenario_arg(cli, args_in)) continue;
-    if (cli.is("--check-invariants"))
-      check = true;
-    else
-      cli.unknown();
-  }
-  if (!args_in.path) throw ConfigError("missing SCENARIO.yaml (kvsim run --help)");
-  std::optional<std::uint64_t> seed;
-  if (args_in.seed) seed = parse_seed(*args_in.seed);
-  const std::string& out_dir = args_in.out_dir;
-  const bool quiet = args_in.quiet;
+  add_scenario_args(cl, in);
+  cl.options()  //
+      ("check-invariants", flag(&check),
+       "check the KV cache manager's invariants after every step (slow)");
+  if (!cl.parse(args)) return 0;
+  const std::string& out_dir = in.out_dir;
+  const bool quiet = in.quiet;
 
-  const Scenario scenario = load_scenario(*args_in.path, args_in.sets, seed);
+  const Scenario scenario = load_scenario(in.path, in.sets, in.seed);
   RunOptions opts;
   opts.check_invariants = check;
   const bool tty = !quiet && ::isatty(2);
@@ -117,26 +99,17 @@ int run(const Args& args) {
       std::fflush(stderr);
     };
   }
-  // Ctrl-C / SIGTERM end the run cleanly: the temporary folder is removed, nothing half-written.
-  opts.interrupt = &g_interrupted;
-  struct sigaction sa {};
-  sa.sa_handler = on_interrupt;
-  sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {
-  }, old_term{};
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  // Ctrl-C / SIGTERM end the run cleanly: the temporary folder is removed, nothing half-written
+  // (main exits 130 / 143).
+  const InterruptScope interrupt;
+  opts.interrupt = InterruptScope::flag();
   RunResult result;
   try {
     result = run_scenario(scenario, out_dir, opts);
   } catch (...) {
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
     if (tty) std::fputs("\n", stderr);
     throw;
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
   if (tty) std::fputs("\n", stderr);
   if (!quiet) print_summary(result, stdout);
   return 0;

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +28,7 @@
 
 #include "cli/cli_args.h"
 #include "cli/commands.h"
+#include "cli/interrupt.h"
 #include "sim/common/errors.h"
 #include "sim/config/scenario.h"
 #include "sim/metrics/writers.h"
@@ -34,15 +36,6 @@
 namespace kvsim::cli {
 namespace {
 namespace fs = std::filesystem;
-
-constexpr const char* kSweepUsage =
-    "usage: kvsim sweep SCENARIO.yaml [-o DIR] [--jobs N | --emit-jobs FILE] [--set k=v ...]\n"
-    "                   [--seed N] [--quiet]\n"
-    "  -o DIR            parent folder; runs go to DIR/<name>/<point>/ (default: results)\n"
-    "  --jobs N          local processes (default: the number of cores)\n"
-    "  --emit-jobs FILE  write one 'kvsim run' command per line and run nothing\n";
-
-constexpr const char* kMergeUsage = "usage: kvsim merge SWEEP_DIR [-o FILE]\n";
 
 std::string self_exe() {
   char buf[PATH_MAX];
@@ -191,46 +184,135 @@ std::size_t merge_dir(const fs::path& dir, const fs::path& out_file) {
   return rows.size();
 }
 
+extern "C" void on_child_exit(int) {}
+
+/// While alive: SIGCHLD, SIGINT and SIGTERM are blocked except inside wait() (so none can slip in
+/// between a check and the wait), SIGCHLD wakes wait(), and SIGINT / SIGTERM are recorded by an
+/// InterruptScope. child_setup() undoes it all in a forked child before exec.
+class ChildSignals {
+ public:
+  ChildSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = on_child_exit;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, &old_chld_);
+    sigset_t block;
+    sigemptyset(&block);
+    for (int s : {SIGCHLD, SIGINT, SIGTERM}) sigaddset(&block, s);
+    sigprocmask(SIG_BLOCK, &block, &old_mask_);
+    wait_mask_ = old_mask_;
+    for (int s : {SIGCHLD, SIGINT, SIGTERM}) sigdelset(&wait_mask_, s);
+  }
+  ~ChildSignals() {
+    sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+    sigaction(SIGCHLD, &old_chld_, nullptr);
+  }
+  ChildSignals(const ChildSignals&) = delete;
+  ChildSignals& operator=(const ChildSignals&) = delete;
+  /// Sleeps until one of the three signals arrives (returns at once if one is pending).
+  void wait() const { sigsuspend(&wait_mask_); }
+  /// In the child, between fork and exec (async-signal-safe calls only).
+  void child_setup() const {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGINT, &dfl, nullptr);
+    sigaction(SIGTERM, &dfl, nullptr);
+    sigaction(SIGCHLD, &old_chld_, nullptr);
+    sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+
+ private:
+  const InterruptScope interrupt_;
+  struct sigaction old_chld_ {};
+  sigset_t old_mask_{}, wait_mask_{};
+};
+
+/// Runs argvs[i] (argv[0] is the executable) as child processes, at most `jobs` at a time, and
+/// returns how many failed. SIGINT / SIGTERM stop the launching, are passed on to the running
+/// children (each removes its temporary run folder) and, once all have ended, throw.
+int run_children(const std::vector<std::vector<std::string>>& argvs,
+                 const std::vector<std::string>& names, std::size_t jobs, bool quiet) {
+  const ChildSignals signals;
+  std::size_t next = 0, done = 0;
+  int failed = 0;
+  bool passed_on = false;
+  std::map<pid_t, std::size_t> running;
+  while (true) {
+    const int sig = interrupt_signal();
+    while (sig == 0 && next < argvs.size() && running.size() < jobs) {
+      std::vector<char*> argv;
+      for (const std::string& x : argvs[next]) argv.push_back(const_cast<char*>(x.c_str()));
+      argv.push_back(nullptr);
+      std::fflush(nullptr);
+      const pid_t pid = ::fork();
+      if (pid < 0) throw std::runtime_error(fmt::format("fork failed: {}", std::strerror(errno)));
+      if (pid == 0) {
+        signals.child_setup();
+        ::execv(argv[0], argv.data());
+        std::fprintf(stderr, "kvsim sweep: cannot exec %s: %s\n", argv[0], std::strerror(errno));
+        ::_exit(127);
+      }
+      running[pid] = next++;
+    }
+    if (sig != 0 && !passed_on) {
+      for (const auto& [pid, i] : running) ::kill(pid, sig);
+      passed_on = true;
+    }
+    bool reaped = false;
+    int status = 0;
+    for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) {
+      const auto it = running.find(pid);
+      if (it == running.end()) continue;
+      const std::string& name = names[it->second];
+      running.erase(it);
+      reaped = true;
+      ++done;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok) ++failed;
+      if (!quiet || !ok)
+        std::fprintf(stderr, "[%zu/%zu] %s %s\n", done, argvs.size(), name.c_str(),
+                     ok         ? "done"
+                     : sig != 0 ? "stopped"
+                                : "FAILED");
+    }
+    if (running.empty() && (sig != 0 || next == argvs.size())) break;
+    if (!reaped) signals.wait();
+  }
+  if (const int sig = interrupt_signal(); sig != 0)
+    throw std::runtime_error(fmt::format(
+        "interrupted by {}: {} of {} runs finished ({} failed or stopped); no sweep.csv written",
+        signal_name(sig), done - static_cast<std::size_t>(failed), argvs.size(), failed));
+  return failed;
+}
+
 }  // namespace
 
 int sweep(const Args& args) {
-  static constexpr std::string_view kFlags[] = {"--output", "--set",       "--seed", "--quiet",
-                                                "--jobs",   "--emit-jobs", "--help"};
-  ArgParser cli(args, "sweep", kFlags);
-  ScenarioArgs args_in;
+  CommandLine cl("sweep", "SCENARIO.yaml [options]",
+                 "Expands the scenario's sweep: grid into one run per point, DIR/<name>/<point>/, "
+                 "run by local `kvsim run` processes, then merges them into DIR/<name>/sweep.csv.\n"
+                 "Exit status: 0 all runs done, 1 a run failed, 2 bad input, 130 / 143 "
+                 "interrupted by SIGINT / SIGTERM (passed on to the runs, which leave no "
+                 "folder behind; no sweep.csv).");
+  ScenarioArgs in;
   std::optional<std::string> emit;
-  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
-  while (cli.next()) {
-    if (cli.is("-h", "--help")) {
-      std::fputs(kSweepUsage, stdout);
-      return 0;
-    }
-    if (take_scenario_arg(cli, args_in)) continue;
-    if (cli.is("--jobs", "-j")) {
-      const std::string v = cli.value();
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end || n < 1 || n > 4096)
-        throw ConfigError(fmt::format("--jobs: expected a positive integer, got '{}'", v));
-      jobs = static_cast<unsigned>(n);
-    } else if (cli.is("--emit-jobs")) {
-      emit = cli.value();
-    } else {
-      cli.unknown();
-    }
-  }
-  if (!args_in.path) throw ConfigError("missing SCENARIO.yaml (kvsim sweep --help)");
-  const std::optional<std::string>& path = args_in.path;
-  const std::string& out_dir = args_in.out_dir;
-  const std::vector<std::string>& sets = args_in.sets;
-  const std::optional<std::string>& seed = args_in.seed;
-  const bool quiet = args_in.quiet;
-  std::vector<std::string> base_sets = sets;
-  if (seed) base_sets.push_back("seed=" + *seed);
-  const Scenario scenario = load_scenario(*path, base_sets);
+  std::int64_t jobs = std::max(1u, std::thread::hardware_concurrency());
+  add_scenario_args(cl, in);
+  cl.options()  //
+      ("jobs,j", integer(&jobs, 1, 4096, "N"),
+       "local processes (default: the number of cores)")  //
+      ("emit-jobs", text(&emit, "FILE"), "write one 'kvsim run' command per line and run nothing");
+  if (!cl.parse(args)) return 0;
+  const std::string& out_dir = in.out_dir;
+  const bool quiet = in.quiet;
+  std::vector<std::string> base_sets = in.sets;
+  if (in.seed) base_sets.push_back(fmt::format("seed={}", *in.seed));
+  const Scenario scenario = load_scenario(in.path, base_sets);
   const auto points = sweep_points(scenario);
   if (points.empty())
-    throw ConfigError(*path + ": sweep: the scenario has no `sweep:` section to expand");
+    throw ConfigError(in.path + ": sweep: the scenario has no `sweep:` section to expand");
 
   // Validate every point before anything runs (bad values fail the whole sweep with status 2).
   std::vector<std::vector<std::string>> point_sets;
@@ -238,13 +320,13 @@ int sweep(const Args& args) {
     std::vector<std::string> s = base_sets;
     for (const auto& [k, v] : p) s.push_back(k + "=" + v);
     s.push_back("name=" + yaml_quote(sweep_point_name(p)));
-    (void)load_scenario(*path, s);
+    (void)load_scenario(in.path, s);
     point_sets.push_back(std::move(s));
   }
   const fs::path sweep_dir = fs::path(out_dir) / scenario.name;
   const std::string exe = self_exe();
   auto argv_of = [&](const std::vector<std::string>& s) {
-    std::vector<std::string> a = {exe, "run", *path, "-o", sweep_dir.string(), "--quiet"};
+    std::vector<std::string> a = {exe, "run", in.path, "-o", sweep_dir.string(), "--quiet"};
     for (const std::string& x : s) {
       a.push_back("--set");
       a.push_back(x);
@@ -269,40 +351,13 @@ int sweep(const Args& args) {
   }
 
   fs::create_directories(sweep_dir);
-  std::size_t next = 0, done = 0;
-  int failed = 0;
-  std::map<pid_t, std::size_t> running;
-  while (done < point_sets.size()) {
-    while (next < point_sets.size() && running.size() < jobs) {
-      const std::vector<std::string> a = argv_of(point_sets[next]);
-      std::vector<char*> argv;
-      for (const std::string& x : a) argv.push_back(const_cast<char*>(x.c_str()));
-      argv.push_back(nullptr);
-      std::fflush(nullptr);
-      const pid_t pid = ::fork();
-      if (pid < 0) throw std::runtime_error(fmt::format("fork failed: {}", std::strerror(errno)));
-      if (pid == 0) {
-        ::execv(exe.c_str(), argv.data());
-        std::fprintf(stderr, "kvsim sweep: cannot exec %s: %s\n", exe.c_str(),
-                     std::strerror(errno));
-        ::_exit(127);
-      }
-      running[pid] = next++;
-    }
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, 0);
-    if (pid < 0) throw std::runtime_error(fmt::format("waitpid failed: {}", std::strerror(errno)));
-    const auto it = running.find(pid);
-    if (it == running.end()) continue;
-    const std::string name = sweep_point_name(points[it->second]);
-    running.erase(it);
-    ++done;
-    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!ok) ++failed;
-    if (!quiet || !ok)
-      std::fprintf(stderr, "[%zu/%zu] %s %s\n", done, point_sets.size(), name.c_str(),
-                   ok ? "done" : "FAILED");
+  std::vector<std::vector<std::string>> argvs;
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    argvs.push_back(argv_of(point_sets[i]));
+    names.push_back(sweep_point_name(points[i]));
   }
+  const int failed = run_children(argvs, names, static_cast<std::size_t>(jobs), quiet);
   const std::size_t rows = merge_dir(sweep_dir, sweep_dir / "sweep.csv");
   std::printf("%zu runs (%d failed) in %s; %zu rows in %s\n", point_sets.size(), failed,
               sweep_dir.c_str(), rows, (sweep_dir / "sweep.csv").c_str());
@@ -310,26 +365,16 @@ int sweep(const Args& args) {
 }
 
 int merge(const Args& args) {
-  std::optional<std::string> dir, out;
-  for (std::size_t k = 0; k < args.size(); ++k) {
-    const std::string& a = args[k];
-    if (a == "-h" || a == "--help") {
-      std::fputs(kMergeUsage, stdout);
-      return 0;
-    } else if (a == "-o" || a == "--output") {
-      if (k + 1 >= args.size()) throw ConfigError("-o: missing value");
-      out = args[++k];
-    } else if (!a.empty() && a[0] == '-') {
-      throw ConfigError(fmt::format("merge: unknown option '{}'\n{}", a, kMergeUsage));
-    } else if (!dir) {
-      dir = a;
-    } else {
-      throw ConfigError(fmt::format("merge: unexpected argument '{}'", a));
-    }
-  }
-  if (!dir) throw ConfigError(std::string("merge: missing SWEEP_DIR\n") + kMergeUsage);
-  const fs::path out_file = out ? fs::path(*out) : fs::path(*dir) / "sweep.csv";
-  const std::size_t rows = merge_dir(*dir, out_file);
+  CommandLine cl("merge", "SWEEP_DIR [-o FILE]",
+                 "One row per run folder of a sweep (the swept keys from the folder names, then "
+                 "the summary.json scalars) into SWEEP_DIR/sweep.csv.");
+  std::string dir;
+  std::optional<std::string> out;
+  cl.positional("SWEEP_DIR", text(&dir, "SWEEP_DIR"));
+  cl.options()("output,o", text(&out, "FILE"), "the table's file (default: SWEEP_DIR/sweep.csv)");
+  if (!cl.parse(args)) return 0;
+  const fs::path out_file = out ? fs::path(*out) : fs::path(dir) / "sweep.csv";
+  const std::size_t rows = merge_dir(dir, out_file);
   std::printf("%zu rows in %s\n", rows, out_file.c_str());
   return 0;
 }

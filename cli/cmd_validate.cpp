@@ -4,7 +4,7 @@
 // Runs the scenario like `kvsim run` with the kernel validation harness (validate/harness.h) on
 // every step, and writes validation.csv + validation.json into the run folder. Exit 0 when every
 // sampled step is within the dtype's tolerance, 1 when one is not (or the run fails), 2 on bad
-// input (ConfigError, printed by main as one line).
+// input (ConfigError, printed by main as one line), 130 / 143 interrupted by SIGINT / SIGTERM.
 
 #include <fmt/format.h>
 
@@ -15,7 +15,9 @@
 
 #include "cli/cli_args.h"
 #include "cli/commands.h"
+#include "cli/interrupt.h"
 #include "kernels/backend.h"
+#include "sim/common/csv_util.h"
 #include "sim/common/errors.h"
 #include "sim/common/yaml_util.h"
 #include "sim/config/scenario.h"
@@ -24,107 +26,69 @@
 namespace kvsim::cli {
 namespace {
 
-constexpr const char* kValidateUsage =
-    "usage: kvsim validate SCENARIO.yaml [-o DIR] [--backend cpu|cuda]\n"
-    "                      [--sample-every N | --sample-prob P] [--dtype bf16|fp16]\n"
-    "                      [--set key.path=value ...] [--seed N] [--repeats N] [--warmup N]\n"
-    "                      [--export-calibration FILE] [--quiet]\n"
-    "Runs the scenario (as `kvsim run`) and checks real paged-attention kernels on its block\n"
+constexpr const char* kAbout =
+    "Runs the scenario (as `kvsim run`) and checks real paged-attention kernels on its block "
     "tables against a dense reference; writes validation.csv and validation.json in the run "
-    "folder.\n"
-    "  -o DIR                     parent folder of the run folder DIR/<name>/ (default: results)\n"
-    "  --backend cpu|cuda         kernel backend (default: the scenario's validate.backend, cpu)\n"
-    "  --sample-every N           check steps 0, N, 2N, ... (default: "
-    "validate.sample_every_steps,\n"
-    "                             or, when the scenario sets no sampling, 200 steps spread over\n"
-    "                             the run, with preemptions and prefix hits among them)\n"
-    "  --sample-prob P            check each step with probability P (seeded by the scenario "
-    "seed)\n"
-    "  --dtype bf16|fp16          KV/Q/O dtype (default: validate.dtype, auto = the KV cache "
-    "dtype;\n"
-    "                             fp32 is accepted for the cpu backend)\n"
-    "  --set k.path=value         override a scenario key (value parsed as YAML), repeatable\n"
-    "  --seed N                   override the scenario's seed\n"
-    "  --repeats N, --warmup N    timed / untimed kernel calls per sampled step\n"
-    "                             (default: cuda 20 / 3, cpu 3 / 0)\n"
-    "  --export-calibration FILE  measured kernel latencies as rows for `kvsim calibrate`\n"
-    "  --quiet                    print nothing but errors\n"
-    "Exit status: 0 all sampled steps within tolerance, 1 a step out of tolerance or a failed "
-    "run,\n"
-    "2 bad input.\n";
+    "folder.\nExit status: 0 all sampled steps within tolerance, 1 a step out of tolerance or a "
+    "failed run, 2 bad input, 130 / 143 interrupted (no run folder left behind).";
 
-std::int64_t parse_count(const std::string& flag, const std::string& text, std::int64_t min) {
-  try {
-    std::size_t used = 0;
-    const long long v = std::stoll(text, &used);
-    if (used == text.size() && v >= min) return v;
-  } catch (const std::exception&) {
-  }
-  throw ConfigError(fmt::format("{}: expected an integer >= {}, got '{}'", flag, min, text));
+std::string parse_backend(const std::string& text) {
+  if (text != "cpu" && text != "cuda")
+    throw BadValue(fmt::format("unknown kernel backend '{}' (allowed: cpu, cuda)", text));
+  return text;
+}
+
+kernels::DType parse_dtype(const std::string& text) {
+  const std::optional<kernels::DType> d = validate::parse_dtype_name(text);
+  if (!d)
+    throw BadValue(
+        fmt::format("unknown dtype '{}' (allowed: bf16, fp16; fp32 for the cpu backend)", text));
+  return *d;
 }
 
 double parse_prob(const std::string& text) {
-  try {
-    std::size_t used = 0;
-    const double v = std::stod(text, &used);
-    if (used == text.size() && v > 0 && v <= 1) return v;
-  } catch (const std::exception&) {
-  }
-  throw ConfigError(fmt::format("--sample-prob: expected a probability in (0, 1], got '{}'", text));
+  const std::optional<double> v = parse_double_text(text);
+  if (!v || !(*v > 0 && *v <= 1))
+    throw BadValue(fmt::format("expected a probability in (0, 1], got '{}'", text));
+  return *v;
+}
+
+std::string parse_file_name(const std::string& text) {
+  if (text.empty()) throw BadValue("empty file name");
+  return text;
 }
 
 }  // namespace
 
 int validate(const Args& args) {
-  static constexpr std::string_view kFlags[] = {
-      "--output", "--backend", "--sample-every", "--sample-prob",        "--dtype", "--set",
-      "--seed",   "--repeats", "--warmup",       "--export-calibration", "--quiet", "--help"};
-  ArgParser cli(args, "validate", kFlags);
-  ScenarioArgs args_in;
+  CommandLine cl("validate", "SCENARIO.yaml [options]", kAbout);
+  ScenarioArgs in;
   std::string calibration;
-  std::optional<std::string> backend, dtype;
+  std::optional<std::string> backend;
+  std::optional<kernels::DType> dtype;
   std::optional<std::int64_t> every, repeats, warmup;
   std::optional<double> prob;
-  while (cli.next()) {
-    if (cli.is("-h", "--help")) {
-      std::fputs(kValidateUsage, stdout);
-      return 0;
-    }
-    if (take_scenario_arg(cli, args_in)) continue;
-    if (cli.is("--backend")) {
-      backend = cli.value();
-      if (*backend != "cpu" && *backend != "cuda")
-        throw ConfigError(
-            fmt::format("--backend: unknown kernel backend '{}' (allowed: cpu, cuda)", *backend));
-    } else if (cli.is("--sample-every")) {
-      every = parse_count("--sample-every", cli.value(), 1);
-    } else if (cli.is("--sample-prob")) {
-      prob = parse_prob(cli.value());
-    } else if (cli.is("--dtype")) {
-      dtype = cli.value();
-      if (!validate::parse_dtype_name(*dtype))
-        throw ConfigError(
-            fmt::format("--dtype: unknown dtype '{}' (allowed: bf16, fp16; fp32 "
-                        "for the cpu backend)",
-                        *dtype));
-    } else if (cli.is("--repeats")) {
-      repeats = parse_count("--repeats", cli.value(), 1);
-    } else if (cli.is("--warmup")) {
-      warmup = parse_count("--warmup", cli.value(), 0);
-    } else if (cli.is("--export-calibration")) {
-      calibration = cli.value();
-      if (calibration.empty()) throw ConfigError("--export-calibration: empty file name");
-    } else {
-      cli.unknown();
-    }
-  }
-  const std::optional<std::string>& scenario_path = args_in.path;
-  const std::string& out_dir = args_in.out_dir;
-  std::vector<std::string>& sets = args_in.sets;
-  std::optional<std::uint64_t> seed;
-  if (args_in.seed) seed = parse_seed(*args_in.seed);
-  const bool quiet = args_in.quiet;
-  if (!scenario_path) throw ConfigError("missing SCENARIO.yaml (see kvsim validate --help)");
+  add_scenario_args(cl, in);
+  cl.options()  //
+      ("backend", checked<std::string>(&backend, "cpu|cuda", parse_backend),
+       "kernel backend (default: the scenario's validate.backend, cpu)")  //
+      ("sample-every", integer(&every, 1, kIntMax, "N"),
+       "check steps 0, N, 2N, ... (default: validate.sample_every_steps, or, when the scenario "
+       "sets no sampling, 200 steps spread over the run with steps that preempt and steps with "
+       "prefix hits among them)")  //
+      ("sample-prob", checked<double>(&prob, "P", parse_prob),
+       "check each step with probability P (seeded by the scenario seed)")  //
+      ("dtype", checked<kernels::DType>(&dtype, "bf16|fp16", parse_dtype),
+       "KV/Q/O dtype (default: validate.dtype; auto = the KV cache dtype; fp32 is accepted for "
+       "the cpu backend)")  //
+      ("repeats", integer(&repeats, 1, kIntMax, "N"),
+       "timed kernel calls per sampled step (default: cuda 20, cpu 3)")  //
+      ("warmup", integer(&warmup, 0, kIntMax, "N"),
+       "untimed kernel calls per sampled step (default: cuda 3, cpu 0)")  //
+      ("export-calibration", checked<std::string>(&calibration, "FILE", parse_file_name),
+       "measured kernel latencies as rows for `kvsim calibrate`");
+  if (!cl.parse(args)) return 0;
+  std::vector<std::string>& sets = in.sets;
   if (every && prob) throw ConfigError("give --sample-every or --sample-prob, not both");
 
   // Flags become --set overrides of the scenario's validate: section, so config.resolved.yaml
@@ -139,16 +103,16 @@ int validate(const Args& args) {
     sets.push_back(fmt::format("validate.sample_prob={}", *prob));
   }
   if (dtype) {
-    const kernels::DType d = *validate::parse_dtype_name(*dtype);
+    const kernels::DType d = *dtype;
     sets.push_back(std::string("validate.dtype=") + (d == kernels::DType::kBF16  ? "bfloat16"
                                                      : d == kernels::DType::kF16 ? "float16"
                                                                                  : "float32"));
   }
-  const Scenario scenario = load_scenario(*scenario_path, sets, seed);
+  const Scenario scenario = load_scenario(in.path, sets, in.seed);
   validate::ValidationOptions opts = validate::options_from_scenario(scenario);
   if (repeats) opts.repeats = static_cast<std::int32_t>(*repeats);
   if (warmup) opts.warmup = static_cast<std::int32_t>(*warmup);
-  if (!quiet) {
+  if (!in.quiet) {
     opts.announce = [](const std::string& line) {
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);
@@ -156,14 +120,18 @@ int validate(const Args& args) {
     opts.progress = validate::terminal_progress(stderr);  // nothing unless stderr is a terminal
   }
 
+  // Ctrl-C / SIGTERM end the run cleanly, as in `kvsim run`.
+  const InterruptScope interrupt;
+  RunOptions run_options;
+  run_options.interrupt = InterruptScope::flag();
   const validate::ValidationRunResult r =
-      validate::run_validation(scenario, out_dir, opts, {}, calibration);
+      validate::run_validation(scenario, in.out_dir, opts, run_options, calibration);
   const validate::ValidationSummary& s = r.summary;
   if (s.steps_sampled == 0)
     std::fprintf(stderr,
                  "kvsim validate: warning: no step was sampled (%lld steps); nothing was checked\n",
                  static_cast<long long>(s.steps_total));
-  if (!quiet) {
+  if (!in.quiet) {
     const validate::ValidationSetup& u = r.setup;
     std::printf("%s: %s backend (%s), %s, %d/%d heads x %d, %d blocks of %d  ->  %s\n",
                 scenario.name.c_str(), kernels::backend_name(u.backend), u.device.c_str(),

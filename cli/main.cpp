@@ -1,13 +1,18 @@
-// kvsim: the command-line entry point. Dispatches to the subcommands of sim/commands.h.
+// kvsim: the command-line entry point. Dispatches to the subcommands of cli/commands.h and turns
+// what they throw into one line on stderr and the exit status: 2 bad input (ConfigError), 1 any
+// other failure, 128 + N when signal N (SIGINT, SIGTERM) interrupted the command.
 
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/interrupt.h"
 #include "sim/common/errors.h"
+#include "sim/common/yaml_util.h"
 
 namespace {
 
@@ -18,16 +23,15 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"run", kvsim::cli::run, "run SCENARIO.yaml [-o DIR] [--set k=v ...] [--seed N] [--quiet]"},
-    {"sweep", kvsim::cli::sweep, "sweep SCENARIO.yaml [-o DIR] [--jobs N | --emit-jobs FILE]"},
-    {"merge", kvsim::cli::merge, "merge SWEEP_DIR [-o FILE]: one table of a sweep's summaries"},
-    {"replay", kvsim::cli::replay, "replay [FILE|-]: op-trace replay (kvm and sched modes)"},
-    {"kv-size", kvsim::cli::kv_size,
-     "kv-size --model CONFIG [--gpu NAME | --kv-cache-memory-bytes N]"},
-    {"calibrate", kvsim::cli::calibrate, "calibrate MEASUREMENTS.csv -o model.yaml"},
-    {"validate", kvsim::cli::validate, "validate SCENARIO.yaml [--backend cpu|cuda] ..."},
-    {"plot", kvsim::cli::plot, "plot RUN_DIR... [-o OUT_DIR]"},
-    {"check", kvsim::cli::check, "check RUN_DIR --baseline FILE [--update-baseline]"},
+    {"run", kvsim::cli::run, "SCENARIO.yaml: simulate a scenario into DIR/<name>/"},
+    {"sweep", kvsim::cli::sweep, "SCENARIO.yaml: one run per point of its sweep: grid"},
+    {"merge", kvsim::cli::merge, "SWEEP_DIR: one table of a sweep's summaries"},
+    {"replay", kvsim::cli::replay, "[FILE|-]: replay an op trace (kvm and sched modes)"},
+    {"kv-size", kvsim::cli::kv_size, "--model CONFIG: vLLM V1 KV cache sizing"},
+    {"calibrate", kvsim::cli::calibrate, "MEASUREMENTS.csv -o model.yaml: fit a latency model"},
+    {"validate", kvsim::cli::validate, "SCENARIO.yaml: run real attention kernels on its steps"},
+    {"plot", kvsim::cli::plot, "RUN_DIR...: figures and an index.html"},
+    {"check", kvsim::cli::check, "RUN_DIR --baseline FILE: the regression gate"},
 };
 
 void print_usage(std::FILE* out) {
@@ -58,10 +62,13 @@ int main(int argc, char** argv) {
       return kvsim::kExitUsage;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "kvsim %s: error: %s\n", c.name, e.what());
+      if (const int sig = kvsim::cli::interrupt_signal(); sig != 0) return 128 + sig;
       return 1;
     }
   }
-  std::fprintf(stderr, "kvsim: unknown command '%s'\n", argv[1]);
-  print_usage(stderr);
+  std::vector<std::string_view> names;
+  for (const Command& c : kCommands) names.emplace_back(c.name);
+  std::fprintf(stderr, "kvsim: error: unknown command '%s'%s (kvsim --help)\n", argv[1],
+               kvsim::suggestion_suffix(name, names).c_str());
   return kvsim::kExitUsage;
 }

@@ -7,10 +7,21 @@
 namespace kvsim {
 namespace {
 
-constexpr std::array<ProfileInfo, 1> kProfiles = {{
+constexpr std::array<ProfileInfo, 5> kProfiles = {{
     {Profile::kVllm072, "vllm-0.7.2", EngineFamily::kV1,
      "vLLM v0.7.2 V1: KVCacheManager + Scheduler (preallocation, chunked prefill, recompute "
      "preemption)"},
+    {Profile::kVllm085, "vllm-0.8.5", EngineFamily::kV1,
+     "vLLM v0.8.5.post1 V1: null block 0, no preallocation, last-block rule in the lookup, "
+     "sliding-window manager, long_prefill_token_threshold"},
+    {Profile::kOrcaMax, "orca-max", EngineFamily::kContiguous,
+     "Orca-style contiguous reservations of max_model_len slots per request (PagedAttention's "
+     "Orca (Max))"},
+    {Profile::kOrcaPow2, "orca-pow2", EngineFamily::kContiguous,
+     "Orca-style contiguous reservations of the true length rounded up to a power of two "
+     "(Orca (Pow2))"},
+    {Profile::kOrcaOracle, "orca-oracle", EngineFamily::kContiguous,
+     "Orca-style contiguous reservations of exactly the true length (Orca (Oracle))"},
 }};
 
 }  // namespace

@@ -27,12 +27,20 @@ namespace kvsim {
 
 /// What `engine.profile` names: one engine family at one release.
 enum class Profile : std::uint8_t {
-  kVllm072,  // vLLM v0.7.2 V1 (the default)
+  kVllm072,     // vLLM v0.7.2 V1 (the default)
+  kVllm085,     // vLLM v0.8.5.post1 V1
+  kOrcaMax,     // contiguous: each request reserves max_model_len slots
+  kOrcaPow2,    // contiguous: prompt + true output rounded up to a power of two
+  kOrcaOracle,  // contiguous: exactly the slots the request will fill
 };
 
 /// The implementation behind a profile. Releases of one family differ by named policies of one
 /// implementation; families differ by implementation.
-enum class EngineFamily : std::uint8_t { kV1 };
+enum class EngineFamily : std::uint8_t { kV1, kContiguous };
+
+/// Whether the family's KV pool is paged: its requests have block tables a paged-attention kernel
+/// can read (the contiguous family's one extent per request is not block-aligned).
+constexpr bool is_paged(EngineFamily f) { return f != EngineFamily::kContiguous; }
 
 struct ProfileInfo {
   Profile profile;
@@ -99,12 +107,12 @@ struct KVBreakdown {
 
 /// The pool as vLLM reports it. Counters are running totals since construction.
 struct KVPoolStats {
-  std::int32_t block_size = 0;         // token slots per block
-  std::int64_t num_blocks = 0;         // blocks of the GPU pool
-  std::int64_t num_free_blocks = 0;    // vLLM's free count (cached-but-free blocks included)
-  double usage = 0;                    // vLLM's kv_cache_usage_perc, in [0, 1]
-  std::int64_t evictions = 0;          // cached blocks reused for other content
-  std::int64_t blocks_allocated = 0;   // blocks handed out
+  std::int32_t block_size = 0;        // token slots per block
+  std::int64_t num_blocks = 0;        // blocks of the GPU pool
+  std::int64_t num_free_blocks = 0;   // vLLM's free count (cached-but-free blocks included)
+  double usage = 0;                   // vLLM's kv_cache_usage_perc, in [0, 1]
+  std::int64_t evictions = 0;         // cached blocks reused for other content
+  std::int64_t blocks_allocated = 0;  // blocks handed out
 };
 
 class EngineCore {
@@ -132,6 +140,14 @@ class EngineCore {
   /// Sizes a request's per-request tables once for `max_total_tokens` tokens, so that the step
   /// loop never grows them. Optional; the default does nothing.
   virtual void reserve_request(Request& /*request*/, std::int64_t /*max_total_tokens*/) {}
+  /// Why this engine can never serve a request of `prompt_tokens` that will end with
+  /// `final_num_tokens` tokens (prompt + outputs), or nullptr when it can. The caller rejects
+  /// such a request (and counts it) instead of adding it. The default: nullptr (a paged family
+  /// admits any request that fits max_model_len, which the caller checks).
+  virtual const char* admission_error(std::int64_t /*prompt_tokens*/,
+                                      std::int64_t /*final_num_tokens*/) const {
+    return nullptr;
+  }
 
   virtual std::span<Request* const> running() const = 0;
   virtual std::int64_t num_waiting() const = 0;

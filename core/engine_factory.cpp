@@ -1,17 +1,53 @@
 #include "core/engine_factory.h"
 
 #include "core/common/assert.h"
+#include "core/contiguous/contiguous_scheduler.h"
 #include "core/v1/scheduler.h"
+#include "core/v1/v1_policy.h"
 
 namespace kvsim {
 
 std::unique_ptr<EngineCore> make_engine(const EngineParams& params) {
   switch (profile_info(params.profile).family) {
     case EngineFamily::kV1:
-      return std::make_unique<Scheduler>(params.scheduler, params.cache);
+      return std::make_unique<Scheduler>(params.scheduler, params.cache, params.profile);
+    case EngineFamily::kContiguous: {
+      ContiguousPolicy policy = contiguous_policy(params.profile);
+      policy.fit = params.contiguous_fit;
+      return std::make_unique<ContiguousScheduler>(params.profile, policy, params.scheduler,
+                                                   params.cache);
+    }
   }
   KVSIM_ASSERT(false, "make_engine: no implementation for this profile's family");
   return nullptr;
+}
+
+std::optional<SettingError> check_engine_params(const EngineParams& params) {
+  switch (profile_info(params.profile).family) {
+    case EngineFamily::kV1: {
+      const V1Policy& policy = v1_policy(params.profile);
+      const std::string release = profile_name(params.profile);
+      if (params.scheduler.long_prefill_token_threshold > 0 && !policy.long_prefill_token_threshold)
+        return SettingError{"scheduler.long_prefill_token_threshold",
+                            release + " (vLLM's release) has no such setting"};
+      if (params.scheduler.num_lookahead_tokens > 0 && !policy.lookahead_slots)
+        return SettingError{"scheduler.num_lookahead_tokens",
+                            release + " (vLLM's release) has no such setting"};
+      // A window no longer than a block lets the sliding-window manager null the block before
+      // the first one to cache, and caching then fails vLLM's assertion on its parent's hash.
+      const KVCacheConfig& c = params.cache;
+      if (policy.sliding_window_manager && c.enable_caching && c.sliding_window > 0 &&
+          c.sliding_window <= c.block_size)
+        return SettingError{"cache.block_size",
+                            std::to_string(c.block_size) + " is not shorter than the model's " +
+                                "sliding_window (" + std::to_string(c.sliding_window) +
+                                "): " + release + "'s sliding-window manager fails an assertion"};
+      return std::nullopt;
+    }
+    case EngineFamily::kContiguous:
+      return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 }  // namespace kvsim

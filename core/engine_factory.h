@@ -4,8 +4,12 @@
 // classes).
 
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "core/common/engine_config.h"
+#include "core/contiguous/extent_allocator.h"
 #include "core/engine_api.h"
 
 namespace kvsim {
@@ -15,9 +19,20 @@ struct EngineParams {
   Profile profile = Profile::kVllm072;
   SchedulerConfig scheduler;
   KVCacheConfig cache;
+  // The contiguous family: which hole a reservation takes.
+  FitPolicy contiguous_fit = FitPolicy::kFirstFit;
 };
 
 /// A new engine of `params.profile`, empty (all blocks free, no requests).
 [[nodiscard]] std::unique_ptr<EngineCore> make_engine(const EngineParams& params);
+
+/// A setting the profile's release cannot run with: its scenario key ("section.key") and why.
+struct SettingError {
+  std::string_view key;
+  std::string message;
+};
+/// The first setting of `params` the profile's release lacks or cannot run with (e.g.
+/// scheduler.long_prefill_token_threshold > 0 for vLLM v0.7.2), or nullopt.
+[[nodiscard]] std::optional<SettingError> check_engine_params(const EngineParams& params);
 
 }  // namespace kvsim

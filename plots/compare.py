@@ -350,3 +350,98 @@ def sweep_heatmaps(sweep, out, formats, axes_keys=None):
     if len(facet_keys) > 4:
         figures[-1].caption += " (first 4 of %d combinations of the other keys)" % len(facet_keys)
     return figures
+
+
+TIMELINE_PANELS = [
+    ("kv_cache_usage_perc", "KV cache usage", True),
+    ("hit_rate_cum", "prefix hit rate (cumulative)", True),
+    ("cum_preemptions", "preemptions (cumulative)", False),
+]
+MAX_TIMELINE_LINES = 10
+
+
+def run_timelines(runs, out, formats, max_points):
+    """KV usage, cumulative prefix hit rate and cumulative preemptions over time, one line per run
+    (e.g. the same workload under two engine profiles)."""
+    rs = [r for r in runs if r.path and r.steps(max_points) is not None]
+    if len(rs) < 2:
+        raise Skipped("fewer than two runs have a steps.csv")
+    note = ""
+    if len(rs) > MAX_TIMELINE_LINES:
+        note = " (first %d of %d runs)" % (MAX_TIMELINE_LINES, len(rs))
+        rs = rs[:MAX_TIMELINE_LINES]
+    fig, axes = plt.subplots(len(TIMELINE_PANELS), 1, figsize=(11, 8.2), sharex=True)
+    any_time = any(np.any(r.steps(max_points)["time_s"] > 0) for r in rs)
+    for r, color in zip(rs, colors(len(rs))):
+        st = r.steps(max_points)
+        x = st["time_s"] if any_time else st["step"]
+        for ax, (col, _, _) in zip(axes, TIMELINE_PANELS):
+            ax.plot(x, st[col], color=color, lw=1.2, label=r.label)
+    for ax, (_, name, pct) in zip(axes, TIMELINE_PANELS):
+        ax.set_ylabel(name)
+        if pct:
+            ax.set_ylim(0, 1.02)
+            percent_axis(ax)
+        else:
+            ax.set_ylim(bottom=0)
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[-1].set_xlabel("simulated time (s)" if any_time else "step")
+    h, lab = axes[0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=min(2, len(lab)), frameon=False, fontsize=8,
+               bbox_to_anchor=(0.5, 0.0))
+    rows = (len(lab) + 1) // 2
+    fig.suptitle("Runs over time: KV usage, prefix hit rate, preemptions" + note)
+    save(fig, out, "run_timelines", formats, rect=(0, 0.035 * rows + 0.01, 1, 1))
+    return Figure("run_timelines", "KV usage, hit rate and preemptions over time",
+                  "One line per run" + note)
+
+
+METRIC_BARS = [
+    ("prefix_cache_hit_rate", "prefix cache hit rate", "%.1f%%", 100.0),
+    ("mean_kv_cache_usage_perc", "mean KV cache usage", "%.1f%%", 100.0),
+    ("num_preemptions", "preemptions", "%d", 1.0),
+    ("p50_ttft_ms", "TTFT p50 (ms)", "%.1f", 1.0),
+    ("p99_ttft_ms", "TTFT p99 (ms)", "%.0f", 1.0),
+    ("p99_tpot_ms", "TPOT p99 (ms)", "%.2f", 1.0),
+]
+MAX_BAR_RUNS = 20
+
+
+def metrics_bars(runs, out, formats):
+    """One panel per headline metric, one bar per run, values written on the bars: the numbers a
+    comparison of two engine profiles (or any runs) is about."""
+    rs = [r for r in runs if any(_metric(r.summary, k) is not None for k, _, _, _ in METRIC_BARS)]
+    if len(rs) < 2:
+        raise Skipped("fewer than two runs to compare")
+    note = ""
+    if len(rs) > MAX_BAR_RUNS:
+        note = " (first %d of %d runs)" % (MAX_BAR_RUNS, len(rs))
+        rs = rs[:MAX_BAR_RUNS]
+    metrics = [m for m in METRIC_BARS if any(_metric(r.summary, m[0]) is not None for r in rs)]
+    ncols = min(3, len(metrics))
+    nrows = (len(metrics) + ncols - 1) // ncols
+    label_w = max(len(r.label) for r in rs)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, sharey=True,
+                             figsize=(3.3 * ncols + 0.07 * label_w, 0.9 + nrows * (0.5 + 0.3 * len(rs))))
+    for ax in axes.flat[len(metrics):]:
+        ax.axis("off")
+    y = np.arange(len(rs))[::-1]
+    palette = colors(len(rs))
+    for ax, (key, name, fmt, scale) in zip(axes.flat, metrics):
+        vals = [_metric(r.summary, key) for r in rs]
+        shown = [v * scale if v is not None else 0.0 for v in vals]
+        ax.barh(y, shown, color=palette, height=0.7)
+        top = max(shown) if max(shown) > 0 else 1.0
+        for yi, v, s in zip(y, vals, shown):
+            ax.text(s + 0.02 * top, yi, "-" if v is None else fmt % s, va="center", fontsize=8)
+        ax.set_xlim(0, top * 1.3)
+        ax.set_title(name)
+        ax.grid(axis="y", visible=False)
+        ax.xaxis.set_major_formatter(thousands)
+    for row in axes:
+        row[0].set_yticks(y)
+        row[0].set_yticklabels([r.label for r in rs], fontsize=8)
+    fig.suptitle("Headline metrics per run" + note)
+    save(fig, out, "metrics_bars", formats)
+    return Figure("metrics_bars", "Headline metrics per run",
+                  "Hit rate, KV usage, preemptions, TTFT and TPOT, one bar per run" + note)

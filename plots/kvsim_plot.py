@@ -6,7 +6,9 @@
 
 One run folder -> RUN_DIR/plots/ (KV memory breakdown, KV usage and queues, prefix hit rate,
 latency CDFs, preemptions and evictions). Several run folders, or a sweep folder -> comparisons
-(hit rate vs capacity, breakdown bars, latency table and CDF overlays, sweep heatmaps) in
+(hit rate vs capacity, breakdown bars, latency table and CDF overlays, headline metric bars, KV
+usage / hit rate / preemption timelines, sweep heatmaps, metrics against a numeric swept key with
+one line per value of another, breakdown bars per value) in
 ./plots-compare/ (SWEEP_DIR/plots/ for a single sweep). Every figure is written as PNG and SVG,
 with an index.html showing them beside the summary table. Needs matplotlib: use Debian's
 /usr/bin/python3 (apt-get install python3-matplotlib).
@@ -43,6 +45,21 @@ def _parse_args(argv):
     ap.add_argument("--heatmap-keys", metavar="ROWS,COLS",
                     help="the two swept keys a sweep heatmap is drawn over (full or short names, "
                          "e.g. block_size,enable_prefix_caching; default: the first two)")
+    ap.add_argument("--lines", metavar="METRIC[,METRIC...]",
+                    help="sweep line figures: each metric (a summary.json key such as "
+                         "output_throughput or kv_breakdown.free, or normalized_latency_s) "
+                         "against a numeric swept key (default: normalized_latency_s, "
+                         "mean_batch_size, output_throughput); 'none' draws none")
+    ap.add_argument("--x", metavar="KEY",
+                    help="the numeric swept key on the x axis of the line figures and where "
+                         "the breakdown bars are taken (default: a rate_per_s key, else the "
+                         "first numeric key with 3+ values)")
+    ap.add_argument("--by", metavar="KEY",
+                    help="the swept key whose values are the lines and the breakdown bars "
+                         "(default: engine.profile when swept, else the first other key)")
+    ap.add_argument("--at", metavar="VALUE",
+                    help="the value of the x key the breakdown bars are drawn at (default: its "
+                         "largest)")
     ap.add_argument("--per-run", action="store_true",
                     help="when comparing, also draw each run's own figures under OUT_DIR/runs/")
     ap.add_argument("-q", "--quiet", action="store_true", help="print only errors")
@@ -115,8 +132,39 @@ def plot_single(run, out, formats, max_points, drawer):
                 [run], single=True)
 
 
-def plot_compare(runs, sweeps, out, formats, max_points, per_run, heatmap_keys, drawer):
+def _check_lines(lines, sweeps, runs):
+    """--x / --by must name a key some sweep varies, and each --lines metric must be a derived
+    metric or a number in some run's summary.json (a typo is an error, not an empty figure)."""
+    import difflib
+
+    from compare import _metric
+    from sweep_lines import DERIVED
+
+    varied = sorted({k for sw in sweeps for k in sw.keys})
+    names = set(varied) | {k.rsplit(".", 1)[-1] for k in varied}
+    for flag in ("x", "by"):
+        key = lines.get(flag)
+        if key and key not in names:
+            _die("--%s: no sweep varies '%s' (swept keys: %s)" % (flag, key,
+                                                                   ", ".join(varied) or "none"))
+    known = set(DERIVED)
+    for r in runs:
+        for k, v in r.summary.items():
+            if isinstance(v, dict):
+                known |= {"%s.%s" % (k, kk) for kk in v}
+            else:
+                known.add(k)
+    for m in lines.get("metrics", []):
+        if m not in DERIVED and not any(_metric(r.summary, m) is not None for r in runs):
+            close = difflib.get_close_matches(m, sorted(known), n=1)
+            _die("--lines: no run has a metric '%s'%s" % (
+                m, " (did you mean '%s'?)" % close[0] if close else ""))
+
+
+def plot_compare(runs, sweeps, out, formats, max_points, per_run, heatmap_keys, drawer,
+                 lines=None):
     import compare
+    import sweep_lines
     from report import write_index
 
     all_runs = list(runs)
@@ -137,6 +185,7 @@ def plot_compare(runs, sweeps, out, formats, max_points, per_run, heatmap_keys, 
             _die("--heatmap-keys: no sweep varies %s (swept keys: %s)" % (
                 ", ".join(unknown), ", ".join(sorted({k for sw in sweeps for k in sw.keys}))
                 or "none"))
+    _check_lines(lines or {}, sweeps, all_runs)
     figures, skipped = [], []
     drawer.say("%d runs -> %s" % (len(all_runs), out))
     drawer.draw("hit_rate_vs_capacity", compare.hit_rate_vs_capacity, figures, skipped,
@@ -147,9 +196,21 @@ def plot_compare(runs, sweeps, out, formats, max_points, per_run, heatmap_keys, 
                           formats)
     drawer.draw("latency_cdf_overlay", compare.latency_cdf_overlay, figures, skipped, all_runs,
                 out, formats)
+    drawer.draw("metrics_bars", compare.metrics_bars, figures, skipped, all_runs, out, formats)
+    drawer.draw("run_timelines", compare.run_timelines, figures, skipped, all_runs, out, formats,
+                max_points)
     for sw in sweeps:
         drawer.draw("heatmap " + sw.name, compare.sweep_heatmaps, figures, skipped, sw, out,
                     formats, heatmap_keys)
+    lines = lines or {}
+    for sw in sweeps:
+        prefix = "" if len(sweeps) == 1 else compare._slug(sw.name) + "_"
+        for metric in lines.get("metrics", sweep_lines.DEFAULT_METRICS):
+            drawer.draw("lines %s %s" % (sw.name, metric), sweep_lines.metric_lines, figures,
+                        skipped, sw, out, formats, metric, lines.get("x"), lines.get("by"),
+                        prefix)
+        drawer.draw("breakdown bars %s" % sw.name, sweep_lines.breakdown_by, figures, skipped,
+                    sw, out, formats, lines.get("by"), lines.get("x"), lines.get("at"), prefix)
     os.makedirs(out, exist_ok=True)
     title = "kvsim comparison: " + ", ".join(
         [s.name for s in sweeps] + [r.label for r in runs][:6] + (["..."] if len(runs) > 6 else []))
@@ -186,6 +247,10 @@ def main(argv=None):
         heatmap_keys = [k.strip() for k in args.heatmap_keys.split(",")]
         if len(heatmap_keys) != 2 or not all(heatmap_keys):
             _die("--heatmap-keys takes two keys: ROWS,COLS")
+    lines = {"x": args.x, "by": args.by, "at": args.at}
+    if args.lines:
+        metrics = [m.strip() for m in args.lines.split(",") if m.strip()]
+        lines["metrics"] = [] if metrics == ["none"] else metrics
     drawer = Drawer(args.quiet)
     try:
         runs, sweeps = collect(args.paths)
@@ -199,8 +264,8 @@ def main(argv=None):
                 out = os.path.join(sweeps[0].path, "plots")
             else:
                 out = "plots-compare"
-            plot_compare(runs, sweeps, out, formats, args.max_points, args.per_run, heatmap_keys,
-                         drawer)
+            plot_compare(runs, sweeps, out, formats, args.max_points, args.per_run,
+                         heatmap_keys, drawer, lines)
     except DataError as e:
         _die(str(e))
     drawer.say("index: %s" % os.path.join(out, "index.html"))

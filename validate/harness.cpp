@@ -83,6 +83,11 @@ ValidationHarness::ValidationHarness(const Scenario& scenario, const ValidationO
   if (scenario.engine.mode != EngineConfig::Mode::kTimed)
     throw ConfigError(who +
                       ": engine.mode cache_only runs no batches; validation needs mode: timed");
+  if (!is_paged(profile_info(scenario.engine.profile).family))
+    throw ConfigError(who + ": engine.profile " + profile_name(scenario.engine.profile) +
+                      " keeps one contiguous region per request, which no paged-attention kernel "
+                      "reads; validation needs a paged profile (" +
+                      profile_name(Profile::kVllm072) + ", ...)");
   if (!scenario.model)
     throw ConfigError(who + ": model: required (the attention shape comes from it)");
   const ModelConfig& m = *scenario.model;

@@ -141,8 +141,7 @@ std::vector<StepTraits> survey_run(const Scenario& scenario, const StepTimeFn& s
                                    const volatile std::sig_atomic_t* interrupt,
                                    const ProgressFn& progress) {
   std::unique_ptr<RequestSource> source =
-      make_request_source(scenario.workload, scenario.ctx().child("workload"), scenario.seed,
-                          scenario_vocab_size(scenario));
+      make_request_source(scenario.workload, scenario.seed, scenario_vocab_size(scenario));
   Surveyor surveyor(cost, block_size, progress);
   Simulator sim(scenario, *source, step_time);
   sim.attach(&surveyor);

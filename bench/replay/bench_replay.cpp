@@ -1,7 +1,8 @@
 // bench_replay: op-trace replay throughput, end to end (parse + execute + print) and for the core
-// alone, on seeded generated traces in kvm and sched mode. See bench/README.md.
+// alone, on seeded generated traces in kvm and sched mode, for every V1 profile side by side (the
+// repetitions interleave the profiles, so that machine noise hits them alike). See bench/README.md.
 //
-//   bench_replay [--ops N] [--seed S] [--reps R]
+//   bench_replay [--ops N] [--seed S] [--reps R] [--profile NAME]
 
 #include <chrono>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/v1/scheduler.h"
+#include "core/v1/v1_policy.h"
 #include "sim/replay/v1_replayer.h"
 #include "trace_generator.h"
 
@@ -28,10 +30,10 @@ double seconds_since(Clock::time_point t0) {
 }
 
 /// In-process end to end: split lines, parse, execute, render into a buffer flushed to /dev/null.
-double time_end_to_end(const std::string& text, std::int64_t& errors) {
+double time_end_to_end(const std::string& text, Profile profile, std::int64_t& errors) {
   std::FILE* sink = std::fopen("/dev/null", "wb");
   const auto t0 = Clock::now();
-  V1Replayer replayer;
+  V1Replayer replayer(profile);
   OutBuf out;
   std::size_t start = 0;
   for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
@@ -48,9 +50,10 @@ double time_end_to_end(const std::string& text, std::int64_t& errors) {
   return s;
 }
 
-double time_core_kvm(const KvmTrace& t) {
+double time_core_kvm(const KvmTrace& t, Profile profile) {
   const auto t0 = Clock::now();
-  KVCacheManager kv(KVCacheConfig{t.block_size, t.num_gpu_blocks, t.max_model_len, true, 64});
+  KVCacheManager kv(KVCacheConfig{t.block_size, t.num_gpu_blocks, t.max_model_len, true, 64},
+                    v1_policy(profile));
   std::vector<std::unique_ptr<Request>> reqs;
   std::vector<BlockId> hits, given;
   for (const KvmOp& op : t.ops) {
@@ -93,10 +96,11 @@ double time_core_kvm(const KvmTrace& t) {
   return seconds_since(t0);
 }
 
-double time_core_sched(const SchedTrace& t) {
+double time_core_sched(const SchedTrace& t, Profile profile) {
   const auto t0 = Clock::now();
   Scheduler sched(SchedulerConfig{t.max_num_seqs, t.max_num_batched_tokens, t.max_model_len},
-                  KVCacheConfig{t.block_size, t.num_gpu_blocks, t.max_model_len, true, 64});
+                  KVCacheConfig{t.block_size, t.num_gpu_blocks, t.max_model_len, true, 64},
+                  profile);
   std::vector<std::unique_ptr<Request>> reqs;
   SchedulerOutput out;
   std::vector<RequestOutput> outputs;
@@ -132,15 +136,15 @@ double time_core_sched(const SchedTrace& t) {
   return seconds_since(t0);
 }
 
-double time_cli(const std::string& text, const char* tag) {
+double time_cli(const std::string& text, Profile profile, const char* tag) {
   const auto path =
       std::filesystem::temp_directory_path() / (std::string("kvsim_bench_") + tag + ".jsonl");
   {
     std::ofstream o(path, std::ios::binary);
     o << text;
   }
-  const std::string cmd =
-      std::string(KVSIM_BINARY_DIR) + "/kvsim replay " + path.string() + " > /dev/null";
+  const std::string cmd = std::string(KVSIM_BINARY_DIR) + "/kvsim replay --profile " +
+                          profile_name(profile) + " " + path.string() + " > /dev/null";
   const auto t0 = Clock::now();
   const int rc = std::system(cmd.c_str());
   const double s = seconds_since(t0);
@@ -148,15 +152,20 @@ double time_cli(const std::string& text, const char* tag) {
   return rc == 0 ? s : -1.0;
 }
 
-// The fastest of `reps` runs; negative (a failed run) if any run failed.
+// For each profile, the fastest of `reps` runs of f(profile index); the repetitions interleave
+// the profiles. Negative (a failed run) if any run failed.
 template <class F>
-double best_of(int reps, F&& f) {
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const double t = f();
-    if (t < 0) return t;
-    best = std::min(best, t);
-  }
+std::vector<double> best_of(int reps, std::size_t num_profiles, F&& f) {
+  std::vector<double> best(num_profiles, 1e30);
+  for (int i = 0; i < reps; ++i)
+    for (std::size_t p = 0; p < num_profiles; ++p) {
+      const double t = f(p);
+      if (t < 0 || best[p] < 0) {
+        best[p] = -1;
+        continue;
+      }
+      best[p] = std::min(best[p], t);
+    }
   return best;
 }
 
@@ -166,42 +175,65 @@ int main(int argc, char** argv) {
   std::int64_t num_ops = 1000000;
   std::uint64_t seed = 1;
   int reps = 5;
+  std::vector<Profile> profs;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view a = argv[i];
-    if (a == "--ops")
+    if (a == "--ops") {
       num_ops = std::atoll(argv[i + 1]);
-    else if (a == "--seed")
+    } else if (a == "--seed") {
       seed = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--reps")
+    } else if (a == "--reps") {
       reps = std::atoi(argv[i + 1]);
+    } else if (a == "--profile") {
+      const auto p = find_profile(argv[i + 1]);
+      if (!p) {
+        std::fprintf(stderr, "bench_replay: --profile: unknown profile '%s' (%s)\n", argv[i + 1],
+                     profile_names().c_str());
+        return 2;
+      }
+      profs.push_back(*p);
+    }
   }
   if (reps < 1 || num_ops < 1) {
     std::fprintf(stderr, "bench_replay: --reps and --ops need positive counts\n");
     return 2;
   }
-  const KvmTrace kvm = generate_kvm_trace(seed, num_ops);
+  if (profs.empty())
+    for (const ProfileInfo& p : profiles())
+      if (p.family == EngineFamily::kV1) profs.push_back(p.profile);
+  std::vector<KvmTrace> kvm;
+  for (Profile p : profs) kvm.push_back(generate_kvm_trace(seed, num_ops, p));
   const SchedTrace sch = generate_sched_trace(seed, num_ops);
-  std::printf("bench_replay: seed %llu, best of %d runs, one core\n",
+  std::printf("bench_replay: seed %llu, best of %d runs (profiles interleaved), one core\n",
               static_cast<unsigned long long>(seed), reps);
-  std::printf("%-6s %10s %10s %14s %14s %14s\n", "mode", "ops", "MB", "e2e ops/s", "cli ops/s",
-              "core ops/s");
+  std::printf("%-11s %-6s %10s %8s %14s %14s %14s\n", "profile", "mode", "ops", "MB", "e2e ops/s",
+              "cli ops/s", "core ops/s");
   for (int mode = 0; mode < 2; ++mode) {
-    const std::string& text = mode == 0 ? kvm.text : sch.text;
-    const auto ops = static_cast<double>(mode == 0 ? kvm.ops.size() : sch.ops.size());
-    std::int64_t errors = 0;
-    const double e2e = best_of(reps, [&] { return time_end_to_end(text, errors); });
-    const double cli = best_of(reps, [&] { return time_cli(text, mode == 0 ? "kvm" : "sched"); });
-    const double core =
-        best_of(reps, [&] { return mode == 0 ? time_core_kvm(kvm) : time_core_sched(sch); });
-    if (cli < 0) {
-      std::fprintf(stderr, "bench_replay: kvsim replay failed on the %s trace\n",
-                   mode == 0 ? "kvm" : "sched");
-      return 1;
+    const auto text = [&](std::size_t p) -> const std::string& {
+      return mode == 0 ? kvm[p].text : sch.text;
+    };
+    std::vector<std::int64_t> errors(profs.size(), 0);
+    const auto e2e = best_of(reps, profs.size(), [&](std::size_t p) {
+      return time_end_to_end(text(p), profs[p], errors[p]);
+    });
+    const auto cli = best_of(reps, profs.size(), [&](std::size_t p) {
+      return time_cli(text(p), profs[p], mode == 0 ? "kvm" : "sched");
+    });
+    const auto core = best_of(reps, profs.size(), [&](std::size_t p) {
+      return mode == 0 ? time_core_kvm(kvm[p], profs[p]) : time_core_sched(sch, profs[p]);
+    });
+    for (std::size_t p = 0; p < profs.size(); ++p) {
+      if (cli[p] < 0) {
+        std::fprintf(stderr, "bench_replay: kvsim replay failed on the %s trace (%s)\n",
+                     mode == 0 ? "kvm" : "sched", profile_name(profs[p]));
+        return 1;
+      }
+      const auto ops = static_cast<double>(mode == 0 ? kvm[p].ops.size() : sch.ops.size());
+      std::printf("%-11s %-6s %10.0f %8.1f %14.0f %14.0f %14.0f%s\n", profile_name(profs[p]),
+                  mode == 0 ? "kvm" : "sched", ops, static_cast<double>(text(p).size()) / 1e6,
+                  ops / e2e[p], ops / cli[p], ops / core[p], errors[p] ? "  (ERROR LINES!)" : "");
+      if (errors[p]) return 1;
     }
-    std::printf("%-6s %10.0f %10.1f %14.0f %14.0f %14.0f%s\n", mode == 0 ? "kvm" : "sched", ops,
-                static_cast<double>(text.size()) / 1e6, ops / e2e, ops / cli, ops / core,
-                errors ? "  (ERROR LINES!)" : "");
-    if (errors) return 1;
   }
   return 0;
 }

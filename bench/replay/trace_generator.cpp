@@ -38,10 +38,12 @@ std::vector<std::int32_t> make_prompt(Rng& rng,
 
 }  // namespace
 
-KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops) {
+KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops, Profile profile) {
   Rng rng(seed);
   KvmTrace t{16, 512, 4096, {}, {}};
-  KVCacheManager kv(KVCacheConfig{t.block_size, t.num_gpu_blocks, t.max_model_len, true, 64});
+  const V1Policy& policy = v1_policy(profile);
+  KVCacheManager kv(KVCacheConfig{t.block_size, t.num_gpu_blocks, t.max_model_len, true, 64},
+                    policy);
   t.text = fmt::format(R"({{"op":"init","block_size":{},"num_gpu_blocks":{},"max_model_len":{}}})"
                        "\n",
                        t.block_size, t.num_gpu_blocks, t.max_model_len);
@@ -87,7 +89,7 @@ KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops) {
       emit({KvmOp::Kind::kLookup, l.slot, 0, {}},
            "{\"op\":\"get_computed_blocks\",\"id\":" + id(l.slot) + "}");
       std::int64_t computed = hit_tokens;
-      if (computed == r.num_tokens()) {
+      if (computed == r.num_tokens()) {  // v0.7.2's scheduler full-hit rule (never at v0.8.5)
         hits.pop_back();
         computed -= t.block_size;
       }

@@ -2,11 +2,15 @@
 // Seeded generators of large op traces (shared/spec/ops-format.md) for the replay benchmark.
 // Each trace is produced by driving kvsim's own manager/scheduler with a scheduler-like policy
 // (shared prefixes, chunked prefill, decode, preemption, finishes, aborts, memory pressure),
-// recording every op both as a JSON line and as a compact struct for the core-only timing.
+// recording every op both as a JSON line and as a compact struct for the core-only timing. A kvm
+// trace names the hit blocks of one profile's manager, so it is generated per profile; a sched
+// trace holds no block ids and serves every profile.
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "core/engine_api.h"
 
 namespace kvsim::bench {
 
@@ -41,7 +45,8 @@ struct SchedTrace {
   std::vector<SchedOp> ops;
 };
 
-KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops);
+/// A kvm trace recorded on `profile`'s manager (a V1 profile).
+KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops, Profile profile);
 SchedTrace generate_sched_trace(std::uint64_t seed, std::int64_t num_ops);
 
 }  // namespace kvsim::bench

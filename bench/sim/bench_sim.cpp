@@ -1,9 +1,11 @@
-// bench_sim [SCENARIO.yaml ...] [--set k=v ...] [--reps N]: runs each scenario end to end (all
-// output files written, to a temporary folder) in its own child process, N times (default 5), and
-// reports simulated requests per second of CPU time (the best run's and the median's) and of wall
-// time (the best run's), and the peak RSS (getrusage via wait4). Without scenario arguments it
-// runs the standard set: the Azure conv trace, Mooncake (timed), and 1,000,000 synthetic
-// requests. Run it from the repository root (scenarios name their traces relative to their own folder).
+// bench_sim [SCENARIO.yaml ...] [--set k=v ...] [--reps N] [--profiles P1,P2,...]: runs each
+// scenario end to end (all output files written, to a temporary folder) in its own child process,
+// N times (default 5), under each engine profile (default: every vLLM V1 profile; the repetitions
+// interleave the profiles, so that machine noise hits them alike), and reports simulated requests
+// per second of CPU time (the best run's and the median's) and of wall time (the best run's), and
+// the peak RSS (getrusage via wait4). Without scenario arguments it runs the standard set: the
+// Azure conv trace, Mooncake (timed), and 1,000,000 synthetic requests. Run it from the repository
+// root (scenarios name their traces relative to their own folder).
 
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -12,12 +14,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "core/engine_api.h"
 #include "sim/common/errors.h"
 #include "sim/config/scenario.h"
 #include "sim/run/run_scenario.h"
@@ -79,12 +82,25 @@ bool measure(const std::string& path, const std::vector<std::string>& sets, Meas
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> paths, sets;
+  std::vector<std::string> paths, sets, profile_names;
   int reps = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--set" && i + 1 < argc) {
       sets.push_back(argv[++i]);
+    } else if (a == "--profiles" && i + 1 < argc) {
+      const std::string list = argv[++i];
+      for (std::size_t start = 0; start <= list.size();) {
+        const std::size_t comma = std::min(list.find(',', start), list.size());
+        const std::string name = list.substr(start, comma - start);
+        if (!kvsim::find_profile(name)) {
+          std::fprintf(stderr, "bench_sim: --profiles: unknown profile '%s' (%s)\n", name.c_str(),
+                       kvsim::profile_names().c_str());
+          return 2;
+        }
+        profile_names.push_back(name);
+        start = comma + 1;
+      }
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
       if (reps < 1) {
@@ -98,29 +114,45 @@ int main(int argc, char** argv) {
   if (paths.empty())
     paths = {"scenarios/azure-conv.yaml", "bench/sim/mooncake-timed.yaml",
              "bench/sim/synthetic-1m.yaml"};
-  std::printf("%-26s %9s %9s %11s %7s %7s %11s %11s %11s %8s\n", "scenario", "requests", "steps",
-              "simulated_s", "wall_s", "cpu_s", "req/s(cpu)", "median(cpu)", "req/s(wall)",
-              "rss_MB");
+  if (profile_names.empty())
+    for (const kvsim::ProfileInfo& p : kvsim::profiles())
+      if (p.family == kvsim::EngineFamily::kV1) profile_names.emplace_back(p.name);
+  std::printf("%-26s %-11s %9s %9s %11s %7s %7s %11s %11s %11s %8s\n", "scenario", "profile",
+              "requests", "steps", "simulated_s", "wall_s", "cpu_s", "req/s(cpu)", "median(cpu)",
+              "req/s(wall)", "rss_MB");
   int status_all = 0;
+  const std::size_t np = profile_names.size();
   for (const std::string& path : paths) {
-    std::vector<Measured> runs(static_cast<std::size_t>(reps));
-    bool ok = true;
-    for (Measured& m : runs) ok = ok && measure(path, sets, m);
-    if (!ok) {
-      std::printf("%-26s FAILED\n", path.c_str());
-      status_all = 1;
-      continue;
+    // runs[p][k]: repetition k under profile p; the repetitions interleave the profiles.
+    std::vector<std::vector<Measured>> runs(np,
+                                            std::vector<Measured>(static_cast<std::size_t>(reps)));
+    std::vector<bool> ok(np, true);
+    for (std::size_t k = 0; k < static_cast<std::size_t>(reps); ++k)
+      for (std::size_t p = 0; p < np; ++p) {
+        std::vector<std::string> with_profile = sets;
+        with_profile.push_back("engine.profile=" + profile_names[p]);
+        if (ok[p]) ok[p] = measure(path, with_profile, runs[p][k]);
+      }
+    for (std::size_t p = 0; p < np; ++p) {
+      const std::string stem = fs::path(path).stem().string();
+      if (!ok[p]) {
+        std::printf("%-26s %-11s FAILED\n", stem.c_str(), profile_names[p].c_str());
+        status_all = 1;
+        continue;
+      }
+      std::vector<Measured>& rs = runs[p];
+      std::sort(rs.begin(), rs.end(),
+                [](const Measured& a, const Measured& b) { return a.cpu < b.cpu; });
+      const Measured& best = rs.front();
+      const double median = rs[rs.size() / 2].cpu;
+      double rss = 0;
+      for (const Measured& m : rs) rss = std::max(rss, m.rss_mb);
+      const auto n = static_cast<double>(best.rep.requests);
+      std::printf("%-26s %-11s %9lld %9lld %11.1f %7.3f %7.3f %11.0f %11.0f %11.0f %8.1f\n",
+                  stem.c_str(), profile_names[p].c_str(), best.rep.requests, best.rep.steps,
+                  best.rep.sim_s, best.wall, best.cpu, n / best.cpu, n / median, n / best.wall,
+                  rss);
     }
-    std::sort(runs.begin(), runs.end(),
-              [](const Measured& a, const Measured& b) { return a.cpu < b.cpu; });
-    const Measured& best = runs.front();
-    const double median = runs[runs.size() / 2].cpu;
-    double rss = 0;
-    for (const Measured& m : runs) rss = std::max(rss, m.rss_mb);
-    const auto n = static_cast<double>(best.rep.requests);
-    std::printf("%-26s %9lld %9lld %11.1f %7.3f %7.3f %11.0f %11.0f %11.0f %8.1f\n",
-                fs::path(path).stem().c_str(), best.rep.requests, best.rep.steps, best.rep.sim_s,
-                best.wall, best.cpu, n / best.cpu, n / median, n / best.wall, rss);
     std::fflush(stdout);
   }
   return status_all;

@@ -1,5 +1,7 @@
 #pragma once
-// KV cache sizing as vLLM V1 does it (vllm/v1/core/kv_cache_utils.py,
+// The uniform KV cache shape (every layer full attention, as vLLM v0.7.2 sizes it; the latency
+// model's bytes per token). Per-layer specs and the sizing rules of each release are in
+// kv_cache_spec.h and kv_pool_sizing.h. As vLLM V1 does it (vllm/v1/core/kv_cache_utils.py,
 // vllm/v1/kv_cache_interface.py):
 //   page bytes per layer = coef * block_size * num_kv_heads * head_size * dtype_bytes
 //     coef = 2 (a K and a V page), or 1 for MLA, whose one latent "head" has

@@ -71,6 +71,12 @@ class Request {
   std::vector<HashId> block_hashes;
   /// vLLM's req_to_blocks[request_id]: the block table. Only KVCacheManager mutates it.
   std::vector<BlockId> blocks;
+  /// vLLM v0.8.5's num_cached_block[request_id]: how many blocks of the table are cached; -1 when
+  /// it has no entry (before its first allocation, after free). Only KVCacheManager mutates it.
+  std::int64_t num_cached_block = -1;
+  /// The request asks for prompt logprobs (sampling_params.prompt_logprobs is not None): vLLM
+  /// v0.8.5 gives it no prefix-cache hit.
+  bool wants_prompt_logprobs = false;
 
   /// Scheduler bookkeeping for the step in flight: tokens scheduled (0 = not scheduled) and the
   /// token the model sampled for it, set by the caller before Scheduler::update_from_output.
@@ -78,6 +84,11 @@ class Request {
   Token sampled_token = 0;
   /// Times this request was preempted.
   std::int32_t num_preemptions = 0;
+  /// The tokens (prompt + every generated token) the request will hold when it finishes, -1
+  /// when unknown. Known to oracle policies only: the simulator sets it (it decides every output
+  /// length), a real engine cannot know it. Read by the contiguous orca-pow2 and orca-oracle
+  /// profiles to size their reservations.
+  std::int64_t oracle_final_num_tokens = -1;
 
  private:
   std::int64_t index_;

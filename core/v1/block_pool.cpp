@@ -6,13 +6,18 @@
 
 namespace kvsim {
 
-BlockPool::BlockPool(std::int32_t num_blocks, bool enable_caching, BlockHashTable& hashes)
+BlockPool::BlockPool(std::int32_t num_blocks, bool enable_caching, bool null_block,
+                     BlockHashTable& hashes)
     : enable_caching_(enable_caching),
       hashes_(hashes),
       blocks_(static_cast<std::size_t>(num_blocks)) {
   KVSIM_ASSERT(num_blocks > 0);
   for (std::int32_t i = 0; i < num_blocks; ++i) {
     free_queue_.push_back(blocks_[static_cast<std::size_t>(i)]);
+  }
+  if (null_block) {  // vLLM: self.null_block = self.free_block_queue.popleft()
+    null_block_ = id_of(free_queue_.front());
+    free_queue_.pop_front();
   }
 }
 
@@ -62,13 +67,17 @@ void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
 void BlockPool::touch(std::span<const BlockId> blocks) {
   for (BlockId b : blocks) {
     KVCacheBlock& blk = block(b);
-    if (blk.ref_cnt == 0) free_queue_.erase(free_queue_.iterator_to(blk));
+    if (blk.ref_cnt == 0 && b != null_block_) free_queue_.erase(free_queue_.iterator_to(blk));
     ++blk.ref_cnt;
   }
 }
 
 void BlockPool::free_block(BlockId b) {
   KVCacheBlock& blk = block(b);
+  if (b == null_block_) {
+    --blk.ref_cnt;
+    return;
+  }
   KVSIM_ASSERT(blk.ref_cnt > 0, "freeing a block that is not in use");
   if (--blk.ref_cnt == 0) free_queue_.push_back(blk);
 }
@@ -116,7 +125,7 @@ void BlockPool::evict(KVCacheBlock& blk) {
 }
 
 bool BlockPool::reset_prefix_cache() {
-  if (num_free_blocks() != num_blocks()) return false;
+  if (num_free_blocks() != num_blocks() - (null_block_ == kNoBlock ? 0 : 1)) return false;
   for (KVCacheBlock& blk : blocks_) {
     if (blk.block_hash == kNoHash) continue;
     const std::size_t s = head_slot(blk.block_hash);
@@ -151,9 +160,13 @@ std::string BlockPool::find_violation() const {
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const KVCacheBlock& blk = blocks_[i];
     KVSIM_CHECK(to_int(id_of(blk)) == static_cast<std::int32_t>(i), "block id mismatch");
-    KVSIM_CHECK(blk.ref_cnt >= 0, "negative ref count");
-    KVSIM_CHECK((blk.ref_cnt == 0) == static_cast<bool>(queued[i]),
-                "a block must be queued iff its ref count is 0");
+    if (id_of(blk) == null_block_) {
+      KVSIM_CHECK(!queued[i], "the null block is in the free queue");
+    } else {
+      KVSIM_CHECK(blk.ref_cnt >= 0, "negative ref count");
+      KVSIM_CHECK((blk.ref_cnt == 0) == static_cast<bool>(queued[i]),
+                  "a block must be queued iff its ref count is 0");
+    }
     if (blk.block_hash == kNoHash) {
       KVSIM_CHECK(blk.hash_prev == kNoBlock && blk.hash_next == kNoBlock, "stale hash links");
       continue;
@@ -169,8 +182,7 @@ std::string BlockPool::find_violation() const {
       KVSIM_CHECK(block(blk.hash_prev).hash_next == id_of(blk), "broken hash chain");
       KVSIM_CHECK(block(blk.hash_prev).block_hash == blk.block_hash, "chain mixes hashes");
     }
-    if (blk.hash_next == kNoBlock)
-      KVSIM_CHECK(hash_tail_[s] == id_of(blk), "chain tail mismatch");
+    if (blk.hash_next == kNoBlock) KVSIM_CHECK(hash_tail_[s] == id_of(blk), "chain tail mismatch");
   }
   KVSIM_CHECK(cached_blocks == num_cached_blocks_, "cached block count mismatch");
   KVSIM_CHECK(heads == num_cached_hashes_, "cached hash count mismatch");

@@ -50,8 +50,10 @@ class BlockPool {
     std::int64_t evictions = 0;         // popped blocks that carried a cached hash (evicted)
   };
 
-  /// All `num_blocks` blocks start free, queued in id order. `hashes` must outlive the pool.
-  BlockPool(std::int32_t num_blocks, bool enable_caching, BlockHashTable& hashes);
+  /// All `num_blocks` blocks start free, queued in id order; with `null_block` (vLLM v0.8.3+)
+  /// block 0 is then taken out as the null block (never handed out, never queued again). `hashes`
+  /// must outlive the pool.
+  BlockPool(std::int32_t num_blocks, bool enable_caching, bool null_block, BlockHashTable& hashes);
   ~BlockPool();
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
@@ -59,6 +61,8 @@ class BlockPool {
   std::int32_t num_blocks() const { return static_cast<std::int32_t>(blocks_.size()); }
   std::int32_t num_free_blocks() const { return static_cast<std::int32_t>(free_queue_.size()); }
   bool enable_caching() const { return enable_caching_; }
+  /// Block 0 when the pool reserves a null block, else kNoBlock.
+  BlockId null_block() const { return null_block_; }
   KVCacheBlock& block(BlockId b) { return blocks_[static_cast<std::size_t>(to_int(b))]; }
   const KVCacheBlock& block(BlockId b) const {
     return blocks_[static_cast<std::size_t>(to_int(b))];
@@ -79,19 +83,20 @@ class BlockPool {
   /// and appends their ids to `out` in pop order. Precondition: n <= num_free_blocks(). O(n).
   void get_new_blocks(std::int32_t n, std::vector<BlockId>& out);
 
-  /// vLLM's _touch: takes each block out of the free queue if its ref_cnt is 0, then ref_cnt += 1.
+  /// vLLM's touch: takes each block out of the free queue if its ref_cnt is 0 (the null block
+  /// never is in it), then ref_cnt += 1.
   void touch(std::span<const BlockId> blocks);
 
-  /// Drops one reference; a block reaching 0 is appended to the free-queue tail (kept cached).
-  /// O(1).
+  /// Drops one reference; a block reaching 0 is appended to the free-queue tail (kept cached). The
+  /// null block's count just drops (vLLM does not maintain it; it may go negative). O(1).
   void free_block(BlockId b);
 
   /// Marks a full block as cached under `h` (takes a new reference on `h`) and appends it to the
   /// index behind any block already cached with the same hash. Precondition: block has no hash.
   void cache_block(BlockId b, HashId h);
 
-  /// vLLM's reset_prefix_cache: false (and no change) if any block is in use; else every hash is
-  /// dropped and the free-queue order is kept.
+  /// vLLM's reset_prefix_cache: false (and no change) if any block but the null block is in use;
+  /// else every hash is dropped and the free-queue order is kept.
   bool reset_prefix_cache();
 
   /// Number of distinct hashes in the index, and of blocks in it (>= hashes when duplicated).
@@ -100,9 +105,10 @@ class BlockPool {
   /// Blocks of one hash in insertion order (for snapshots and tests).
   void cached_blocks_of(HashId h, std::vector<BlockId>& out) const;
 
-  /// Verifies: every block either free (ref 0, queued once) or used (ref > 0, not queued); queue
-  /// length agrees; the index holds exactly the blocks with a hash, each under its own hash, with
-  /// consistent chains and counts. Returns the first violation ("" if none). O(num_blocks).
+  /// Verifies: every block either free (ref 0, queued once) or used (ref > 0, not queued), the null
+  /// block never queued (its count is not maintained); queue length agrees; the index holds exactly
+  /// the blocks with a hash, each under its own hash, with consistent chains and counts. Returns
+  /// the first violation ("" if none). O(num_blocks).
   std::string find_violation() const;
   /// Aborts with the violation's message if find_violation() finds one.
   void check_invariants() const;
@@ -112,6 +118,7 @@ class BlockPool {
   std::size_t head_slot(HashId h) const { return static_cast<std::size_t>(to_int(h)); }
 
   bool enable_caching_;
+  BlockId null_block_ = kNoBlock;
   BlockHashTable& hashes_;
   std::vector<KVCacheBlock> blocks_;
   FreeQueue free_queue_;

@@ -7,18 +7,25 @@
 
 namespace kvsim {
 
-KVCacheManager::KVCacheManager(const KVCacheConfig& config, BlockHashTable::BucketHashFn hash_fn)
+KVCacheManager::KVCacheManager(const KVCacheConfig& config, const V1Policy& policy,
+                               BlockHashTable::BucketHashFn hash_fn)
     : config_(config),
+      policy_(policy),
       block_shift_(std::has_single_bit(static_cast<std::uint64_t>(config.block_size))
                        ? std::countr_zero(static_cast<std::uint64_t>(config.block_size))
                        : -1),
       num_preallocate_blocks_(
-          static_cast<std::int32_t>(cdiv(config.num_preallocate_tokens, config.block_size))),
+          policy.preallocate
+              ? static_cast<std::int32_t>(cdiv(config.num_preallocate_tokens, config.block_size))
+              : 0),
       max_num_blocks_per_req_(cdiv(config.max_model_len, config.block_size)),
       hashes_(config.block_size, hash_fn),
-      pool_(config.num_gpu_blocks, config.enable_caching, hashes_) {
+      pool_(config.num_gpu_blocks, config.enable_caching, policy.null_block, hashes_),
+      specialized_(config.block_size, policy.sliding_window_manager ? config.sliding_window : 0,
+                   pool_) {
   KVSIM_ASSERT(config.block_size > 0 && config.num_gpu_blocks > 0 && config.max_model_len > 0);
-  KVSIM_ASSERT(config.num_preallocate_tokens >= 0);
+  KVSIM_ASSERT(config.num_preallocate_tokens >= 0 && config.sliding_window >= 0);
+  KVSIM_ASSERT(!config.use_eagle || policy.lookahead_slots, "this release has no use_eagle");
 }
 
 ExtraKeysId KVCacheManager::extra_keys(const Request& request, std::int64_t start, std::int64_t end,
@@ -43,6 +50,7 @@ ExtraKeysId KVCacheManager::extra_keys(const Request& request, std::int64_t star
       break;
   }
   mm_idx = cur;
+  if (mm_scratch_.empty() && policy_.empty_extra_keys_are_none) return kExtraNone;
   return hashes_.intern_extra(mm_scratch_);
 }
 
@@ -71,22 +79,29 @@ std::int64_t KVCacheManager::get_computed_blocks(Request& request, std::vector<B
   hits.clear();
   if (!config_.enable_caching) return 0;
   if (request.block_hashes.empty()) hash_request_tokens(request);
-  for (HashId h : request.block_hashes) {
-    const BlockId b = pool_.get_cached_block(h);
-    if (b == kNoBlock) break;
-    hits.push_back(b);
-  }
+  if (policy_.prompt_logprobs_skip_lookup && request.wants_prompt_logprobs) return 0;
+  std::span<const HashId> lookup = request.block_hashes;
+  // The full-hit rule: a prompt whose every block could hit recomputes its last block.
+  if (policy_.last_block_excluded_from_lookup && !lookup.empty() &&
+      static_cast<std::int64_t>(lookup.size()) * config_.block_size == request.num_tokens())
+    lookup = lookup.first(lookup.size() - 1);
+  specialized_.find_longest_cache_hit(lookup, hits);
+  if (config_.use_eagle && !hits.empty()) hits.pop_back();  // eagle recomputes the last hit
   return static_cast<std::int64_t>(hits.size()) * config_.block_size;
 }
 
 AllocResult KVCacheManager::allocate_slots_full(Request& request, std::int64_t num_tokens,
-                                                std::span<const BlockId> new_computed_blocks) {
+                                                std::span<const BlockId> new_computed_blocks,
+                                                std::int64_t num_lookahead_tokens) {
   if (num_tokens == 0) return {AllocStatus::kZeroTokens, 0};
+  std::vector<BlockId>& table = request.blocks;
+  // Blocks that left the window are freed first, whether or not this allocation succeeds.
+  if (!specialized_.free_skipped_blocks(table, request.num_computed_tokens))
+    return {AllocStatus::kSkippedBeyondTable, 0};
   const std::int64_t bs = config_.block_size;
   const auto num_hits = static_cast<std::int64_t>(new_computed_blocks.size());
   const std::int64_t num_computed = request.num_computed_tokens + num_hits * bs;
-  const std::int64_t num_required = blocks_for(num_computed + num_tokens);
-  std::vector<BlockId>& table = request.blocks;
+  const std::int64_t num_required = blocks_for(num_computed + num_tokens + num_lookahead_tokens);
   const std::int64_t num_new = num_required - static_cast<std::int64_t>(table.size()) - num_hits;
 
   // Hits that sit in the free queue leave it when touched: they cannot count as free blocks.
@@ -112,11 +127,39 @@ AllocResult KVCacheManager::allocate_slots_full(Request& request, std::int64_t n
   }
   if (!config_.enable_caching) return {AllocStatus::kOk, num_allocated};
 
-  // Cache the blocks this call completes; a partially computed block is re-examined (floor).
-  const std::int64_t first = full_blocks(num_computed);
-  const std::int64_t end =
-      std::min(full_blocks(num_computed + num_tokens), static_cast<std::int64_t>(table.size()));
-  return {cache_full_blocks(request, first, end), num_allocated};
+  // Cache the blocks this call completes (lookahead slots are not computed tokens).
+  const std::int64_t num_full = full_blocks(num_computed + num_tokens);
+  const auto num_table = static_cast<std::int64_t>(table.size());
+  if (!policy_.cache_from_num_cached_block) {
+    // From floor(computed / block_size): a partially computed block is re-examined.
+    return {cache_full_blocks(request, full_blocks(num_computed), std::min(num_full, num_table)),
+            num_allocated};
+  }
+  // From the count of blocks already cached (the hits, for a request without an entry).
+  const std::int64_t num_cached =
+      request.num_cached_block >= 0 ? request.num_cached_block : num_hits;
+  if (num_cached != num_full) {
+    if (num_cached > static_cast<std::int64_t>(request.block_hashes.size()) ||
+        num_cached > num_table)
+      return {AllocStatus::kBadCachedCount, num_allocated};
+    const AllocStatus st = cache_full_blocks(request, num_cached, std::min(num_full, num_table));
+    if (st != AllocStatus::kOk) return {st, num_allocated};
+  }
+  request.num_cached_block = num_full;
+  return {AllocStatus::kOk, num_allocated};
+}
+
+HashId KVCacheManager::hash_generated_block(Request& request, std::int64_t i, HashId parent) {
+  const std::int64_t bs = config_.block_size;
+  const std::int64_t start = i * bs;
+  std::int64_t mm_idx = -1;  // a block completed by generated tokens: the last placeholder only
+  const ExtraKeysId extra = extra_keys(request, start, start + bs, mm_idx);
+  const HashId h = hashes_.intern(
+      parent,
+      std::span<const Token>(request.all_token_ids().data() + start, static_cast<std::size_t>(bs)),
+      extra);
+  request.block_hashes.push_back(h);
+  return h;
 }
 
 AllocStatus KVCacheManager::cache_full_blocks(Request& request, std::int64_t first,
@@ -128,15 +171,15 @@ AllocStatus KVCacheManager::cache_full_blocks(Request& request, std::int64_t fir
     parent = pool_.block(table[static_cast<std::size_t>(first - 1)]).block_hash;
     if (parent == kNoHash) return AllocStatus::kBadPrevBlock;
   }
-  // Skip leading candidates that already carry a hash (a block re-covered by a later call).
   std::int64_t i = first;
-  for (; i < end; ++i) {
+  // v0.7.2: skip leading candidates that already carry a hash (a block re-covered by a later
+  // call). From v0.7.3 the count of cached blocks makes that impossible: no skip.
+  for (; !policy_.cache_from_num_cached_block && i < end; ++i) {
     const HashId h = pool_.block(table[static_cast<std::size_t>(i)]).block_hash;
     if (h == kNoHash) break;
     parent = h;
   }
   const auto num_listed = static_cast<std::int64_t>(request.block_hashes.size());
-  const std::int64_t bs = config_.block_size;
   for (; i < end; ++i) {
     const BlockId b = table[static_cast<std::size_t>(i)];
     if (pool_.block(b).block_hash != kNoHash) return AllocStatus::kBadPrevBlock;
@@ -144,15 +187,8 @@ AllocStatus KVCacheManager::cache_full_blocks(Request& request, std::int64_t fir
     if (i < num_listed) {
       h = request.block_hashes[static_cast<std::size_t>(i)];
     } else {
-      const std::int64_t start = i * bs;
-      if (start + bs > request.num_tokens()) return AllocStatus::kMissingTokens;
-      std::int64_t mm_idx = -1;  // a block completed by generated tokens: the last placeholder only
-      const ExtraKeysId extra = extra_keys(request, start, start + bs, mm_idx);
-      h = hashes_.intern(parent,
-                         std::span<const Token>(request.all_token_ids().data() + start,
-                                                static_cast<std::size_t>(bs)),
-                         extra);
-      request.block_hashes.push_back(h);
+      if ((i + 1) * config_.block_size > request.num_tokens()) return AllocStatus::kMissingTokens;
+      h = hash_generated_block(request, i, parent);
     }
     pool_.cache_block(b, h);
     parent = h;
@@ -180,6 +216,7 @@ void KVCacheManager::free(Request& request) {
     }
   }
   table.clear();
+  request.num_cached_block = -1;
 }
 
 void KVCacheManager::release_request(Request& request) {
@@ -221,8 +258,10 @@ std::string KVCacheManager::find_violation(std::span<const Request* const> live)
   }
   for (std::int32_t i = 0; i < pool_.num_blocks(); ++i) {
     const KVCacheBlock& blk = pool_.block(BlockId{i});
-    KVSIM_CHECK(blk.ref_cnt == block_refs[static_cast<std::size_t>(i)],
-                "a block's ref count differs from the number of tables holding it");
+    // The null block's count is not maintained (vLLM raises it on touch, lowers it on free).
+    KVSIM_CHECK(
+        BlockId{i} == pool_.null_block() || blk.ref_cnt == block_refs[static_cast<std::size_t>(i)],
+        "a block's ref count differs from the number of tables holding it");
     if (blk.block_hash != kNoHash) ++hash_refs[static_cast<std::size_t>(to_int(blk.block_hash))];
   }
   return hashes_.find_ref_count_violation(hash_refs);

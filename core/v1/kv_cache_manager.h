@@ -1,7 +1,9 @@
 #pragma once
-// KVCacheManager: vLLM v0.7.2's vllm/v1/core/kv_cache_manager.py, exactly (see
-// shared/spec/vllm-kv-cache-semantics.md §1-§8): prefix-cache lookup, slot allocation with
-// preallocation, caching of newly full blocks, tail-first freeing, usage, prefix-cache reset.
+// KVCacheManager: vLLM V1's vllm/v1/core/kv_cache_manager.py, exactly, at v0.7.2 (see
+// shared/spec/vllm-kv-cache-semantics.md §1-§8) or at v0.8.5.post1 (§11), as its V1Policy says:
+// prefix-cache lookup (through the SpecializedManager of the model's attention type), slot
+// allocation (with preallocation, lookahead slots), caching of newly full blocks, tail-first
+// freeing, usage, prefix-cache reset.
 
 #include <cstdint>
 #include <span>
@@ -9,13 +11,14 @@
 #include <vector>
 
 #include "core/common/block_hash.h"
-#include "core/v1/block_pool.h"
-#include "core/common/request.h"
 #include "core/common/engine_config.h"
+#include "core/common/request.h"
 #include "core/common/types.h"
+#include "core/v1/block_pool.h"
+#include "core/v1/specialized_manager.h"
+#include "core/v1/v1_policy.h"
 
 namespace kvsim {
-
 
 /// Outcome of allocate_slots. kOk and kNoFreeBlocks are the expected results; the others mirror
 /// the assertion/ValueError paths of vLLM (state may be partly changed, exactly as in vLLM).
@@ -28,6 +31,10 @@ enum class AllocStatus : std::uint8_t {
   kMissingTokens,     // assertion: a block to cache has fewer than block_size tokens
   kBadPrevBlock,      // assertion in _cache_full_blocks: the previous block has no hash, or a
                       // block after the first unhashed candidate already has one
+  kBadCachedCount,    // v0.8.5: num_cached_block beyond the hash list or the table (assertion /
+                      // IndexError in cache_full_blocks)
+  kSkippedBeyondTable,  // v0.8.5 sliding window: remove_skipped_blocks indexes past the table
+                        // (IndexError); nothing changed
 };
 
 struct AllocResult {
@@ -39,44 +46,56 @@ struct AllocResult {
 
 class KVCacheManager {
  public:
-  /// `hash_fn` picks hash buckets only (equality is exact); tests inject a colliding one.
-  explicit KVCacheManager(const KVCacheConfig& config,
+  /// The manager of the release `policy` describes. `hash_fn` picks hash buckets only (equality
+  /// is exact); tests inject a colliding one.
+  explicit KVCacheManager(const KVCacheConfig& config, const V1Policy& policy = kVllm072Policy,
                           BlockHashTable::BucketHashFn hash_fn = nullptr);
 
   const KVCacheConfig& config() const { return config_; }
+  const V1Policy& policy() const { return policy_; }
+  const SpecializedManager& specialized_manager() const { return specialized_; }
   std::int32_t block_size() const { return config_.block_size; }
   std::int32_t num_preallocate_blocks() const { return num_preallocate_blocks_; }
   std::int64_t max_num_blocks_per_req() const { return max_num_blocks_per_req_; }
 
-  /// get_computed_blocks: computes the request's hash list if empty, then the longest run of cached
-  /// blocks from the start. Replaces `hits`; returns the number of hit tokens. No state changes
-  /// besides the hash list. O(blocks of the request).
+  /// get_computed_blocks: computes the request's hash list if empty, then the hits of the
+  /// specialized manager's lookup (full attention: the longest run of cached blocks from the
+  /// start), under the policy's last-block, prompt-logprobs and eagle rules. Replaces `hits`;
+  /// returns the number of hit tokens. No state changes besides the hash list. O(blocks of the
+  /// request).
   std::int64_t get_computed_blocks(Request& request, std::vector<BlockId>& hits);
 
-  /// allocate_slots(request, num_tokens, new_computed_blocks) (spec §4). Allocates nothing on the
-  /// heap once the request's table has grown to its final size.
+  /// allocate_slots(request, num_tokens, new_computed_blocks, num_lookahead_tokens) (spec §4,
+  /// §11). Allocates nothing on the heap once the request's table has grown to its final size.
   AllocResult allocate_slots(Request& request, std::int64_t num_tokens,
-                             std::span<const BlockId> new_computed_blocks = {}) {
+                             std::span<const BlockId> new_computed_blocks = {},
+                             std::int64_t num_lookahead_tokens = 0) {
     // Most calls are a decode step inside the last block: no hit, no new block, no block
-    // completed. Exactly what the full path returns for them, without its work.
-    if (num_tokens > 0 && new_computed_blocks.empty()) {
+    // completed, nothing outside a window. Exactly what the full path returns for them, without
+    // its work.
+    if (num_tokens > 0 && new_computed_blocks.empty() && !specialized_.skips_blocks()) {
       const std::int64_t computed = request.num_computed_tokens;
       const std::int64_t end = computed + num_tokens;
-      if (blocks_for(end) <= static_cast<std::int64_t>(request.blocks.size()) &&
-          (!config_.enable_caching || full_blocks(end) == full_blocks(computed)))
+      if (blocks_for(end + num_lookahead_tokens) <=
+              static_cast<std::int64_t>(request.blocks.size()) &&
+          (!config_.enable_caching ||
+           (policy_.cache_from_num_cached_block ? request.num_cached_block == full_blocks(end)
+                                                : full_blocks(end) == full_blocks(computed))))
         return {AllocStatus::kOk, 0};
     }
-    return allocate_slots_full(request, num_tokens, new_computed_blocks);
+    return allocate_slots_full(request, num_tokens, new_computed_blocks, num_lookahead_tokens);
   }
 
-  /// free(request): releases the block table, tail first when caching. The hash list is kept.
+  /// free(request): releases the block table, tail first when caching, and forgets the request's
+  /// num_cached_block. The hash list is kept.
   void free(Request& request);
 
   /// Drops the request's hash-list references; call when the request object is forgotten
   /// (after free). The request must not be used with this manager afterwards.
   void release_request(Request& request);
 
-  /// 1 - num_free_blocks / num_gpu_blocks (cached-but-free blocks count as free).
+  /// 1 - num_free_blocks / num_gpu_blocks (cached-but-free blocks count as free; the null block
+  /// counts as used).
   double usage() const;
   bool reset_prefix_cache() { return pool_.reset_prefix_cache(); }
   /// Leading blocks of the request's table whose ref_cnt == num_running.
@@ -95,11 +114,19 @@ class KVCacheManager {
 
  private:
   AllocResult allocate_slots_full(Request& request, std::int64_t num_tokens,
-                                  std::span<const BlockId> new_computed_blocks);
+                                  std::span<const BlockId> new_computed_blocks,
+                                  std::int64_t num_lookahead_tokens);
   void hash_request_tokens(Request& request);
   /// vLLM's generate_block_hash_extra_keys; `mm_idx` is the cursor (-1: the last placeholder).
   ExtraKeysId extra_keys(const Request& request, std::int64_t start, std::int64_t end,
                          std::int64_t& mm_idx);
+  /// The hash of block `i` of the request (its tokens, the last placeholder's extra keys) under
+  /// `parent`, appended to its hash list. Precondition: the request holds the block's tokens.
+  HashId hash_generated_block(Request& request, std::int64_t i, HashId parent);
+  /// _cache_full_blocks (v0.7.2) / BlockPool.cache_full_blocks (v0.8.5) over table[first, end):
+  /// the parent is block first - 1's hash; v0.7.2 skips leading candidates that carry a hash;
+  /// every other candidate must be unhashed. Hashes come from the request's list, or are computed
+  /// and appended for blocks completed by generated tokens.
   AllocStatus cache_full_blocks(Request& request, std::int64_t first, std::int64_t end);
   /// floor(tokens / block_size) and ceil(...) for tokens >= 0: a shift when the block size is a
   /// power of two (every step divides; a 64-bit idiv costs tens of cycles).
@@ -111,11 +138,13 @@ class KVCacheManager {
   }
 
   KVCacheConfig config_;
+  V1Policy policy_;
   int block_shift_;  // log2(block_size), or -1 when it is not a power of two
   std::int32_t num_preallocate_blocks_;
   std::int64_t max_num_blocks_per_req_;
   BlockHashTable hashes_;
   BlockPool pool_;
+  SpecializedManager specialized_;
   std::vector<std::string> mm_scratch_;
 };
 

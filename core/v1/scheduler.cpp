@@ -1,15 +1,19 @@
 #include "core/v1/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/common/assert.h"
 
 namespace kvsim {
 
-Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config,
+Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config, Profile profile,
                      BlockHashTable::BucketHashFn hash_fn)
-    : config_(config), kv_(kv_config, hash_fn) {
+    : config_(config), profile_(profile), kv_(kv_config, v1_policy(profile), hash_fn) {
   KVSIM_ASSERT(config.max_num_seqs > 0 && config.max_num_batched_tokens > 0);
+  KVSIM_ASSERT(config.long_prefill_token_threshold >= 0 && config.num_lookahead_tokens >= 0);
+  KVSIM_ASSERT(config.num_lookahead_tokens == 0 || kv_.policy().lookahead_slots,
+               "this release has no lookahead slots");
   // At most max_num_seqs requests finish in one step (aborts aside): no growth on the hot path.
   const auto seqs = static_cast<std::size_t>(std::min<std::int64_t>(config.max_num_seqs, 1 << 16));
   finished_ids_.reserve(seqs);
@@ -57,18 +61,33 @@ void Scheduler::schedule(SchedulerOutput& out) {
   if (scheduled_unconsumed_)  // a schedule() without update(): its counts do not carry over
     for (Request* r : running_) r->num_scheduled_tokens = 0;
   scheduled_unconsumed_ = true;
+  const V1Policy& policy = kv_.policy();
   const std::int64_t bs = kv_.block_size();
+  const std::int64_t lookahead = config_.num_lookahead_tokens;
+  // v0.8.5: a chunk is at most long_prefill_token_threshold tokens (when > 0).
+  const std::int64_t max_chunk =
+      policy.long_prefill_token_threshold && config_.long_prefill_token_threshold > 0
+          ? config_.long_prefill_token_threshold
+          : std::numeric_limits<std::int64_t>::max();
   std::int64_t budget = config_.max_num_batched_tokens;
 
   // 1. Running requests, in priority order; victims come from the back of the list.
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
     Request& req = *running_[i];
-    const std::int64_t n = std::min(req.num_tokens() - req.num_computed_tokens, budget);
-    KVSIM_ASSERT(n > 0, "a running request has nothing to compute");
+    std::int64_t n = std::min({req.num_tokens() - req.num_computed_tokens, max_chunk, budget});
+    if (policy.running_chunk_capped_by_max_model_len)
+      n = std::min(n, config_.max_model_len - req.num_computed_tokens);
+    if (n <= 0) {
+      // v0.8.5 skips it (`continue`): all its tokens are scheduled already, awaiting their
+      // update. (n < 0 only for a prompt longer than max_model_len, which vLLM refuses.)
+      KVSIM_ASSERT(policy.advance_computed_in_schedule, "a running request has nothing to compute");
+      ++i;
+      continue;
+    }
     AllocResult res;
     bool scheduled = true;
     while (true) {
-      res = kv_.allocate_slots(req, n);
+      res = kv_.allocate_slots(req, n, {}, lookahead);
       if (res.status != AllocStatus::kNoFreeBlocks) break;
       const bool self = running_.back() == &req;
       preempt_last(out);
@@ -93,9 +112,9 @@ void Scheduler::schedule(SchedulerOutput& out) {
       Request& req = *waiting_.front();
       std::int64_t num_computed = kv_.get_computed_blocks(req, hits_);
       std::int64_t n = req.num_tokens() - num_computed;
-      if (n == 0) {
-        // Every block hit: recompute the whole last block (allocate_slots needs block-aligned
-        // computed tokens).
+      if (n == 0 && !policy.last_block_excluded_from_lookup) {
+        // v0.7.2: every block hit: recompute the whole last block (allocate_slots needs
+        // block-aligned computed tokens). From v0.8.3 the lookup never hits the last block.
         num_computed -= bs;
         n = bs;
         hits_.pop_back();
@@ -104,8 +123,9 @@ void Scheduler::schedule(SchedulerOutput& out) {
       stats_.prefix_hits_tokens += num_computed;
       out.prefix_queries_tokens += req.num_tokens();
       out.prefix_hits_tokens += num_computed;
-      n = std::min(n, budget);
-      const AllocResult res = kv_.allocate_slots(req, n, hits_);
+      n = std::min({n, max_chunk, budget});
+      KVSIM_ASSERT(n > 0, "a waiting request has nothing to compute");
+      const AllocResult res = kv_.allocate_slots(req, n, hits_, lookahead);
       if (res.status == AllocStatus::kNoFreeBlocks) break;
       KVSIM_ASSERT(res.ok(), "allocate_slots failed for a waiting request");
       waiting_.pop_front();
@@ -125,6 +145,9 @@ void Scheduler::schedule(SchedulerOutput& out) {
       running_.empty() ? 0
                        : kv_.get_num_common_prefix_blocks(
                              *running_.front(), static_cast<std::int64_t>(running_.size()));
+  // v0.8.3+: the scheduled tokens count as computed from now on (out keeps the counts before).
+  if (policy.advance_computed_in_schedule)
+    for (const ScheduledRequest& s : out.scheduled) s.request->num_computed_tokens += s.num_tokens;
   ++stats_.num_steps;
 }
 
@@ -159,11 +182,12 @@ void Scheduler::update_from_output(std::vector<RequestOutput>& outputs) {
   scheduled_unconsumed_ = false;
   outputs.clear();
   next_running_.clear();
+  const bool advance_in_schedule = kv_.policy().advance_computed_in_schedule;
   for (Request* r : running_) {
     Request& req = *r;
     const std::int64_t n = req.num_scheduled_tokens;
     req.num_scheduled_tokens = 0;
-    req.num_computed_tokens += n;
+    if (!advance_in_schedule) req.num_computed_tokens += n;
     KVSIM_ASSERT(req.num_computed_tokens <= req.num_tokens());
     if (n > 0 && req.num_computed_tokens == req.num_tokens()) {
       req.append_output_token(req.sampled_token);
@@ -221,7 +245,8 @@ std::int64_t Scheduler::cache_only_request(Request& req) {
   const std::int64_t bs = kv_.block_size();
   std::int64_t computed = kv_.get_computed_blocks(req, hits_);
   std::int64_t todo = req.num_tokens() - computed;
-  if (todo == 0) {  // the scheduler's full-hit rule: recompute the last block
+  if (todo == 0 && !kv_.policy().last_block_excluded_from_lookup) {
+    // v0.7.2's scheduler full-hit rule: recompute the last block
     computed -= bs;
     todo = bs;
     hits_.pop_back();
@@ -245,8 +270,9 @@ std::int64_t Scheduler::cache_only_request(Request& req) {
 }
 
 void Scheduler::reserve_request(Request& req, std::int64_t max_total_tokens) {
-  const auto max_blocks = static_cast<std::size_t>(cdiv(max_total_tokens, kv_.block_size()) +
-                                                   kv_.num_preallocate_blocks());
+  const auto max_blocks = static_cast<std::size_t>(
+      cdiv(max_total_tokens + config_.num_lookahead_tokens, kv_.block_size()) +
+      kv_.num_preallocate_blocks());
   req.blocks.reserve(max_blocks);
   req.block_hashes.reserve(max_blocks);
 }
@@ -285,28 +311,56 @@ KVBreakdown Scheduler::kv_breakdown(std::span<const std::int64_t> final_kv_token
   KVBreakdown b;
   std::int64_t used_blocks = 0, used_hashed = 0;
   const bool caching = pool.enable_caching();
+  const BlockId null = pool.null_block();
+  if (null != kNoBlock) {  // reserved, counted as used, never filled
+    b.internal_fragmentation += bs;
+    ++used_blocks;
+  }
+  // Counts a shared block (ref_cnt > 1: full and computed) once over all tables.
+  const auto count_shared = [&](BlockId blk) {
+    std::uint32_t& st = stamp_[static_cast<std::size_t>(to_int(blk))];
+    if (st == epoch_) return;
+    st = epoch_;
+    b.token_states += bs;
+    ++used_blocks;
+    ++used_hashed;
+  };
+  const bool window = kv_.specialized_manager().skips_blocks();
   for (const Request* r : running_) {
     const auto nb = static_cast<std::int64_t>(r->blocks.size());
+    const std::int64_t idx = r->index();
+    const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()
+                                 ? final_kv_tokens[static_cast<std::size_t>(idx)]
+                                 : r->num_tokens();
+    if (window) {
+      // Sliding window: null entries (positions that left the window) hold nothing, and a hit
+      // run may share blocks anywhere in the table: block by block.
+      for (std::int64_t k = 0; k < nb; ++k) {
+        const BlockId blk = r->blocks[static_cast<std::size_t>(k)];
+        if (blk == null) continue;
+        if (pool.block(blk).ref_cnt > 1) {
+          count_shared(blk);
+          continue;
+        }
+        const std::int64_t c = std::clamp<std::int64_t>(r->num_computed_tokens - k * bs, 0, bs);
+        const std::int64_t f = std::clamp<std::int64_t>(fin - k * bs, c, bs);
+        b.token_states += c;
+        b.reservation += f - c;
+        b.internal_fragmentation += bs - f;
+        ++used_blocks;
+        used_hashed += pool.block(blk).block_hash != kNoHash;
+      }
+      continue;
+    }
     // Shared blocks (ref_cnt > 1) are a prefix of the table, full and computed: count each once.
     std::int64_t ks = 0;
     while (ks < nb && pool.block(r->blocks[static_cast<std::size_t>(ks)]).ref_cnt > 1) {
-      std::uint32_t& st =
-          stamp_[static_cast<std::size_t>(to_int(r->blocks[static_cast<std::size_t>(ks)]))];
-      if (st != epoch_) {
-        st = epoch_;
-        b.token_states += bs;
-        ++used_blocks;
-        ++used_hashed;
-      }
+      count_shared(r->blocks[static_cast<std::size_t>(ks)]);
       ++ks;
     }
     const std::int64_t base = ks * bs;
     const std::int64_t own = (nb - ks) * bs;
     const std::int64_t c = std::clamp<std::int64_t>(r->num_computed_tokens - base, 0, own);
-    const std::int64_t idx = r->index();
-    const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()
-                                 ? final_kv_tokens[static_cast<std::size_t>(idx)]
-                                 : r->num_tokens();
     const std::int64_t f = std::clamp<std::int64_t>(fin - base, c, own);
     b.token_states += c;
     b.reservation += f - c;

@@ -1,21 +1,22 @@
 #pragma once
-// Scheduler: vLLM v0.7.2's vllm/v1/core/scheduler.py (spec §9): running requests first under a
-// token budget, preemption of the last running request, FCFS admission of waiting requests with
-// prefix-cache hits (the full-hit last-block rule), no admission in a step that preempted, and
-// update_from_output with vLLM's stop checks.
+// Scheduler: vLLM V1's scheduler, exactly, at v0.7.2 (vllm/v1/core/scheduler.py, spec §9) or at
+// v0.8.5.post1 (vllm/v1/core/sched/scheduler.py, §11), as the profile's V1Policy says: running
+// requests first under a token budget (and v0.8.5's chunk caps), preemption of the last running
+// request, FCFS admission of waiting requests with prefix-cache hits (the full-hit last-block
+// rule), no admission in a step that preempted, and update_from_output with vLLM's stop checks.
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "core/v1/kv_cache_manager.h"
 #include "core/common/request.h"
 #include "core/common/ring_deque.h"
 #include "core/engine_api.h"
+#include "core/v1/kv_cache_manager.h"
+#include "core/v1/v1_policy.h"
 
 namespace kvsim {
-
 
 /// Running totals since construction. Every field counts tokens or events as named.
 struct SchedulerStats {
@@ -28,10 +29,12 @@ struct SchedulerStats {
 
 class Scheduler final : public EngineCore {
  public:
+  /// The scheduler of `profile` (a V1 profile: its V1Policy is v1_policy(profile)).
   Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config,
-            BlockHashTable::BucketHashFn hash_fn = nullptr);
+            Profile profile = Profile::kVllm072, BlockHashTable::BucketHashFn hash_fn = nullptr);
 
-  Profile profile() const override { return Profile::kVllm072; }
+  Profile profile() const override { return profile_; }
+  const V1Policy& policy() const { return kv_.policy(); }
 
   /// Queues a new request (status WAITING) at the back of waiting. The caller owns `request` and
   /// keeps it alive until it is reported finished (update_from_output or finish_requests).
@@ -53,7 +56,8 @@ class Scheduler final : public EngineCore {
   /// cache the rest of the prompt (a prompt larger than the pool: the longest prefix that fits
   /// beside its hits), then free (tail first). Returns the hit tokens counted by the lookup.
   std::int64_t cache_only_request(Request& request) override;
-  /// Reserves the block table and hash list for `max_total_tokens` plus preallocation.
+  /// Reserves the block table and hash list for `max_total_tokens` plus preallocation and
+  /// lookahead.
   void reserve_request(Request& request, std::int64_t max_total_tokens) override;
 
   std::span<Request* const> running() const override { return running_; }
@@ -64,7 +68,8 @@ class Scheduler final : public EngineCore {
   }
   KVPoolStats pool_stats() const override;
   /// Walks the running requests' tables: a shared prefix (ref_cnt > 1) counts once as token
-  /// states; a request's own blocks split into computed, still-to-fill and never-filled slots.
+  /// states; a request's own blocks split into computed, still-to-fill and never-filled slots;
+  /// the null block is never-filled, once; null entries of sliding-window tables hold nothing.
   KVBreakdown kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const override;
   std::span<const BlockId> block_table(const Request& request) const override {
     return request.blocks;
@@ -85,6 +90,7 @@ class Scheduler final : public EngineCore {
   void preempt_last(SchedulerOutput& out);
 
   SchedulerConfig config_;
+  Profile profile_;
   KVCacheManager kv_;
   std::vector<Request*> running_;
   RingDeque<Request*> waiting_;

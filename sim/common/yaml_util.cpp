@@ -37,24 +37,56 @@ ConfigError missing_key(const YAML::Node& map, std::string_view key, const YamlC
 
 }  // namespace
 
+ConfigError config_error(const SourceLoc& at, const std::string& message) {
+  if (at.file.empty()) return ConfigError(message);
+  if (at.line < 1) return ConfigError(at.file + ": " + message);
+  return ConfigError(at.file, at.line, std::max<std::int64_t>(at.col, 1), message);
+}
+
+void ArgumentOrigins::add(std::string path, std::string argument) {
+  records_.emplace_back(std::move(path), std::move(argument));
+}
+
+const std::string* ArgumentOrigins::find(std::string_view path) const {
+  for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
+    const std::string& p = it->first;
+    if (!path.starts_with(p)) continue;
+    if (path.size() == p.size() || p.empty() || path[p.size()] == '.' || path[p.size()] == '[')
+      return &it->second;
+  }
+  return nullptr;
+}
+
 YamlContext YamlContext::child(std::string_view key) const {
-  return YamlContext{file, path.empty() ? std::string(key) : path + "." + std::string(key)};
+  return YamlContext{file, path.empty() ? std::string(key) : path + "." + std::string(key),
+                     origins};
 }
 
 YamlContext YamlContext::element(std::size_t index) const {
-  return YamlContext{file, path + "[" + std::to_string(index) + "]"};
+  return YamlContext{file, path + "[" + std::to_string(index) + "]", origins};
 }
 
 std::string YamlContext::where() const { return path.empty() ? "top level" : path; }
 
+namespace {
+SourceLoc mark_loc(const YAML::Mark& mark, const YamlContext& ctx) {
+  if (ctx.origins)
+    if (const std::string* arg = ctx.origins->find(ctx.path)) return SourceLoc{*arg, 0, 0};
+  if (mark.is_null() || mark.line < 0) return SourceLoc{ctx.file, 0, 0};
+  return SourceLoc{ctx.file, mark.line + 1, mark.column + 1};
+}
+}  // namespace
+
+SourceLoc source_loc(const YAML::Node& node, const YamlContext& ctx) {
+  return mark_loc(node.IsDefined() ? node.Mark() : YAML::Mark::null_mark(), ctx);
+}
+
 ConfigError yaml_error(const YAML::Mark& mark, const YamlContext& ctx, const std::string& message) {
-  if (mark.is_null() || mark.line < 0) return ConfigError(ctx.file + ": " + message);
-  return ConfigError(ctx.file, mark.line + 1, mark.column + 1, message);
+  return config_error(mark_loc(mark, ctx), message);
 }
 
 ConfigError yaml_error(const YAML::Node& node, const YamlContext& ctx, const std::string& message) {
-  if (!node.IsDefined()) return ConfigError(ctx.file + ": " + message);
-  return yaml_error(node.Mark(), ctx, message);
+  return config_error(source_loc(node, ctx), message);
 }
 
 YAML::Node load_yaml_string(const std::string& text, const std::string& file) {
@@ -147,7 +179,7 @@ void check_keys(const YAML::Node& node, std::span<const std::string_view> allowe
     const std::string& name = key.Scalar();
     if (std::find(allowed.begin(), allowed.end(), std::string_view(name)) != allowed.end())
       continue;
-    throw yaml_error(key, ctx,
+    throw yaml_error(key, ctx.child(name),
                      fmt::format("unknown key '{}' in {}{}", name, ctx.where(),
                                  suggestion_suffix(name, allowed)));
   }
@@ -160,6 +192,13 @@ void check_keys(const YAML::Node& node, std::initializer_list<std::string_view> 
 
 bool has_key(const YAML::Node& map, std::string_view key) {
   return map.IsDefined() && map.IsMap() && present(map[std::string(key)]);
+}
+
+YAML::Node key_node(const YAML::Node& map, std::string_view key) {
+  if (!map.IsDefined() || !map.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+  for (auto it = map.begin(); it != map.end(); ++it)
+    if (it->first.IsScalar() && it->first.Scalar() == key) return it->first;
+  return YAML::Node(YAML::NodeType::Undefined);
 }
 
 std::int64_t as_int(const YAML::Node& value, const YamlContext& ctx, std::int64_t min,
@@ -265,7 +304,7 @@ std::size_t get_choice_index(const YAML::Node& map, std::string_view key, const 
   std::string msg = fmt::format("{}: unknown value '{}'", ctx.child(key).path, s);
   if (auto near = did_you_mean(s, names)) msg += fmt::format(" (did you mean '{}'?)", *near);
   msg += fmt::format(" (allowed: {})", join(names));
-  throw yaml_error(child_of(map, key, ctx), ctx, msg);
+  throw yaml_error(child_of(map, key, ctx), ctx.child(key), msg);
 }
 
 std::string get_choice(const YAML::Node& map, std::string_view key, const YamlContext& ctx,

@@ -2,28 +2,64 @@
 // Typed, validating access to scenario YAML. Every getter reports a bad value as a ConfigError
 // "file:line:col: <key path>: <what is wrong>, got '<value>' (<what is allowed>)", with line and
 // column 1-based from YAML::Mark. A key that is absent (or null, `key: ~`) takes the default; with
-// no default (std::nullopt) it is an error naming the key.
+// no default (std::nullopt) it is an error naming the key. A value written by a command-line
+// argument (`--set a.b=v`, see ArgumentOrigins) is reported as "--set a.b=v: <key path>: ..."
+// instead.
 
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "sim/common/errors.h"
 
 namespace kvsim {
 
-/// Where a node comes from: the file (for messages) and the dotted key path of the node
-/// ("cache", "workload.arrival"; empty at the top level).
+/// Where a value came from, kept past parsing for errors raised later (a trace file that cannot
+/// be opened when the run starts): a position in a file, or a command-line argument.
+struct SourceLoc {
+  std::string file;       // the file, or the argument ("--set workload.trace.path=t.csv")
+  std::int64_t line = 0;  // 1-based; 0 when unknown (an argument, a node made by a --set)
+  std::int64_t col = 0;   // 1-based; 0 when unknown
+};
+/// A ConfigError "file:line:col: message" ("file: message" without a line; the bare message
+/// without a file).
+[[nodiscard]] ConfigError config_error(const SourceLoc& at, const std::string& message);
+
+/// The command-line arguments that wrote parts of a scenario tree (`--set a.b=v`, `--seed N`), by
+/// dotted key path. A value at or below a path one of them wrote is reported at the argument, not
+/// at a position in the file (the tree has none for it).
+class ArgumentOrigins {
+ public:
+  /// Records that `argument` wrote the value at `path` ("cache.block_size"); later records win.
+  void add(std::string path, std::string argument);
+  /// The argument that last wrote `path` or a key above it ("cache" covers "cache.block_size" and
+  /// "workload.arrival" covers "workload.arrival.times_s[2]"), or nullptr. O(records).
+  [[nodiscard]] const std::string* find(std::string_view path) const;
+
+ private:
+  std::vector<std::pair<std::string, std::string>> records_;  // (path, argument), oldest first
+};
+
+/// Where a node comes from: the file (for messages), the dotted key path of the node ("cache",
+/// "workload.arrival"; empty at the top level) and which parts command-line arguments wrote.
 struct YamlContext {
   std::string file;
   std::string path;
+  std::shared_ptr<const ArgumentOrigins> origins;  // null: everything came from `file`
+
+  YamlContext() = default;
+  YamlContext(std::string file_in, std::string path_in,
+              std::shared_ptr<const ArgumentOrigins> origins_in = nullptr)
+      : file(std::move(file_in)), path(std::move(path_in)), origins(std::move(origins_in)) {}
 
   /// The context of `key` below this node: path "cache" + "block_size" -> "cache.block_size".
   [[nodiscard]] YamlContext child(std::string_view key) const;
@@ -33,10 +69,14 @@ struct YamlContext {
   [[nodiscard]] std::string where() const;
 };
 
-/// A ConfigError positioned at `node` (file:line:col when the node has a mark, else "file: ").
+/// Where the value at `node` (whose key path is ctx.path) came from: the argument that wrote it,
+/// else file:line:col of the node's mark (1-based), else the file alone.
+[[nodiscard]] SourceLoc source_loc(const YAML::Node& node, const YamlContext& ctx);
+/// A ConfigError positioned at `node`: config_error(source_loc(node, ctx), message).
 [[nodiscard]] ConfigError yaml_error(const YAML::Node& node, const YamlContext& ctx,
                                      const std::string& message);
-/// A ConfigError positioned at `mark` (1-based line:col derived from the 0-based mark).
+/// A ConfigError positioned at `mark` (1-based line:col derived from the 0-based mark), or at the
+/// argument that wrote ctx.path.
 [[nodiscard]] ConfigError yaml_error(const YAML::Mark& mark, const YamlContext& ctx,
                                      const std::string& message);
 
@@ -67,6 +107,9 @@ void check_keys(const YAML::Node& node, std::span<const std::string_view> allowe
 
 /// True when `map` has `key` with a non-null value.
 [[nodiscard]] bool has_key(const YAML::Node& map, std::string_view key);
+/// The key node of `key` in `map` (whose mark is the key's position; map[key] gives the value's),
+/// or an undefined node when `map` is not a mapping or lacks the key. O(keys).
+[[nodiscard]] YAML::Node key_node(const YAML::Node& map, std::string_view key);
 
 inline constexpr std::int64_t kIntMin = std::numeric_limits<std::int64_t>::min();
 inline constexpr std::int64_t kIntMax = std::numeric_limits<std::int64_t>::max();
@@ -138,5 +181,17 @@ inline constexpr double kDoubleMax = std::numeric_limits<double>::max();
 [[nodiscard]] std::string number_text(double v);
 /// A scalar node holding number_text(v).
 [[nodiscard]] YAML::Node number_node(double v);
+/// A new null node (`~`: an absent optional in a resolved file). Each call gives a distinct node:
+/// one node written twice would be emitted as an anchor and an alias.
+[[nodiscard]] inline YAML::Node null_node() { return YAML::Node(YAML::NodeType::Null); }
+/// The value (a double as number_node) or, when absent, null_node().
+template <typename T>
+[[nodiscard]] YAML::Node optional_node(const std::optional<T>& v) {
+  if (!v) return null_node();
+  if constexpr (std::is_floating_point_v<T>)
+    return number_node(*v);
+  else
+    return YAML::Node(*v);
+}
 
 }  // namespace kvsim

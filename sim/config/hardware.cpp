@@ -41,9 +41,8 @@ std::span<const GpuPreset> gpu_presets() { return presets(); }
 const GpuPreset* find_gpu_preset(std::string_view name) {
   // Any spelling of the case ("h100-80gb") names the preset (no two presets differ only by case).
   const auto same = [](std::string_view a, std::string_view b) {
-    return std::ranges::equal(a, b, [](unsigned char x, unsigned char y) {
-      return std::tolower(x) == std::tolower(y);
-    });
+    return std::ranges::equal(
+        a, b, [](unsigned char x, unsigned char y) { return std::tolower(x) == std::tolower(y); });
   };
   for (const GpuPreset& p : presets())
     if (same(p.name, name)) return &p;
@@ -62,10 +61,7 @@ GpuPreset gpu_preset(std::string_view name) {
 }
 
 HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx) {
-  check_keys(
-      hardware,
-      {"gpu", "tensor_parallel_size", "gpu_memory_bytes", "peak_flops_per_s", "hbm_bytes_per_s"},
-      ctx);
+  check_keys(hardware, std::span<const std::string_view>(kHardwareKeys), ctx);
   HardwareConfig hw;
   const std::string name = get_string(hardware, "gpu", ctx, std::string(kDefaultGpu));
   if (const GpuPreset* p = find_gpu_preset(name)) {
@@ -74,7 +70,7 @@ HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx)
     try {
       hw.gpu = gpu_preset(name);
     } catch (const ConfigError& e) {
-      throw yaml_error(hardware["gpu"], ctx,
+      throw yaml_error(hardware["gpu"], ctx.child("gpu"),
                        fmt::format("{}: {}", ctx.child("gpu").path, e.what()));
     }
   }
@@ -104,14 +100,31 @@ CacheSizingConfig load_cache_sizing(const YAML::Node& cache, const YamlContext& 
   return c;
 }
 
-KVCachePlan plan_kv_cache(const ModelConfig& model, const HardwareConfig& hardware,
-                          const CacheSizingConfig& cache, const std::string& file) {
+YAML::Node hardware_yaml(const HardwareConfig& hw) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["gpu"] = hw.gpu.name;
+  n["tensor_parallel_size"] = hw.tensor_parallel_size;
+  n["gpu_memory_bytes"] = hw.gpu.memory_bytes;
+  n["peak_flops_per_s"] = number_node(hw.gpu.peak_flops_per_s);
+  n["hbm_bytes_per_s"] = number_node(hw.gpu.hbm_bytes_per_s);
+  return n;
+}
+
+YAML::Node cache_sizing_yaml(const CacheSizingConfig& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["block_size"] = c.block_size;
+  n["gpu_memory_utilization"] = number_node(c.gpu_memory_utilization);
+  n["kv_cache_memory_bytes"] = optional_node(c.kv_cache_memory_bytes);
+  n["num_gpu_blocks_override"] = optional_node(c.num_gpu_blocks_override);
+  n["activation_reserve_bytes"] = c.activation_reserve_bytes;
+  n["cache_dtype"] = c.cache_dtype;
+  return n;
+}
+
+MemoryBudget memory_budget(const ModelConfig& model, const HardwareConfig& hardware,
+                           const CacheSizingConfig& cache, const std::string& file) {
   const std::string prefix = file.empty() ? "" : file + ": ";
-  const std::int64_t kv_dtype_bytes =
-      cache.cache_dtype == "auto" ? 0 : dtype_bytes_of(cache.cache_dtype).value_or(0);
-  KVCachePlan plan;
-  plan.spec = model.kv_cache_spec(cache.block_size, hardware.tensor_parallel_size, kv_dtype_bytes);
-  MemoryBudget& b = plan.budget;
+  MemoryBudget b;
   b.total_bytes = hardware.gpu.memory_bytes;
   b.usable_bytes = static_cast<std::int64_t>(
       std::floor(static_cast<double>(b.total_bytes) * cache.gpu_memory_utilization));
@@ -130,6 +143,18 @@ KVCachePlan plan_kv_cache(const ModelConfig& model, const HardwareConfig& hardwa
           hardware.tensor_parallel_size, gib(b.usable_bytes), cache.gpu_memory_utilization,
           gib(b.weight_bytes), gib(b.activation_reserve_bytes)));
   }
+  return b;
+}
+
+KVCachePlan plan_kv_cache(const ModelConfig& model, const HardwareConfig& hardware,
+                          const CacheSizingConfig& cache, const std::string& file) {
+  const std::string prefix = file.empty() ? "" : file + ": ";
+  const std::int64_t kv_dtype_bytes =
+      cache.cache_dtype == "auto" ? 0 : dtype_bytes_of(cache.cache_dtype).value_or(0);
+  KVCachePlan plan;
+  plan.spec = model.kv_cache_spec(cache.block_size, hardware.tensor_parallel_size, kv_dtype_bytes);
+  plan.budget = memory_budget(model, hardware, cache, file);
+  const MemoryBudget& b = plan.budget;
   if (cache.num_gpu_blocks_override) {
     if (*cache.num_gpu_blocks_override >
         (std::int64_t{1} << 62) / plan.spec.page_bytes_all_layers())
@@ -147,6 +172,60 @@ KVCachePlan plan_kv_cache(const ModelConfig& model, const HardwareConfig& hardwa
                       prefix, gib(b.available_kv_bytes), gib(plan.spec.page_bytes_all_layers()),
                       plan.spec.page_bytes_per_layer(), plan.spec.num_layers));
   }
+  return plan;
+}
+
+KVSizingInput kv_sizing_input(const ModelConfig& model, const HardwareConfig& hw,
+                              const CacheSizingConfig& cache, const PoolRequest& request,
+                              KVSizingRules rules, std::int64_t available_kv_bytes) {
+  KVLayerOptions o;
+  o.tensor_parallel_size = hw.tensor_parallel_size;
+  o.block_size = cache.block_size;
+  o.kv_cache_dtype = cache.cache_dtype;
+  o.max_model_len = request.max_model_len;
+  o.rules = rules;
+  KVSizingInput in;
+  in.layers = model_layer_specs(model, o);
+  in.tensor_parallel_size = hw.tensor_parallel_size;
+  in.available_memory_bytes = {available_kv_bytes};
+  in.max_model_len = request.max_model_len;
+  in.auto_fit_max_model_len = request.auto_fit_max_model_len;
+  in.max_num_batched_tokens = request.max_num_batched_tokens;
+  in.num_gpu_blocks_override = cache.num_gpu_blocks_override;
+  in.disable_hybrid_kv_cache_manager =
+      request.disable_hybrid_kv_cache_manager.value_or(hybrid_manager_off_by_default(model));
+  const bool mamba = std::any_of(in.layers.begin(), in.layers.end(), [](const NamedLayerSpec& l) {
+    return l.spec.kind == KVSpecKind::kMamba;
+  });
+  in.enable_prefix_caching = request.enable_prefix_caching.value_or(!mamba);
+  return in;
+}
+
+KVCachePlan plan_kv_pool(const ModelConfig& model, const HardwareConfig& hardware,
+                         const CacheSizingConfig& cache, const PoolRequest& request,
+                         KVSizingRules rules, const std::string& file) {
+  const std::string prefix = file.empty() ? "" : file + ": ";
+  KVCachePlan plan;
+  plan.budget = memory_budget(model, hardware, cache, file);
+  const std::int64_t kv_dtype_bytes =
+      cache.cache_dtype == "auto" ? 0 : dtype_bytes_of(cache.cache_dtype).value_or(0);
+  plan.spec = model.kv_cache_spec(cache.block_size, hardware.tensor_parallel_size, kv_dtype_bytes);
+  KVSizingInput in =
+      kv_sizing_input(model, hardware, cache, request, rules, plan.budget.available_kv_bytes);
+  KVSizingResult r = size_kv_pool(in, rules);
+  plan.log = std::move(r.log);
+  if (r.error)
+    throw ConfigError(fmt::format("{}vLLM {} refuses to start: {}: {}", prefix,
+                                  kv_sizing_release(rules), r.error->type, r.error->message));
+  plan.layers = std::move(in.layers);
+  plan.layout = std::move(r.layout);
+  const KVPoolLayout& L = *plan.layout;
+  plan.sizing.num_gpu_blocks = L.num_blocks;
+  plan.sizing.page_bytes_per_layer = L.groups.empty() ? 0 : L.groups.front().page_size_bytes;
+  plan.sizing.num_token_slots = L.num_blocks * L.engine_block_size;
+  for (const KVCacheTensor& t : L.tensors) plan.sizing.total_kv_bytes += t.size_bytes;
+  plan.sizing.layer_tensor_bytes = L.tensors.empty() ? 0 : L.tensors.front().size_bytes;
+  plan.sizing.bytes_per_token = plan.spec.bytes_per_token();
   return plan;
 }
 

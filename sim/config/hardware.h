@@ -7,8 +7,10 @@
 // non-torch allocations); kvsim takes it as `cache.activation_reserve_bytes`, default
 // kDefaultActivationReserveBytes (2 GiB), which is the size vLLM's profile reports for 1-10B
 // models at max_num_batched_tokens 8192. `cache.kv_cache_memory_bytes` replaces the whole formula
-// and `cache.num_gpu_blocks_override` replaces the block count (neither checks that the model
-// fits).
+// and `cache.num_gpu_blocks_override` replaces the block count. plan_kv_cache sizes one pool of
+// identical layers (the scenario's block count); plan_kv_pool sizes it from the model's per-layer
+// specs by a release's rules (core/common/kv_pool_sizing.h), with vLLM's start-up check that one
+// max_model_len request fits.
 
 #include <yaml-cpp/yaml.h>
 
@@ -17,10 +19,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "core/common/kv_pool_sizing.h"
 #include "core/common/kv_sizing.h"
-#include "sim/config/model_config.h"
 #include "sim/common/yaml_util.h"
+#include "sim/config/model_config.h"
 
 namespace kvsim {
 
@@ -48,8 +52,13 @@ struct HardwareConfig {
   std::int64_t tensor_parallel_size = 1;
 };
 inline constexpr std::string_view kDefaultGpu = "H100-80GB";
+inline constexpr std::string_view kHardwareKeys[] = {
+    "gpu", "tensor_parallel_size", "gpu_memory_bytes", "peak_flops_per_s", "hbm_bytes_per_s"};
 /// Reads and validates (all keys) the `hardware:` section; an absent section gives the defaults.
 [[nodiscard]] HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx);
+/// The resolved `hardware:` section: the preset's name and every figure used (load_hardware of
+/// it gives `hw` back).
+[[nodiscard]] YAML::Node hardware_yaml(const HardwareConfig& hw);
 
 inline constexpr std::int64_t kDefaultActivationReserveBytes = std::int64_t{2} << 30;
 
@@ -71,6 +80,9 @@ inline constexpr std::string_view kCacheSizingKeys[] = {"block_size",
                                                         "cache_dtype"};
 /// Reads the sizing keys of `cache:` (does not reject other keys).
 [[nodiscard]] CacheSizingConfig load_cache_sizing(const YAML::Node& cache, const YamlContext& ctx);
+/// The sizing keys of a resolved `cache:` section, in kCacheSizingKeys order (null for an absent
+/// override); load_cache_sizing of it gives `c` back.
+[[nodiscard]] YAML::Node cache_sizing_yaml(const CacheSizingConfig& c);
 
 /// Where the KV bytes of one GPU come from.
 struct MemoryBudget {
@@ -83,10 +95,44 @@ struct MemoryBudget {
 
 /// The KV cache of one GPU: shape, budget and resulting pool.
 struct KVCachePlan {
-  KVCacheSpec spec;
+  KVCacheSpec spec;  // the uniform shape (every layer full attention)
   MemoryBudget budget;
-  KVCacheSizing sizing;
+  KVCacheSizing sizing;  // num_gpu_blocks: the pool's blocks
+  // Set by plan_kv_pool:
+  std::vector<NamedLayerSpec> layers;  // one worker's per-layer specs, as sized
+  std::optional<KVPoolLayout> layout;  // groups, page size, per-request caps, concurrency
+  std::vector<std::string> log;        // vLLM's log lines of the sizing
 };
+
+/// The memory budget of one GPU (the formula at the top). Throws ConfigError "model does not
+/// fit: ..." when the weights and reserve exceed the usable memory (unless an override sizes the
+/// pool without it).
+[[nodiscard]] MemoryBudget memory_budget(const ModelConfig& model, const HardwareConfig& hardware,
+                                         const CacheSizingConfig& cache,
+                                         const std::string& file = "");
+
+/// The request shape a pool is checked against (vLLM's max_model_len and scheduler limits).
+struct PoolRequest {
+  std::int64_t max_model_len = 8192;    // with auto_fit: the upper bound (the derived length)
+  bool auto_fit_max_model_len = false;  // --max-model-len auto (vllm-0.20 rules only)
+  std::int64_t max_num_batched_tokens = 8192;
+  std::optional<bool> disable_hybrid_kv_cache_manager;  // unset: vLLM's default for the model
+  std::optional<bool> enable_prefix_caching;  // unset: on, off for models with mamba layers
+};
+
+/// The sizing question plan_kv_pool asks: `model`'s layers on one worker, the budget's memory
+/// (or num_gpu_blocks_override) and the request shape. Throws ConfigError on a model the rules
+/// cannot describe.
+[[nodiscard]] KVSizingInput kv_sizing_input(const ModelConfig& model, const HardwareConfig& hw,
+                                            const CacheSizingConfig& cache,
+                                            const PoolRequest& request, KVSizingRules rules,
+                                            std::int64_t available_kv_bytes);
+
+/// Sizes the pool of `model` by `rules`, as the engine does at start-up. Throws ConfigError with
+/// vLLM's own message (prefixed with `file`) where vLLM refuses to start.
+[[nodiscard]] KVCachePlan plan_kv_pool(const ModelConfig& model, const HardwareConfig& hardware,
+                                       const CacheSizingConfig& cache, const PoolRequest& request,
+                                       KVSizingRules rules, const std::string& file = "");
 
 /// Sizes the KV cache. Throws ConfigError "model does not fit: needs X GiB more ..." when the
 /// weights and reserve exceed the usable memory, and when no block fits. `file` prefixes messages.

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "sim/common/text_file.h"
@@ -14,8 +13,15 @@ namespace kvsim {
 
 namespace {
 
+using detail::ErrorAt;
+using detail::field;
+using detail::opt_bool;
+using detail::opt_int;
+using detail::opt_nonneg;
+using detail::opt_number;
+using detail::opt_string;
+using detail::req_positive;
 using nlohmann::json;
-using ErrorAt = std::function<ConfigError(std::string_view key, const std::string& message)>;
 
 constexpr std::string_view kModelKeys[] = {"config",
                                            "name",
@@ -49,7 +55,23 @@ constexpr std::string_view kModelKeys[] = {"config",
                                            "n_shared_experts",
                                            "first_k_dense_replace",
                                            "num_parameters",
-                                           "text_config"};
+                                           "text_config",
+                                           "quantization_config",
+                                           "shared_expert_intermediate_size",
+                                           "rope_scaling",
+                                           "layers",
+                                           "layer_types",
+                                           "sliding_window_pattern",
+                                           "attention_chunk_size",
+                                           "no_rope_layers",
+                                           "no_rope_layer_interval",
+                                           "full_attention_interval",
+                                           "max_window_layers",
+                                           "linear_conv_kernel_dim",
+                                           "linear_key_head_dim",
+                                           "linear_value_head_dim",
+                                           "linear_num_key_heads",
+                                           "linear_num_value_heads"};
 
 ErrorAt json_error_at(const std::string& text, const std::string& file) {
   return [&text, file](std::string_view key, const std::string& message) {
@@ -58,80 +80,6 @@ ErrorAt json_error_at(const std::string& text, const std::string& file) {
     const auto [line, col] = line_col_of(text, at);
     return ConfigError(file, line, col, message);
   };
-}
-
-const json* field(const json& obj, std::string_view key) {
-  auto it = obj.find(std::string(key));
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-std::optional<std::int64_t> opt_int(const json& obj, std::string_view key, const ErrorAt& err) {
-  const json* v = field(obj, key);
-  if (!v) return std::nullopt;
-  if (v->is_number_integer()) {
-    if (v->is_number_unsigned() && v->get<std::uint64_t>() > 9'000'000'000'000'000'000ULL)
-      throw err(key, fmt::format("field '{}' is too large: {}", key, v->dump()));
-    return v->get<std::int64_t>();
-  }
-  if (v->is_number_float()) {
-    const double d = v->get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e18)
-      return static_cast<std::int64_t>(d);
-  }
-  throw err(key, fmt::format("field '{}' must be an integer, got {}", key, v->dump()));
-}
-
-// Upper bounds that keep every size product inside int64 (far above any real model).
-std::int64_t limit_of(std::string_view key) {
-  static constexpr std::pair<std::string_view, std::int64_t> kLimits[] = {
-      {"num_hidden_layers", 4096},    {"num_attention_heads", 16384},
-      {"num_key_value_heads", 16384}, {"head_dim", 8192},
-      {"hidden_size", 1 << 20},       {"intermediate_size", 1 << 24},
-      {"ffn_dim", 1 << 24},           {"moe_intermediate_size", 1 << 24},
-      {"vocab_size", 1 << 30},        {"max_position_embeddings", std::int64_t{1} << 34},
-      {"kv_lora_rank", 8192},         {"qk_rope_head_dim", 8192},
-      {"qk_nope_head_dim", 8192},     {"v_head_dim", 8192},
-      {"q_lora_rank", 1 << 16},       {"n_routed_experts", 65536},
-      {"num_local_experts", 65536},   {"num_experts", 65536},
-      {"num_experts_per_tok", 65536}, {"n_shared_experts", 65536},
-      {"first_k_dense_replace", 4096}};
-  for (const auto& [k, v] : kLimits)
-    if (k == key) return v;
-  return std::int64_t{1} << 50;
-}
-
-std::int64_t req_positive(const json& obj, std::string_view key, const ErrorAt& err) {
-  auto v = opt_int(obj, key, err);
-  if (!v) throw err(key, fmt::format("missing field '{}' (needed to size the model)", key));
-  if (*v < 1 || *v > limit_of(key))
-    throw err(key, fmt::format("field '{}' must be in [1, {}], got {}", key, limit_of(key), *v));
-  return *v;
-}
-
-std::int64_t opt_nonneg(const json& obj, std::string_view key, std::int64_t def,
-                        const ErrorAt& err) {
-  auto v = opt_int(obj, key, err);
-  if (!v) return def;
-  if (*v < 0 || *v > limit_of(key))
-    throw err(key, fmt::format("field '{}' must be in [0, {}], got {}", key, limit_of(key), *v));
-  return *v;
-}
-
-std::optional<std::string> opt_string(const json& obj, std::string_view key, const ErrorAt& err) {
-  const json* v = field(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_string())
-    throw err(key, fmt::format("field '{}' must be a string, got {}", key, v->dump()));
-  return v->get<std::string>();
-}
-
-std::optional<bool> opt_bool(const json& obj, std::string_view key, const ErrorAt& err) {
-  const json* v = field(obj, key);
-  if (!v) return std::nullopt;
-  if (!v->is_boolean())
-    throw err(key, fmt::format("field '{}' must be true or false, got {}", key, v->dump()));
-  return v->get<bool>();
 }
 
 // The object the text model's fields are read from: the top level overlaid with text_config.
@@ -145,7 +93,50 @@ json effective_object(const json& root, const ErrorAt& err) {
   return e;
 }
 
-ModelConfig build(const json& e, const ErrorAt& err, std::string name) {
+// transformers' Gemma3TextConfig defaults for what a text_config leaves out.
+json with_gemma3_defaults(json e) {
+  static const std::pair<const char*, std::int64_t> kDefaults[] = {
+      {"vocab_size", 262208},      {"hidden_size", 2304},
+      {"intermediate_size", 9216}, {"num_hidden_layers", 26},
+      {"num_attention_heads", 8},  {"num_key_value_heads", 4},
+      {"head_dim", 256},           {"max_position_embeddings", 131072},
+      {"sliding_window", 4096},    {"sliding_window_pattern", 6}};
+  for (const auto& [key, value] : kDefaults)
+    if (!field(e, key)) e[key] = value;
+  return e;
+}
+
+// vLLM's derived max_model_len (config/model.py _get_and_verify_max_len): max_position_embeddings
+// (2048 without it), times the rope scaling factor except for su/longrope/llama3 types; yarn
+// scales original_max_position_embeddings; Gemma 3's length is already scaled.
+std::int64_t derived_max_model_len(const json& e, const ModelConfig& m, const ErrorAt& err) {
+  double len =
+      m.max_position_embeddings > 0 ? static_cast<double>(m.max_position_embeddings) : 2048.0;
+  const json* rope = field(e, "rope_scaling");
+  if (rope && !m.model_type.starts_with("gemma3")) {
+    if (!rope->is_object()) throw err("rope_scaling", "field 'rope_scaling' must be an object");
+    std::string type = opt_string(*rope, "rope_type", err)
+                           .value_or(opt_string(*rope, "type", err).value_or("default"));
+    if (type != "su" && type != "longrope" && type != "llama3") {
+      const double factor = opt_number(*rope, "factor", err).value_or(1.0);
+      if (factor <= 0 || factor > 1e6)
+        throw err("factor",
+                  fmt::format("field 'rope_scaling.factor' must be in (0, 1e6], got {}", factor));
+      if (type == "yarn") {
+        if (!field(*rope, "original_max_position_embeddings"))
+          throw err("rope_scaling", "a yarn rope_scaling needs original_max_position_embeddings");
+        len = static_cast<double>(
+            detail::req_positive(*rope, "original_max_position_embeddings", err));
+      }
+      len *= factor;
+    }
+  }
+  return static_cast<std::int64_t>(std::min(len, static_cast<double>(std::int64_t{1} << 34)));
+}
+
+ModelConfig build(const json& e_in, const ErrorAt& err, std::string name) {
+  const std::string type = opt_string(e_in, "model_type", err).value_or("");
+  const json e = type.starts_with("gemma3") ? with_gemma3_defaults(e_in) : e_in;
   ModelConfig m;
   m.name = std::move(name);
   m.model_type = opt_string(e, "model_type", err).value_or("");
@@ -182,21 +173,8 @@ ModelConfig build(const json& e, const ErrorAt& err, std::string name) {
                                      "float32, fp8)",
                                      dtype_key, m.dtype));
   m.dtype_bytes = *bytes;
-  m.weight_bytes_per_param = m.dtype_bytes;
-  if (const json* q = field(e, "quantization_config"); q && q->is_object()) {
-    auto method = q->find("quant_method");
-    if (method != q->end() && method->is_string() && method->get<std::string>() == "fp8")
-      m.weight_bytes_per_param = 1;
-  }
-  if (auto q = opt_string(e, "quantization", err)) {
-    if (*q == "fp8")
-      m.weight_bytes_per_param = 1;
-    else if (*q == "none")
-      m.weight_bytes_per_param = m.dtype_bytes;
-    else
-      throw err("quantization",
-                fmt::format("field 'quantization': unknown value '{}' (allowed: fp8, none)", *q));
-  }
+  m.weights = parse_weight_format(e, m.dtype_bytes, err);
+  m.weight_bytes_per_param = m.weights.expert_bytes_per_param;
   // NOTE: transformers defaults tie_word_embeddings to true when a config leaves it out (OPT does).
   m.tie_word_embeddings = opt_bool(e, "tie_word_embeddings", err).value_or(true);
 
@@ -206,9 +184,12 @@ ModelConfig build(const json& e, const ErrorAt& err, std::string name) {
       std::find(std::begin(kUngated), std::end(kUngated), m.model_type) == std::end(kUngated);
   if (auto g = opt_bool(e, "gated_mlp", err)) m.gated_mlp = *g;
 
-  if (field(e, "sliding_window") && opt_bool(e, "use_sliding_window", err).value_or(true)) {
-    if (auto sw = opt_int(e, "sliding_window", err); sw && *sw > 0) m.sliding_window = *sw;
+  // transformers' Qwen configs drop sliding_window unless use_sliding_window (default false).
+  const bool qwen = m.model_type.starts_with("qwen");
+  if (field(e, "sliding_window") && opt_bool(e, "use_sliding_window", err).value_or(!qwen)) {
+    if (auto sw = opt_nonneg(e, "sliding_window", 0, err); sw > 0) m.sliding_window = sw;
   }
+  m.derived_max_model_len = derived_max_model_len(e, m, err);
 
   m.kv_lora_rank = opt_nonneg(e, "kv_lora_rank", 0, err);
   m.mla = m.kv_lora_rank > 0;
@@ -229,9 +210,13 @@ ModelConfig build(const json& e, const ErrorAt& err, std::string name) {
   if (m.num_experts > 0) {
     m.num_experts_per_tok = req_positive(e, "num_experts_per_tok", err);
     m.moe_intermediate_size = opt_nonneg(e, "moe_intermediate_size", m.intermediate_size, err);
-    m.num_shared_experts = opt_nonneg(e, "n_shared_experts", 0, err);
+    // Llama 4 has one shared expert per MoE layer; Qwen-MoE's has its own width.
+    m.num_shared_experts =
+        opt_nonneg(e, "n_shared_experts", m.model_type.starts_with("llama4") ? 1 : 0, err);
+    m.shared_expert_intermediate_size = opt_nonneg(e, "shared_expert_intermediate_size", 0, err);
     m.first_k_dense_replace = opt_nonneg(e, "first_k_dense_replace", 0, err);
   }
+  parse_attention_layout(e, field(e, "text_config") != nullptr, err, m);
 
   const auto [total, active] = estimate_num_parameters(m);
   constexpr std::int64_t kMaxParams = 1'000'000'000'000'000;  // 1e15
@@ -269,7 +254,6 @@ json parse_json_text(const std::string& text, const std::string& file) {
     throw ConfigError(file, line, column, "JSON " + detail);
   }
 }
-
 
 // YAML scalar -> JSON value: a quoted scalar stays a string; else int, float, bool, null, string.
 json yaml_to_json(const YAML::Node& n) {
@@ -333,40 +317,9 @@ std::optional<std::int64_t> dtype_bytes_of(std::string_view d) {
 }
 
 std::pair<std::int64_t, std::int64_t> estimate_num_parameters(const ModelConfig& m) {
-  // In double: exact for every real model (< 2^53), and no int64 overflow for absurd configs.
-  const auto h = static_cast<double>(m.hidden_size),
-             heads = static_cast<double>(m.num_attention_heads);
-  const auto d = static_cast<double>(m.head_dim), kv = static_cast<double>(m.num_key_value_heads);
-  double embed = static_cast<double>(m.vocab_size) * h * (m.tie_word_embeddings ? 1 : 2);
-  if (m.model_type == "opt" || m.model_type == "gpt2")
-    embed += static_cast<double>(m.max_position_embeddings) * h;
-  double attn = 0;
-  if (m.mla) {
-    const auto nope = static_cast<double>(m.qk_nope_head_dim),
-               rope = static_cast<double>(m.qk_rope_head_dim);
-    const auto q_lora = static_cast<double>(m.q_lora_rank),
-               kv_lora = static_cast<double>(m.kv_lora_rank);
-    const auto v = static_cast<double>(m.v_head_dim);
-    attn = q_lora > 0 ? h * q_lora + q_lora * heads * (nope + rope) : h * heads * (nope + rope);
-    attn += h * (kv_lora + rope) + kv_lora * heads * (nope + v) + heads * v * h;
-  } else {
-    attn = h * (heads + 2 * kv) * d + heads * d * h;
-  }
-  const double dense_mlp = (m.gated_mlp ? 3 : 2) * h * static_cast<double>(m.intermediate_size);
-  const double layers = static_cast<double>(m.num_hidden_layers);
-  const double moe_layers =
-      m.num_experts > 0 ? std::max(0.0, layers - static_cast<double>(m.first_k_dense_replace))
-                        : 0.0;
-  const double expert = 3 * h * static_cast<double>(m.moe_intermediate_size);
-  const auto experts = static_cast<double>(m.num_experts),
-             shared = static_cast<double>(m.num_shared_experts);
-  const double base = embed + layers * attn + (layers - moe_layers) * dense_mlp;
-  const double total = base + moe_layers * ((experts + shared) * expert + h * experts);
-  const double active =
-      base +
-      moe_layers * ((static_cast<double>(m.num_experts_per_tok) + shared) * expert + h * experts);
+  const ParameterBreakdown p = parameter_breakdown(m);
   auto to_int = [](double x) { return static_cast<std::int64_t>(std::min(x, 9.0e18)); };
-  return {to_int(total), to_int(active)};
+  return {to_int(p.total()), to_int(p.active())};
 }
 
 ModelConfig parse_model_config_json(const std::string& text, const std::string& file) {
@@ -390,8 +343,24 @@ ModelConfig load_model_config(const YAML::Node& model, const YamlContext& ctx) {
   ErrorAt file_err;
   std::string name;
   if (has_key(model, "config")) {
-    file = resolve_input_path(ctx.child("config"), get_string(model, "config", ctx, std::nullopt));
-    text = read_text_file(file);
+    const YamlContext cc = ctx.child("config");
+    const std::string given = get_string(model, "config", ctx, std::nullopt);
+    file = resolve_input_path(cc, given);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec)) {
+      const bool relative = std::filesystem::path(given).is_relative();
+      throw yaml_error(key_node(model, "config"), cc,
+                       fmt::format("{}: no such model config file '{}'{}", cc.path, given,
+                                   relative ? " (looked beside the scenario and in the working "
+                                              "directory)"
+                                            : ""));
+    }
+    try {
+      text = read_text_file(file);
+    } catch (const ConfigError&) {
+      throw yaml_error(key_node(model, "config"), cc,
+                       fmt::format("{}: cannot read model config file '{}'", cc.path, file));
+    }
     file_err = json_error_at(text, file);
     e = effective_object(parse_json_text(text, file), file_err);
     name = std::filesystem::path(file).stem().string();
@@ -412,15 +381,55 @@ ModelConfig load_model_config(const YAML::Node& model, const YamlContext& ctx) {
   }
   const ErrorAt err = [&](std::string_view key, const std::string& message) {
     const std::string k(key);
-    for (const YAML::Node* src : {&text_config, &model}) {
-      if (src->IsDefined() && src->IsMap() && has_key(*src, k))
-        return yaml_error((*src)[k], ctx, message);
-    }
+    if (text_config.IsDefined() && text_config.IsMap() && has_key(text_config, k))
+      return yaml_error(text_config[k], ctx.child("text_config").child(k), message);
+    if (has_key(model, k)) return yaml_error(model[k], ctx.child(k), message);
     if (file_err) return file_err(key, message);
     return yaml_error(model, ctx, fmt::format("{}: {}", ctx.where(), message));
   };
   if (has_key(model, "name")) name = get_string(model, "name", ctx, std::nullopt);
-  return build(e, err, name.empty() ? "inline" : name);
+  ModelConfig m = build(e, err, name.empty() ? "inline" : name);
+  m.config_file = file;
+  return m;
+}
+
+YAML::Node model_config_yaml(const ModelConfig& m) {
+  // Written as inline fields that override the file's (and name the first of each alias that
+  // build() looks at), so the file adds nothing the simulator reads.
+  YAML::Node n(YAML::NodeType::Map);
+  n["config"] = m.config_file.empty() ? null_node() : YAML::Node(m.config_file);
+  n["name"] = m.name;
+  n["model_type"] = m.model_type;
+  n["num_hidden_layers"] = m.num_hidden_layers;
+  n["num_attention_heads"] = m.num_attention_heads;
+  n["num_key_value_heads"] = m.num_key_value_heads;
+  n["head_dim"] = m.head_dim;
+  n["hidden_size"] = m.hidden_size;
+  n["intermediate_size"] = m.intermediate_size;
+  n["vocab_size"] = m.vocab_size;
+  n["max_position_embeddings"] = m.max_position_embeddings;
+  n["dtype"] = m.dtype;
+  n["quantization"] = m.weight_bytes_per_param != m.dtype_bytes ? "fp8" : "none";
+  n["tie_word_embeddings"] = m.tie_word_embeddings;
+  n["gated_mlp"] = m.gated_mlp;
+  n["sliding_window"] = optional_node(m.sliding_window);
+  n["use_sliding_window"] = m.sliding_window.has_value();
+  n["kv_lora_rank"] = m.kv_lora_rank;
+  if (m.mla) {
+    n["qk_rope_head_dim"] = m.qk_rope_head_dim;
+    n["qk_nope_head_dim"] = m.qk_nope_head_dim;
+    n["v_head_dim"] = m.v_head_dim;
+    n["q_lora_rank"] = m.q_lora_rank;
+  }
+  n["n_routed_experts"] = m.num_experts;
+  if (m.num_experts > 0) {
+    n["num_experts_per_tok"] = m.num_experts_per_tok;
+    n["moe_intermediate_size"] = m.moe_intermediate_size;
+    n["n_shared_experts"] = m.num_shared_experts;
+    n["first_k_dense_replace"] = m.first_k_dense_replace;
+  }
+  n["num_parameters"] = m.num_parameters_estimated ? null_node() : YAML::Node(m.num_parameters);
+  return n;
 }
 
 }  // namespace kvsim

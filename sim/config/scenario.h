@@ -1,75 +1,70 @@
 #pragma once
-// Scenario: the top-level YAML a user runs (`kvsim run SCENARIO.yaml`). Sections follow vLLM's
-// config classes and keys its engine arguments. Parsing validates every key (an unknown key is a
-// did-you-mean ConfigError at file:line:col), after `--set section.key=value` overrides have been
-// applied to the YAML tree, and sizes the KV cache, so a Scenario that loads is ready to run.
+// Scenario: the top-level YAML a user runs (`kvsim run SCENARIO.yaml`), parsed once, when it
+// loads, into typed structs with every default filled in and every value validated: what runs is
+// the Scenario, never YAML. Sections follow vLLM's config classes and keys its engine arguments.
+// Parsing validates every key (an unknown key is a did-you-mean ConfigError at file:line:col; a
+// value a `--set section.key=value` gave is reported at that argument), reads every file a section
+// names (model config, empirical-length CSVs, latency fit file; a trace is checked and read when
+// the run starts) and sizes the KV cache, so a Scenario that loads is ready to run.
+// config.resolved.yaml (resolved_yaml) is written back from the typed structs: each section's
+// writer sits next to its parser, and parsing what it writes gives the same Scenario.
 //
-// Schema (defaults in brackets):
+// Schema (defaults in brackets; typed struct, parser and writer in parentheses):
 //   name [file stem]  seed [0]
-//   engine:    profile [vllm-0.7.2] (only one so far), mode [timed] | cache_only
-//   model:     config: HF config.json path, and/or inline HF fields (sim/config/model_config.h);
-//              required in timed mode
+//   engine:    profile [vllm-0.7.2] | vllm-0.8.5 | orca-max | orca-pow2 | orca-oracle
+//              (core/engine_api.h's table), mode [timed] | cache_only, contiguous_fit [first_fit]
+//              | best_fit (the hole a contiguous profile's reservation takes; read by those
+//              profiles only)                                         (scenario_sections.h)
+//   model:     config: HF config.json path, and/or inline HF fields; required in timed mode
+//              (ModelConfig, sim/config/model_config.h). Its sliding_window reaches the engine
+//              (vllm-0.8.5 manages it; vllm-0.7.2 ignores it).
 //   hardware:  gpu [H100-80GB], tensor_parallel_size [1], gpu_memory_bytes, peak_flops_per_s,
-//              hbm_bytes_per_s (sim/config/hardware.h)
+//              hbm_bytes_per_s (HardwareConfig, sim/config/hardware.h)
 //   cache:     block_size [16], gpu_memory_utilization [0.9], kv_cache_memory_bytes,
 //              num_gpu_blocks_override, capacity_tokens (num_gpu_blocks = capacity / block_size;
 //              not with the override), activation_reserve_bytes [2 GiB], cache_dtype [auto],
 //              enable_prefix_caching [true], num_preallocate_tokens [64; 0 in cache_only]
+//              (CacheConfig, scenario_sections.h; sizing keys in sim/config/hardware.h)
 //   scheduler: max_num_seqs [256], max_num_batched_tokens [8192],
-//              max_model_len [model's max_position_embeddings, else 8192; never above it]
-//   workload:  synthetic generator or trace (sim/workload/workload.h); required
-//   latency:   [roofline] (sim/engine/latency_model.h); timed mode only
+//              max_model_len [model's max_position_embeddings, else 8192; never above it],
+//              long_prefill_token_threshold [0: off; vllm-0.8.5 only]
+//              (SchedulerConfig of core/common/engine_config.h, scenario_sections.h)
+//   workload:  synthetic generator or trace; required (WorkloadConfig,
+//              sim/workload/workload_config.h)
+//   latency:   [roofline]; read in timed mode only, validated in both (LatencyConfig,
+//              sim/config/latency_config.h)
 //   validate:  backend [cpu] | cuda, sample_every_steps [0], sample_prob [0], dtype [auto]
-//              (read by the validation harness, unused by `run`)
-//   outputs:   trace_json [false], metrics_prom [false], steps_every [10]
+//              (read by the validation harness, unused by `run`; scenario_sections.h)
+//   outputs:   trace_json [false], metrics_prom [false], steps_every [10] (scenario_sections.h)
 //   sweep:     {dotted.key: [values...], ...}: the grid `kvsim sweep` expands (first key slowest)
 // Without a model, the pool size must come from num_gpu_blocks_override or capacity_tokens.
+//
+// Adding a key: its member in the section's struct, its entry in the section's key table, one line
+// in the section's parser and one in its writer (tests/sim/config/test_resolved_config.cpp then
+// asks for a non-default value of it that round-trips).
 
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/engine_factory.h"
-#include "sim/config/hardware.h"
-#include "sim/config/model_config.h"
 #include "sim/common/yaml_util.h"
+#include "sim/config/hardware.h"
+#include "sim/config/latency_config.h"
+#include "sim/config/model_config.h"
+#include "sim/config/scenario_sections.h"
+#include "sim/workload/workload_config.h"
 
 namespace kvsim {
 
-/// `engine:` -- which vLLM behaviour to reproduce and how time is simulated.
-struct EngineConfig {
-  enum class Mode : std::uint8_t { kTimed, kCacheOnly };
-  Profile profile = Profile::kVllm072;
-  Mode mode = Mode::kTimed;
-};
-const char* mode_name(EngineConfig::Mode m);
-
-/// `cache:` -- the KV cache (vLLM's CacheConfig plus the sizing keys of sim/config/hardware.h).
-struct CacheConfig {
-  CacheSizingConfig sizing;  // block_size, gpu_memory_utilization, ...
-  bool enable_prefix_caching = true;
-  std::int64_t num_preallocate_tokens = 64;     // vLLM 0.7.2; default 0 in cache_only mode
-  std::optional<std::int64_t> capacity_tokens;  // num_gpu_blocks = capacity_tokens / block_size
-};
-
-/// `outputs:` -- optional files and the steps.csv sampling period.
-struct OutputsConfig {
-  bool trace_json = false;
-  bool metrics_prom = false;
-  std::int64_t steps_every = 10;  // steps.csv row (and KV breakdown) every N steps
-};
-
-/// `validate:` -- parsed for the kernel validation harness (kvsim validate); unused by `run`.
-struct ValidateConfig {
-  std::string backend = "cpu";          // cpu | cuda
-  std::int64_t sample_every_steps = 0;  // 0: off
-  double sample_prob = 0.0;
-  std::string dtype = "auto";  // auto | float32 | float16 | bfloat16
-};
+inline constexpr std::string_view kScenarioKeys[] = {
+    "name",      "seed",     "engine",  "model",    "hardware", "cache",
+    "scheduler", "workload", "latency", "validate", "outputs",  "sweep"};
 
 /// One axis of `sweep:`: a dotted key path and the values it takes, in file order.
 struct SweepAxis {
@@ -86,16 +81,14 @@ struct Scenario {
   HardwareConfig hardware;
   CacheConfig cache;
   SchedulerConfig scheduler;
-  YAML::Node workload;  // validated by make_request_source (sim/workload/workload.h)
-  YAML::Node latency;   // validated by make_latency_model (sim/engine/latency_model.h)
+  WorkloadConfig workload;
+  LatencyConfig latency;  // used in timed mode only
   ValidateConfig validate;
   OutputsConfig outputs;
   std::vector<SweepAxis> sweep;
   std::int64_t num_gpu_blocks = 0;  // the pool actually used
-  std::optional<KVCachePlan> plan;  // when sized from a model and memory budget
-  YAML::Node root;                  // the tree after --set (sections kept as written)
+  std::optional<KVCachePlan> plan;  // when sized from a model: plan_kv_pool by the profile's rules
 
-  YamlContext ctx() const { return YamlContext{file, ""}; }
   /// The core's cache configuration.
   [[nodiscard]] KVCacheConfig kv_cache_config() const;
   /// What make_engine builds the scenario's engine from.
@@ -103,21 +96,24 @@ struct Scenario {
 };
 
 /// Applies one `--set a.b.c=value` to `root` (value parsed as a YAML scalar or flow collection;
-/// missing maps are created). Throws ConfigError on a malformed assignment.
-void apply_set(YAML::Node& root, std::string_view assignment);
+/// missing maps are created) and, when `origins` is given, records the paths it wrote (the key and
+/// any map it created) as written by "--set a.b.c=value". Throws ConfigError on a malformed
+/// assignment.
+void apply_set(YAML::Node& root, std::string_view assignment, ArgumentOrigins* origins = nullptr);
 
-/// Parses and validates a scenario tree. `file` names it in messages and anchors relative paths.
-[[nodiscard]] Scenario parse_scenario(const YAML::Node& root, const std::string& file);
+/// Parses and validates a scenario tree. `file` names it in messages and anchors relative paths;
+/// `origins` tells which values command-line arguments wrote (their errors name the argument).
+[[nodiscard]] Scenario parse_scenario(const YAML::Node& root, const std::string& file,
+                                      std::shared_ptr<const ArgumentOrigins> origins = nullptr);
 
 /// Loads `path`, applies `sets` in order, then `seed` (when given), and parses.
 [[nodiscard]] Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets,
                                      std::optional<std::uint64_t> seed = std::nullopt);
 
-/// config.resolved.yaml: every section with its defaults filled in and every file path resolved;
-/// workload and latency as their readers resolve them (synthetic_workload_yaml or
-/// trace_workload_yaml, latency_config_yaml; latency only in timed mode, the only mode that reads
-/// it); model kept as written, with --set applied. Running it gives the same outputs, and
-/// resolving it again gives the same text. Throws ConfigError on a bad workload or latency.
+/// config.resolved.yaml, written from the typed structs: every section (but sweep) with every key
+/// and the value the run uses, defaults filled in, file paths resolved, null for an absent
+/// optional (and for latency in cache_only mode, which reads none). Running it gives the same
+/// outputs, and resolving it again gives the same text. Reads no file.
 [[nodiscard]] std::string resolved_yaml(const Scenario& s);
 
 /// The cartesian product of the sweep axes, first axis slowest: each point is the list of

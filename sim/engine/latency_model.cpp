@@ -7,14 +7,12 @@
 #include <cmath>
 #include <fstream>
 
+#include "core/common/assert.h"
 #include "sim/common/csv_util.h"
 
 namespace kvsim {
 
 namespace {
-
-// The `model:` names, in LatencyConfig::Kind's order.
-constexpr std::string_view kModelNames[] = {"roofline", "fitted", "constant"};
 
 SimTimeNs us_to_ns(double us) {
   if (!(us >= 1.0)) us = 1.0;  // also catches NaN
@@ -42,7 +40,7 @@ class ConstantLatency final : public LatencyModel {
 
 class FittedLatency final : public LatencyModel {
  public:
-  explicit FittedLatency(LatencyFit fit) : fit_(fit) {}
+  explicit FittedLatency(const FitCoefficients& fit) { static_cast<FitCoefficients&>(fit_) = fit; }
   SimTimeNs step_time_ns(const BatchFeatures& b) const override {
     return us_to_ns(fit_.predict_us(b));
   }
@@ -111,25 +109,6 @@ class RooflineLatency final : public LatencyModel {
   double routed_bytes_ = 0, other_weight_bytes_ = 0, experts_ = 1, top_k_ = 0;
   double flops_per_s_ = 0, bytes_per_s_ = 0;  // achieved: peak x mfu, bandwidth x mbu
 };
-
-LatencyFit parse_coefficients(const YAML::Node& n, const YamlContext& ctx) {
-  std::vector<std::string_view> names(kFitTermNames.begin(), kFitTermNames.end());
-  check_keys(n, std::span<const std::string_view>(names), ctx);
-  LatencyFit fit;
-  for (std::size_t i = 0; i < kFitTermNames.size(); ++i)
-    fit.coefficients_us[i] = get_double(n, kFitTermNames[i], ctx, 0.0);
-  return fit;
-}
-
-LatencyFit load_fit_node(const YAML::Node& root, const YamlContext& ctx) {
-  check_keys(root, {"model", "unit", "coefficients", "fit", "source"}, ctx);
-  const std::string unit = get_choice(root, "unit", ctx, "us", {"us"});
-  (void)unit;
-  if (!has_key(root, "coefficients"))
-    throw yaml_error(root, ctx,
-                     fmt::format("missing required key 'coefficients' in {}", ctx.where()));
-  return parse_coefficients(root["coefficients"], ctx.child("coefficients"));
-}
 
 }  // namespace
 
@@ -248,96 +227,13 @@ std::string fit_to_yaml(const LatencyFit& fit, const std::string& source) {
 }
 
 LatencyFit load_fit_file(const std::string& path) {
-  return load_fit_node(load_yaml_file(path), YamlContext{path, ""});
+  LatencyFit fit;
+  static_cast<FitCoefficients&>(fit) = read_fit_file(path);
+  return fit;
 }
 
-LatencyConfig parse_latency_config(const YAML::Node& latency, const YamlContext& ctx) {
-  require_map(latency, ctx);
-  LatencyConfig c;
-  c.kind = static_cast<LatencyConfig::Kind>(
-      get_choice_index(latency, "model", ctx, "roofline", kModelNames));
-  if (c.kind == LatencyConfig::Kind::kConstant) {
-    check_keys(latency, {"model", "step_time_us"}, ctx);
-    c.step_time_us = get_double(latency, "step_time_us", ctx, std::nullopt, 0.001, 1e12);
-    return c;
-  }
-  if (c.kind == LatencyConfig::Kind::kFitted) {
-    check_keys(latency, {"model", "file", "coefficients"}, ctx);
-    const bool has_file = has_key(latency, "file");
-    const bool has_coefficients = has_key(latency, "coefficients");
-    if (!has_file && !has_coefficients)
-      throw yaml_error(latency, ctx,
-                       fmt::format("{}: model fitted needs 'file' or 'coefficients'", ctx.where()));
-    if (has_file) {
-      c.fit_file =
-          resolve_input_path(ctx.child("file"), get_string(latency, "file", ctx, std::nullopt));
-      c.fit = load_fit_file(*c.fit_file);
-    }
-    if (has_coefficients) {
-      const YAML::Node given = latency["coefficients"];
-      const YamlContext gctx = ctx.child("coefficients");
-      const LatencyFit fit = parse_coefficients(given, gctx);
-      if (has_file)
-        for (std::size_t i = 0; i < kFitTermNames.size(); ++i) {
-          if (fit.coefficients_us[i] == c.fit.coefficients_us[i]) continue;
-          const YAML::Node at = given[kFitTermNames[i]];
-          const YamlContext term = gctx.child(kFitTermNames[i]);
-          throw yaml_error(
-              at.IsDefined() ? at : given, term,
-              fmt::format("{}: {} differs from {} in the fit file '{}' (give file and "
-                          "coefficients together only when they agree)",
-                          term.path, number_text(fit.coefficients_us[i]),
-                          number_text(c.fit.coefficients_us[i]), *c.fit_file));
-        }
-      c.fit = fit;
-    }
-    return c;
-  }
-  check_keys(latency,
-             {"model", "mfu", "mbu", "step_overhead_us", "interconnect_bytes_per_s",
-              "allreduce_latency_us"},
-             ctx);
-  RooflineParams& p = c.roofline;
-  p.mfu = get_double(latency, "mfu", ctx, p.mfu, 1e-6, 1.0);
-  p.mbu = get_double(latency, "mbu", ctx, p.mbu, 1e-6, 1.0);
-  p.step_overhead_us = get_double(latency, "step_overhead_us", ctx, p.step_overhead_us, 0.0, 1e9);
-  p.interconnect_bytes_per_s =
-      get_double(latency, "interconnect_bytes_per_s", ctx, p.interconnect_bytes_per_s, 1.0);
-  p.allreduce_latency_us =
-      get_double(latency, "allreduce_latency_us", ctx, p.allreduce_latency_us, 0.0, 1e9);
-  return c;
-}
-
-YAML::Node latency_config_yaml(const LatencyConfig& c) {
-  YAML::Node n(YAML::NodeType::Map);
-  n["model"] = std::string(kModelNames[static_cast<std::size_t>(c.kind)]);
-  switch (c.kind) {
-    case LatencyConfig::Kind::kRoofline:
-      n["mfu"] = number_node(c.roofline.mfu);
-      n["mbu"] = number_node(c.roofline.mbu);
-      n["step_overhead_us"] = number_node(c.roofline.step_overhead_us);
-      n["interconnect_bytes_per_s"] = number_node(c.roofline.interconnect_bytes_per_s);
-      n["allreduce_latency_us"] = number_node(c.roofline.allreduce_latency_us);
-      break;
-    case LatencyConfig::Kind::kFitted: {
-      if (c.fit_file) n["file"] = *c.fit_file;
-      YAML::Node coefficients(YAML::NodeType::Map);
-      for (std::size_t i = 0; i < kFitTermNames.size(); ++i)
-        coefficients[kFitTermNames[i]] = number_node(c.fit.coefficients_us[i]);
-      n["coefficients"] = coefficients;
-      break;
-    }
-    case LatencyConfig::Kind::kConstant:
-      n["step_time_us"] = number_node(c.step_time_us);
-      break;
-  }
-  return n;
-}
-
-std::unique_ptr<LatencyModel> make_latency_model(const YAML::Node& latency, const YamlContext& ctx,
-                                                 const ModelConfig& model, const GpuPreset& gpu,
-                                                 int tp) {
-  const LatencyConfig c = parse_latency_config(latency, ctx);
+std::unique_ptr<LatencyModel> make_latency_model(const LatencyConfig& c, const ModelConfig& model,
+                                                 const GpuPreset& gpu, int tp) {
   switch (c.kind) {
     case LatencyConfig::Kind::kConstant:
       return std::make_unique<ConstantLatency>(c.step_time_us);
@@ -346,8 +242,7 @@ std::unique_ptr<LatencyModel> make_latency_model(const YAML::Node& latency, cons
     case LatencyConfig::Kind::kRoofline:
       break;
   }
-  if (tp < 1)
-    throw ConfigError(fmt::format("{}: tensor_parallel_size must be >= 1, got {}", ctx.file, tp));
+  KVSIM_ASSERT(tp >= 1);  // hardware.tensor_parallel_size is validated when the scenario loads
   return std::make_unique<RooflineLatency>(model, gpu, tp, c.roofline);
 }
 

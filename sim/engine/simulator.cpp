@@ -108,7 +108,8 @@ void Simulator::generated_tokens(const RequestSpec& spec, std::int64_t n,
 bool Simulator::reject_if_invalid(const RequestSpec& spec) {
   const auto prompt = spec.num_prompt_tokens();
   if (prompt > 0 && spec.max_tokens >= 1 &&
-      prompt + spec.max_tokens <= scenario_.scheduler.max_model_len)
+      prompt + spec.max_tokens <= scenario_.scheduler.max_model_len &&
+      core_->admission_error(prompt, prompt + final_output_tokens(spec)) == nullptr)
     return false;
   RequestRecord rec;
   rec.request_id = spec.id;
@@ -166,6 +167,7 @@ void Simulator::admit(std::int64_t slot) {
   // rest of the context).
   l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits),
                                         std::vector<MMPlaceholder>{}, num_outputs);
+  l.request->oracle_final_num_tokens = l.request->num_tokens() + num_outputs;
   // Size the per-request tables once: the step loop then never grows them.
   core_->reserve_request(*l.request, final_kv_tokens_[s] + 1);
   spec.prompt.clear();
@@ -371,7 +373,8 @@ void Simulator::run_timed() {
         break;
     }
     if (++n % progress_every_ == 0) report_progress();
-    if ((n & 1023) == 0) check_interrupt();
+    // Every event (one load): a signal must stop even a run of slow steps (kvsim validate).
+    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]] check_interrupt();
   }
   KVSIM_ASSERT(unadmitted_.empty(), "arrivals left unadmitted after the last step");
   if (core_->num_unfinished_requests() > 0) {
@@ -415,7 +418,7 @@ void Simulator::run_cache_only() {
     std::optional<RequestSpec> follow = source_.on_finished(spec, engine_.now(), outputs);
     if (follow) queue_arrival(std::move(*follow), false);
     if (++n % progress_every_ == 0) report_progress();
-    if ((n & 255) == 0) check_interrupt();
+    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]] check_interrupt();
   }
   report_progress();
 }

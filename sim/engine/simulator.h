@@ -11,8 +11,11 @@
 // max_num_seqs - running waiting requests, all a schedule() can look at, so a deep queue costs no
 // token memory; observers still count the whole queue (StepView::num_waiting). A request with
 // prompt + max_tokens > max_model_len (or an empty prompt) is rejected at arrival, as vLLM's
-// OpenAI server does. A step that can schedule nothing while requests wait and none run means a
-// request can never fit: the run fails with RunError naming it.
+// OpenAI server does, and so is one the engine says it can never admit
+// (EngineCore::admission_error: a contiguous reservation larger than the pool). Each request
+// gets its final length (Request::oracle_final_num_tokens) for the engines that play an oracle.
+// A step that can schedule nothing while requests wait and none run means a request can never
+// fit: the run fails with RunError naming it.
 //
 // cache_only mode (hit-rate studies): requests in arrival order, one at a time, through the same
 // KVCacheManager: lookup (get_computed_blocks, with the scheduler's full-hit last-block rule),

@@ -1,6 +1,7 @@
 #include "sim/metrics/writers.h"
 
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
+#include <vector>
 
 namespace kvsim {
 namespace fs = std::filesystem;
@@ -51,6 +53,7 @@ RunFolder::RunFolder(const fs::path& out_dir, const std::string& name) {
   fs::create_directories(out_dir, ec);
   if (ec)
     throw std::runtime_error(fmt::format("cannot create {}: {}", out_dir.string(), ec.message()));
+  remove_stale(out_dir, name);
   fs::remove_all(tmp_, ec);
   if (!fs::create_directory(tmp_, ec) || ec)
     throw std::runtime_error(fmt::format("cannot create {}: {}", tmp_.string(), ec.message()));
@@ -60,6 +63,31 @@ RunFolder::~RunFolder() {
   if (committed_) return;
   std::error_code ec;
   fs::remove_all(tmp_, ec);
+}
+
+int RunFolder::remove_stale(const fs::path& out_dir, const std::string& name) {
+  const std::string prefix = name + ".tmp-";
+  std::vector<fs::path> stale;  // collected first: no removal while the folder is being read
+  std::error_code ec;
+  for (fs::directory_iterator it(out_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string file = it->path().filename().string();
+    std::error_code type_ec;
+    if (!file.starts_with(prefix) || !it->is_directory(type_ec)) continue;
+    const std::string_view digits = std::string_view(file).substr(prefix.size());
+    long pid = 0;
+    const auto [end_of_pid, err] =
+        std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (err != std::errc() || end_of_pid != digits.data() + digits.size() || pid <= 0) continue;
+    // kill(pid, 0) fails with ESRCH only when no such process exists; EPERM means alive.
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) stale.push_back(it->path());
+  }
+  int removed = 0;
+  for (const fs::path& p : stale) {
+    std::error_code rm;
+    fs::remove_all(p, rm);
+    if (!rm) ++removed;
+  }
+  return removed;
 }
 
 void RunFolder::commit() {

@@ -8,13 +8,15 @@
 #include <string>
 #include <string_view>
 
-#include "sim/metrics/metrics.h"
 #include "sim/engine/observer.h"
+#include "sim/metrics/metrics.h"
 
 namespace kvsim {
 
 /// `<out>/<name>.tmp-<pid>/` while the run writes; commit() renames it to `<out>/<name>/`
 /// (replacing an older folder of that name). Destroyed uncommitted, it removes the temp folder.
+/// Before creating its own, it removes the `<name>.tmp-<pid>/` folders that runs of the same name
+/// killed outright (SIGKILL, a crash) left behind: those whose pid names no live process.
 class RunFolder {
  public:
   RunFolder(const std::filesystem::path& out_dir, const std::string& name);
@@ -27,6 +29,10 @@ class RunFolder {
   std::filesystem::path file(std::string_view name) const { return tmp_ / std::string(name); }
   /// Renames the temp folder into place. Throws std::runtime_error on failure.
   void commit();
+  /// Removes `<out_dir>/<name>.tmp-<pid>/` folders whose pid is not a live process (kill(pid, 0)
+  /// fails with ESRCH); returns how many. A live pid's folder (a run in progress) is left alone.
+  /// O(entries of out_dir).
+  static int remove_stale(const std::filesystem::path& out_dir, const std::string& name);
 
  private:
   std::filesystem::path tmp_, final_;

@@ -6,7 +6,9 @@ namespace kvsim {
 std::unique_ptr<Replayer> make_replayer(Profile profile, ReplayOptions options) {
   switch (profile_info(profile).family) {
     case EngineFamily::kV1:
-      return std::make_unique<V1Replayer>(options);
+      return std::make_unique<V1Replayer>(profile, options);
+    case EngineFamily::kContiguous:  // no op-trace protocol: nothing to replay against
+      return nullptr;
   }
   return nullptr;
 }

@@ -64,7 +64,7 @@ class Replayer {
   std::int64_t num_errors_ = 0;
 };
 
-/// The replayer of `profile`'s op protocol.
+/// The replayer of `profile`'s op protocol; nullptr for a family without one (contiguous).
 [[nodiscard]] std::unique_ptr<Replayer> make_replayer(Profile profile, ReplayOptions options = {});
 
 }  // namespace kvsim

@@ -21,6 +21,10 @@ const char* alloc_error(AllocStatus s) {
       return "AssertionError: a block to cache has fewer than block_size tokens";
     case AllocStatus::kBadPrevBlock:
       return "AssertionError: inconsistent block hashes in _cache_full_blocks";
+    case AllocStatus::kBadCachedCount:
+      return "AssertionError: num_cached_block beyond the request's hashes or blocks";
+    case AllocStatus::kSkippedBeyondTable:
+      return "IndexError: list index out of range (remove_skipped_blocks)";
     default:
       return "RuntimeError: allocation failed";
   }
@@ -28,7 +32,10 @@ const char* alloc_error(AllocStatus s) {
 
 }  // namespace
 
-V1Replayer::V1Replayer(ReplayOptions options) : Replayer(options) {}
+V1Replayer::V1Replayer(Profile profile, ReplayOptions options)
+    : Replayer(options), profile_(profile) {
+  (void)v1_policy(profile);  // asserts a V1 profile
+}
 V1Replayer::~V1Replayer() { reset(); }
 
 void V1Replayer::dispatch(std::string_view op, JsonWriter& w) {
@@ -111,17 +118,24 @@ KVCacheConfig V1Replayer::read_kv_config() const {
   const std::int64_t max_len = get_int("max_model_len");
   const bool caching = get_bool_or("enable_caching", true);
   const std::int64_t prealloc = get_int_or("num_preallocate_tokens", 64);
+  const std::int64_t window = get_int_or("sliding_window", 0);
+  const bool eagle = get_bool_or("use_eagle", false);
   if (bs <= 0 || bs > (1 << 20)) throw OpError{"ValueError: block_size must be in 1..2^20"};
   if (blocks <= 0 || blocks > (1 << 28))
     throw OpError{"ValueError: num_gpu_blocks must be in 1..2^28"};
   if (max_len <= 0) throw OpError{"ValueError: max_model_len must be > 0"};
   if (prealloc < 0) throw OpError{"ValueError: num_preallocate_tokens must be >= 0"};
+  if (window < 0) throw OpError{"ValueError: sliding_window must be >= 0"};
+  if (eagle && !v1_policy(profile_).lookahead_slots)
+    throw OpError{"TypeError: this release's KVCacheManager has no use_eagle"};
   KVCacheConfig c;
   c.block_size = static_cast<std::int32_t>(bs);
   c.num_gpu_blocks = static_cast<std::int32_t>(blocks);
   c.max_model_len = max_len;
   c.enable_caching = caching;
   c.num_preallocate_tokens = prealloc;
+  c.sliding_window = window;
+  c.use_eagle = eagle;
   return c;
 }
 
@@ -138,7 +152,7 @@ void V1Replayer::reset() {
 void V1Replayer::op_init(JsonWriter& w) {
   const KVCacheConfig c = read_kv_config();
   reset();
-  kvm_ = std::make_unique<KVCacheManager>(c);
+  kvm_ = std::make_unique<KVCacheManager>(c, v1_policy(profile_));
   mode_ = Mode::kKvm;
   w.begin_object().end_object();
 }
@@ -149,10 +163,22 @@ void V1Replayer::op_sched_init(JsonWriter& w) {
   sc.max_model_len = c.max_model_len;
   sc.max_num_seqs = get_int("max_num_seqs");
   sc.max_num_batched_tokens = get_int("max_num_batched_tokens");
+  sc.long_prefill_token_threshold = get_int_or("long_prefill_token_threshold", 0);
+  sc.num_lookahead_tokens = get_int_or("num_lookahead_tokens", 0);
   if (sc.max_num_seqs <= 0 || sc.max_num_batched_tokens <= 0)
     throw OpError{"ValueError: max_num_seqs and max_num_batched_tokens must be > 0"};
+  if (sc.long_prefill_token_threshold < 0 || sc.num_lookahead_tokens < 0 ||
+      sc.num_lookahead_tokens > (1 << 30))
+    throw OpError{"ValueError: long_prefill_token_threshold and num_lookahead_tokens must be >= 0"};
+  if (sc.num_lookahead_tokens > 0 && !v1_policy(profile_).lookahead_slots)
+    throw OpError{"TypeError: this release's scheduler has no lookahead tokens"};
+  // vLLM's sliding-window manager fails an assertion inside schedule() once such a window nulls
+  // the parent of a block to cache; kvsim's scheduler stops on it, so the op is refused here.
+  if (v1_policy(profile_).sliding_window_manager && c.enable_caching && c.sliding_window > 0 &&
+      c.sliding_window <= c.block_size)
+    throw OpError{"ValueError: sliding_window must exceed block_size in sched mode"};
   reset();
-  sched_ = std::make_unique<Scheduler>(sc, c);
+  sched_ = std::make_unique<Scheduler>(sc, c, profile_);
   mode_ = Mode::kSched;
   w.begin_object().end_object();
 }
@@ -165,12 +191,15 @@ void V1Replayer::op_add_request(JsonWriter& w) {
   if (live_.count(id)) throw OpError{"ValueError: request '" + std::string(id) + "' is live"};
   std::vector<Token> prompt;
   read_tokens(field("prompt"), prompt);
+  if (prompt.empty()) throw OpError{"ValueError: the prompt must not be empty"};
   SamplingLimits lim;
   lim.max_tokens = get_int_or("max_tokens", 16);
   if (lim.max_tokens < 1) throw OpError{"ValueError: max_tokens must be at least 1"};
   const std::int64_t eos = get_int_or("eos_token_id", std::numeric_limits<std::int64_t>::min());
   if (eos != std::numeric_limits<std::int64_t>::min()) lim.eos_token_id = static_cast<Token>(eos);
   lim.ignore_eos = get_bool_or("ignore_eos", false);
+  const bool prompt_logprobs =
+      !json_.is_null_or_absent(json_.find(JsonLine::root(), "prompt_logprobs"));
   const Index stops = json_.find(JsonLine::root(), "stop_token_ids");
   if (!json_.is_null_or_absent(stops)) read_tokens(stops, lim.stop_token_ids);
 
@@ -198,6 +227,7 @@ void V1Replayer::op_add_request(JsonWriter& w) {
   const auto index = static_cast<std::int64_t>(requests_.size());
   requests_.push_back(
       std::make_unique<Request>(index, std::move(prompt), std::move(lim), std::move(mm)));
+  requests_.back()->wants_prompt_logprobs = prompt_logprobs;
   names_.emplace_back(id);
   live_.emplace(names_.back(), index);
   if (mode_ == Mode::kSched) sched_->add_request(*requests_.back());
@@ -220,6 +250,11 @@ void V1Replayer::op_allocate_slots(JsonWriter& w) {
   Request& r = live_request(get_string("id"));
   const std::int64_t n = get_int("num_tokens");
   if (n < 0) throw OpError{"ValueError: num_tokens must be greater than 0"};
+  const std::int64_t lookahead = get_int_or("num_lookahead_tokens", 0);
+  if (lookahead < 0 || lookahead > (1 << 30))
+    throw OpError{"ValueError: num_lookahead_tokens must be in 0..2^30"};
+  if (lookahead > 0 && !kv.policy().lookahead_slots)
+    throw OpError{"TypeError: allocate_slots() got an unexpected keyword 'num_lookahead_tokens'"};
   scratch_blocks_.clear();
   const Index hits = json_.find(JsonLine::root(), "new_computed_blocks");
   if (!json_.is_null_or_absent(hits)) {
@@ -232,7 +267,7 @@ void V1Replayer::op_allocate_slots(JsonWriter& w) {
       scratch_blocks_.push_back(BlockId{static_cast<std::int32_t>(b)});
     }
   }
-  const AllocResult res = kv.allocate_slots(r, n, scratch_blocks_);
+  const AllocResult res = kv.allocate_slots(r, n, scratch_blocks_, lookahead);
   if (res.status == AllocStatus::kNoFreeBlocks) {
     w.begin_object().key("blocks").null().end_object();
     return;
@@ -346,7 +381,8 @@ void V1Replayer::op_snapshot(JsonWriter& w) {
   w.end_object();
   if (!brief) {
     w.key("free_queue").begin_array();
-    for (const KVCacheBlock& blk : pool.free_queue()) w.value(std::int64_t{to_int(pool.id_of(blk))});
+    for (const KVCacheBlock& blk : pool.free_queue())
+      w.value(std::int64_t{to_int(pool.id_of(blk))});
     w.end_array();
     w.key("cached_block_ids").begin_array();
     for (std::int32_t b = 0; b < pool.num_blocks(); ++b)

@@ -1,6 +1,15 @@
 #pragma once
 // V1Replayer: the op protocol of vLLM V1 (shared/spec/ops-format.md) against kvsim's
-// KVCacheManager (kvm mode) or Scheduler (sched mode), one JSON result line per op (Replayer).
+// KVCacheManager (kvm mode) or Scheduler (sched mode) of one V1 profile (vllm-0.7.2 or
+// vllm-0.8.5), one JSON result line per op (Replayer).
+//
+// Fields read beyond those every profile shares: `sliding_window` (init, sched_init; used from
+// v0.8.5), `long_prefill_token_threshold` (sched_init; v0.8.5), `prompt_logprobs` (add_request;
+// any non-null value disables the lookup from v0.8.5), `num_lookahead_tokens` (allocate_slots;
+// v0.8.5, an error at v0.7.2 unless 0). kvsim extensions (vLLM sets them from its speculative
+// config): `use_eagle` (init, sched_init) and `num_lookahead_tokens` (sched_init), v0.8.5 only.
+// Refused where vLLM would fail an assertion later inside schedule(): a sched_init whose
+// sliding_window is not longer than block_size (v0.8.5, with prefix caching).
 
 #include <xxhash.h>
 
@@ -20,7 +29,8 @@ namespace kvsim {
 
 class V1Replayer final : public Replayer {
  public:
-  explicit V1Replayer(ReplayOptions options = {});
+  /// A replayer of `profile`'s V1 release. Precondition: a profile of the V1 family.
+  explicit V1Replayer(Profile profile = Profile::kVllm072, ReplayOptions options = {});
   ~V1Replayer() override;
 
  private:
@@ -61,6 +71,7 @@ class V1Replayer final : public Replayer {
     return names_[static_cast<std::size_t>(r.index())];
   }
 
+  Profile profile_;
   enum class Mode : std::uint8_t { kNone, kKvm, kSched } mode_ = Mode::kNone;
   std::unique_ptr<KVCacheManager> kvm_;
   std::unique_ptr<Scheduler> sched_;

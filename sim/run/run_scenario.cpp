@@ -17,9 +17,9 @@ StepTimeFn make_step_time(const Scenario& scenario) {
   if (!scenario.model)
     throw ConfigError(scenario.file +
                       ": model: required in timed mode (the latency model needs it)");
-  std::shared_ptr<const LatencyModel> model = make_latency_model(
-      scenario.latency, scenario.ctx().child("latency"), *scenario.model, scenario.hardware.gpu,
-      static_cast<int>(scenario.hardware.tensor_parallel_size));
+  std::shared_ptr<const LatencyModel> model =
+      make_latency_model(scenario.latency, *scenario.model, scenario.hardware.gpu,
+                         static_cast<int>(scenario.hardware.tensor_parallel_size));
   return [model](const StepView& v) {
     BatchFeatures b;
     b.num_seqs = static_cast<std::int64_t>(v.out->scheduled.size());
@@ -35,10 +35,10 @@ StepTimeFn make_step_time(const Scenario& scenario) {
 
 RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& out_dir,
                        const RunOptions& options) {
-  // Everything that can reject the input happens before the folder exists.
+  // Everything that can reject the input happens before the folder exists: the scenario was
+  // validated when it loaded; here the trace is opened (and its header read).
   std::unique_ptr<RequestSource> source =
-      make_request_source(scenario.workload, scenario.ctx().child("workload"), scenario.seed,
-                          scenario_vocab_size(scenario));
+      make_request_source(scenario.workload, scenario.seed, scenario_vocab_size(scenario));
   StepTimeFn step_time = options.step_time;
   if (!step_time && scenario.engine.mode == EngineConfig::Mode::kTimed)
     step_time = make_step_time(scenario);

@@ -33,9 +33,10 @@ struct RunResult {
 
 /// Runs `scenario` into `<out_dir>/<name>/` (written as `<name>.tmp-<pid>` and renamed when
 /// complete; removed on any error): summary.json, requests.csv, steps.csv, config.resolved.yaml,
-/// and trace.json / metrics.prom when the scenario asks. Throws ConfigError (bad workload or
-/// latency section, bad trace row), RunError (a request that can never fit) or
-/// std::runtime_error (I/O).
+/// and trace.json / metrics.prom when the scenario asks. Reads no scenario file again (the
+/// Scenario holds everything parsed); opens and streams the trace of a trace workload. Throws
+/// ConfigError (a trace that cannot be opened, a bad trace row), RunError (a request that can
+/// never fit) or std::runtime_error (I/O).
 RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& out_dir,
                        const RunOptions& options = {});
 

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -13,9 +12,6 @@
 namespace kvsim {
 
 namespace {
-
-// The `format:` names, in TraceConfig::Format's order.
-constexpr std::string_view kFormatNames[] = {"azure", "mooncake", "csv", "jsonl"};
 
 constexpr std::int64_t kMaxPromptTokens = 10'000'000;
 
@@ -67,63 +63,17 @@ std::optional<std::int64_t> parse_timestamp(std::string_view s) {
 
 }  // namespace
 
-TraceConfig parse_trace_config(const YAML::Node& w, const YamlContext& ctx) {
-  for (std::string_view k : {"arrival", "prompt_tokens", "output_tokens", "system_prompts",
-                             "few_shot", "sessions", "duration_s"}) {
-    if (has_key(w, k))
-      throw yaml_error(w[std::string(k)], ctx.child(k),
-                       fmt::format("{}: cannot be combined with workload.trace (a trace gives its "
-                                   "own arrivals and lengths)",
-                                   ctx.child(k).path));
-  }
-  const YAML::Node t = w["trace"];
-  const YamlContext tc = ctx.child("trace");
-  check_keys(t,
-             {"format", "path", "time_scale", "max_requests", "hash_block_tokens", "prefix_tokens"},
-             tc);
-  TraceConfig c;
-  c.format =
-      static_cast<TraceConfig::Format>(get_choice_index(t, "format", tc, std::nullopt, kFormatNames));
-  c.path = resolve_input_path(tc, get_string(t, "path", tc, std::nullopt));
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(c.path, ec))
-    throw yaml_error(t["path"], tc.child("path"),
-                     fmt::format("{}: no such trace file '{}'", tc.child("path").path, c.path));
-  c.time_scale = get_double(t, "time_scale", tc, 1.0, 0.0, 1e6);
-  c.max_requests = get_optional_int(t, "max_requests", tc, 0);
-  if (auto n = get_optional_int(w, "num_requests", ctx, 0))
-    c.max_requests = c.max_requests ? std::min(*c.max_requests, *n) : *n;
-  c.hash_block_tokens = get_int(t, "hash_block_tokens", tc, 512, 1, 1 << 20);
-  c.prefix_tokens = get_int(t, "prefix_tokens", tc, 0, 0, kMaxPromptTokens);
-  c.ignore_eos = get_bool(w, "ignore_eos", ctx, true);
-  if (auto eos =
-          get_optional_int(w, "eos_token_id", ctx, 0, std::numeric_limits<std::int32_t>::max()))
-    c.eos_token_id = static_cast<std::int32_t>(*eos);
-  return c;
-}
-
-YAML::Node trace_workload_yaml(const TraceConfig& c) {
-  YAML::Node t(YAML::NodeType::Map);
-  t["format"] = std::string(kFormatNames[static_cast<std::size_t>(c.format)]);
-  t["path"] = c.path;
-  t["time_scale"] = number_node(c.time_scale);
-  if (c.max_requests) t["max_requests"] = *c.max_requests;
-  if (c.format == TraceConfig::Format::kMooncake) t["hash_block_tokens"] = c.hash_block_tokens;
-  if (c.format == TraceConfig::Format::kCsv || c.format == TraceConfig::Format::kJsonl)
-    t["prefix_tokens"] = c.prefix_tokens;
-  YAML::Node w(YAML::NodeType::Map);
-  w["trace"] = t;
-  w["ignore_eos"] = c.ignore_eos;
-  if (c.eos_token_id) w["eos_token_id"] = *c.eos_token_id;
-  return w;
-}
-
-TraceSource::TraceSource(TraceConfig config, std::uint64_t seed, std::int32_t vocab_size)
+TraceSource::TraceSource(TraceConfig config, PerRequestConfig per_request, std::uint64_t seed,
+                         std::int32_t vocab_size)
     : config_(std::move(config)),
+      per_request_(per_request),
       seed_(seed),
       vocab_size_(vocab_size),
       in_(config_.path, std::ios::binary) {
-  if (!in_) throw ConfigError(config_.path + ": cannot open trace file");
+  if (!in_)
+    throw config_error(
+        config_.path_at,
+        fmt::format("workload.trace.path: cannot open trace file '{}'", config_.path));
   if (config_.format != TraceConfig::Format::kAzure && config_.format != TraceConfig::Format::kCsv)
     return;
   std::string header;
@@ -346,8 +296,8 @@ std::optional<RequestSpec> TraceSource::next() {
   r.arrival_ns = arrival;
   r.max_tokens = static_cast<std::int32_t>(
       std::clamp<std::int64_t>(row->output_tokens, 1, std::numeric_limits<std::int32_t>::max()));
-  r.ignore_eos = config_.ignore_eos;
-  r.eos_token_id = config_.eos_token_id;
+  r.ignore_eos = per_request_.ignore_eos;
+  r.eos_token_id = per_request_.eos_token_id;
   r.output_seed = content_key(seed_, "output", r.id);
   r.prefix_group = row->prefix_group;
   // The prompt is deferred (a few segments, see RequestSpec): the simulator makes its tokens

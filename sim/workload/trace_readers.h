@@ -1,16 +1,7 @@
 #pragma once
 // Streaming trace readers: one row is read per next(), so memory never grows with the trace.
 //
-// workload:
-//   trace:
-//     format: azure | mooncake | csv | jsonl
-//     path: FILE                 relative to the scenario's folder, else to the working directory
-//     time_scale: 1.0            arrival = (timestamp offset) * time_scale (0.5 = twice as fast)
-//     max_requests: N            optional cap (workload.num_requests caps too)
-//     hash_block_tokens: 512     mooncake: prompt tokens named by one hash id
-//     prefix_tokens: 0           csv/jsonl: leading tokens shared by rows of the same prefix_group
-//                                (a prefix_tokens column overrides it per row)
-//   ignore_eos / eos_token_id as for synthetic workloads.
+// The `workload.trace` keys: sim/workload/workload_config.h.
 //
 // Formats:
 //   azure     CSV TIMESTAMP,ContextTokens,GeneratedTokens; TIMESTAMP like 2023-11-16
@@ -34,27 +25,9 @@
 #include <vector>
 
 #include "sim/workload/workload.h"
+#include "sim/workload/workload_config.h"
 
 namespace kvsim {
-
-struct TraceConfig {
-  enum class Format { kAzure, kMooncake, kCsv, kJsonl };
-  Format format = Format::kAzure;
-  std::string path;
-  double time_scale = 1.0;
-  std::optional<std::int64_t> max_requests;
-  std::int64_t hash_block_tokens = 512;
-  std::int64_t prefix_tokens = 0;
-  bool ignore_eos = true;
-  std::optional<std::int32_t> eos_token_id;
-};
-
-/// Reads `workload.trace` (and the workload-level caps); checks that the file can be opened.
-[[nodiscard]] TraceConfig parse_trace_config(const YAML::Node& workload, const YamlContext& ctx);
-/// The resolved `workload:` section: trace {format, path (as resolved), time_scale, max_requests
-/// (workload.num_requests folded in; absent when uncapped), hash_block_tokens (mooncake),
-/// prefix_tokens (csv, jsonl)}, ignore_eos and eos_token_id (when set). Parsing it gives `c` back.
-[[nodiscard]] YAML::Node trace_workload_yaml(const TraceConfig& c);
 
 /// One trace row before token synthesis.
 struct TraceRow {
@@ -68,8 +41,10 @@ struct TraceRow {
 
 class TraceSource final : public RequestSource {
  public:
-  /// Opens the trace (ConfigError when it cannot) and reads its header if it has one.
-  TraceSource(TraceConfig config, std::uint64_t seed, std::int32_t vocab_size);
+  /// Opens the trace (ConfigError at config.path_at when it cannot) and reads its header if it
+  /// has one; each request gets `per_request`'s keys.
+  TraceSource(TraceConfig config, PerRequestConfig per_request, std::uint64_t seed,
+              std::int32_t vocab_size);
   std::optional<RequestSpec> next() override;
 
  private:
@@ -80,6 +55,7 @@ class TraceSource final : public RequestSource {
   [[noreturn]] void fail(std::int64_t col, const std::string& message) const;
 
   TraceConfig config_;
+  PerRequestConfig per_request_;
   std::uint64_t seed_;
   std::int32_t vocab_size_;
   std::ifstream in_;

@@ -107,39 +107,13 @@ std::uint64_t content_key(std::uint64_t seed, std::string_view kind, std::uint64
   return splitmix64(stream_seed(seed, kind) ^ splitmix64(index));
 }
 
-namespace {
-// The one place that tells a trace from the synthetic generator: validates the section's keys and
-// hands the parsed config to `on_trace` or `on_synthetic`.
-template <typename OnTrace, typename OnSynthetic>
-auto with_workload_config(const YAML::Node& workload, const YamlContext& ctx, OnTrace on_trace,
-                          OnSynthetic on_synthetic) {
-  if (!workload.IsDefined() || workload.IsNull())
-    throw ConfigError(ctx.file + ": missing section 'workload'");
-  check_keys(workload, std::span<const std::string_view>(kWorkloadKeys), ctx);
-  if (has_key(workload, "trace")) return on_trace(parse_trace_config(workload, ctx));
-  return on_synthetic(parse_synthetic_workload(workload, ctx));
-}
-}  // namespace
-
-std::unique_ptr<RequestSource> make_request_source(const YAML::Node& workload,
-                                                   const YamlContext& ctx, std::uint64_t seed,
-                                                   std::int32_t vocab_size) {
-  if (vocab_size < 1)
-    throw ConfigError(fmt::format("{}: vocab_size must be >= 1, got {}", ctx.file, vocab_size));
-  return with_workload_config(
-      workload, ctx,
-      [&](TraceConfig c) -> std::unique_ptr<RequestSource> {
-        return std::make_unique<TraceSource>(std::move(c), seed, vocab_size);
-      },
-      [&](SyntheticWorkloadConfig c) -> std::unique_ptr<RequestSource> {
-        return std::make_unique<SyntheticSource>(std::move(c), seed, vocab_size);
-      });
-}
-
-YAML::Node resolved_workload_yaml(const YAML::Node& workload, const YamlContext& ctx) {
-  return with_workload_config(
-      workload, ctx, [](const TraceConfig& c) { return trace_workload_yaml(c); },
-      [](const SyntheticWorkloadConfig& c) { return synthetic_workload_yaml(c); });
+std::unique_ptr<RequestSource> make_request_source(const WorkloadConfig& workload,
+                                                   std::uint64_t seed, std::int32_t vocab_size) {
+  if (vocab_size < 1) throw ConfigError(fmt::format("vocab_size must be >= 1, got {}", vocab_size));
+  if (const TraceConfig* t = workload.trace())
+    return std::make_unique<TraceSource>(*t, workload.per_request, seed, vocab_size);
+  return std::make_unique<SyntheticSource>(*workload.synthetic(), workload.per_request, seed,
+                                           vocab_size);
 }
 
 }  // namespace kvsim

@@ -12,10 +12,7 @@
 // hash id have their own, so equal content gives equal tokens and different content (practically)
 // never shares a block.
 //
-// Scenario keys of `workload:` (see make_request_source, and docs in synthetic_workload.h and
-// trace_readers.h).
-
-#include <yaml-cpp/yaml.h>
+// Scenario keys of `workload:`: sim/workload/workload_config.h.
 
 #include <cstdint>
 #include <memory>
@@ -24,7 +21,7 @@
 #include <vector>
 
 #include "sim/common/sim_types.h"
-#include "sim/common/yaml_util.h"
+#include "sim/workload/workload_config.h"
 
 namespace kvsim {
 
@@ -106,20 +103,11 @@ class RequestSource {
   }
 };
 
-/// The keys `workload:` accepts (synthetic and trace together).
-inline constexpr std::string_view kWorkloadKeys[] = {
-    "num_requests", "duration_s", "arrival", "prompt_tokens", "output_tokens", "system_prompts",
-    "few_shot",     "sessions",   "trace",   "ignore_eos",    "eos_token_id"};
-
-/// Builds the source from the scenario's `workload:` YAML section (validates every key), seed, and
-/// model vocab size. A `trace:` key selects a trace reader; otherwise the synthetic generator.
-[[nodiscard]] std::unique_ptr<RequestSource> make_request_source(const YAML::Node& workload,
-                                                                 const YamlContext& ctx,
+/// Builds the request source of a parsed `workload:` section (sim/workload/workload_config.h):
+/// a trace reader (which opens its file) or the synthetic generator, with the scenario's seed and
+/// the model's vocab size (>= 1; ConfigError otherwise).
+[[nodiscard]] std::unique_ptr<RequestSource> make_request_source(const WorkloadConfig& workload,
                                                                  std::uint64_t seed,
                                                                  std::int32_t vocab_size);
-
-/// The `workload:` section as the reader make_request_source picks resolves it: every key it
-/// reads, with the value it uses (for config.resolved.yaml).
-[[nodiscard]] YAML::Node resolved_workload_yaml(const YAML::Node& workload, const YamlContext& ctx);
 
 }  // namespace kvsim

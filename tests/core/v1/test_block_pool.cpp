@@ -9,7 +9,7 @@ using kvsim::test::iota_tokens;
 
 TEST_CASE("a new pool queues every block in id order", "[core]") {
   BlockHashTable h(4);
-  BlockPool p(5, true, h);
+  BlockPool p(5, true, /*null_block=*/false, h);
   CHECK(free_queue_ids(p) == std::vector<std::int32_t>{0, 1, 2, 3, 4});
   CHECK(p.num_free_blocks() == 5);
   CHECK(p.find_violation().empty());
@@ -17,7 +17,7 @@ TEST_CASE("a new pool queues every block in id order", "[core]") {
 
 TEST_CASE("new blocks come from the head of the free queue", "[core]") {
   BlockHashTable h(4);
-  BlockPool p(5, true, h);
+  BlockPool p(5, true, /*null_block=*/false, h);
   std::vector<BlockId> out;
   p.get_new_blocks(2, out);
   CHECK(test::ids(out) == std::vector<std::int32_t>{0, 1});
@@ -28,7 +28,7 @@ TEST_CASE("new blocks come from the head of the free queue", "[core]") {
 
 TEST_CASE("freeing appends to the tail and touching unlinks from the middle", "[core]") {
   BlockHashTable h(4);
-  BlockPool p(5, true, h);
+  BlockPool p(5, true, /*null_block=*/false, h);
   std::vector<BlockId> out;
   p.get_new_blocks(3, out);
   p.free_block(BlockId{1});
@@ -44,7 +44,7 @@ TEST_CASE("freeing appends to the tail and touching unlinks from the middle", "[
 
 TEST_CASE("the first cached block of a hash wins until it is evicted", "[core]") {
   BlockHashTable h(4);
-  BlockPool p(4, true, h);
+  BlockPool p(4, true, /*null_block=*/false, h);
   std::vector<BlockId> out;
   p.get_new_blocks(4, out);
   const HashId x = h.intern(kNoHash, iota_tokens(4), kExtraNone);
@@ -71,7 +71,7 @@ TEST_CASE("the first cached block of a hash wins until it is evicted", "[core]")
 TEST_CASE("reset_prefix_cache refuses while a block is in use and keeps the queue order",
           "[core]") {
   BlockHashTable h(4);
-  BlockPool p(3, true, h);
+  BlockPool p(3, true, /*null_block=*/false, h);
   std::vector<BlockId> out;
   p.get_new_blocks(2, out);
   const HashId x = h.intern(kNoHash, iota_tokens(4), kExtraNone);
@@ -90,7 +90,7 @@ TEST_CASE("reset_prefix_cache refuses while a block is in use and keeps the queu
 
 TEST_CASE("the pool invariant walk catches planted corruption", "[core]") {
   BlockHashTable h(4);
-  BlockPool p(4, true, h);
+  BlockPool p(4, true, /*null_block=*/false, h);
   std::vector<BlockId> out;
   p.get_new_blocks(2, out);
   REQUIRE(p.find_violation().empty());

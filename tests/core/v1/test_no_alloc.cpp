@@ -1,56 +1,30 @@
 // The hot paths allocate nothing: once warm, Scheduler::schedule() and update_from_output()
 // (and through them allocate_slots, get_computed_blocks, free) make no heap allocation. Global
-// operator new is replaced in this test executable to count allocations inside the window.
+// operator new is replaced in this test executable to count allocations (alloc_counter.h).
 
-#include <atomic>
 #include <catch2/catch.hpp>
-#include <cstdlib>
 #include <memory>
-#include <new>
 #include <random>
 
+#include "alloc_counter.h"
 #include "core/v1/scheduler.h"
 
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<std::int64_t> g_allocations{0};
-}  // namespace
-
-// The replacement pairs malloc with free on purpose; GCC cannot see that both sides are ours.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-namespace {
-void* counted_alloc(std::size_t n) {
-  if (g_counting.load(std::memory_order_relaxed))
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n ? n : 1);
-}
-}  // namespace
-
-// The whole non-aligned family is replaced, so every pointer is freed by the allocator that made it
-// (the aligned overloads stay the library's, paired among themselves).
-void* operator new(std::size_t n) {
-  if (void* p = counted_alloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) {
-  if (void* p = counted_alloc(n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-
 using namespace kvsim;
+using kvsim::test::g_allocations;
+using kvsim::test::g_counting;
 
-TEST_CASE("once warm the scheduler step allocates nothing on the heap", "[core]") {
+namespace {
+
+/// Steps a shared-prefix workload through `profile`'s scheduler (with a sliding window of
+/// `window_tokens` when > 0) and counts the heap allocations of the steps after the warm-up.
+void check_steps_allocate_nothing(Profile profile, std::int64_t window_tokens) {
+  INFO(profile_name(profile) << ", window " << window_tokens);
   constexpr std::int32_t kBlockSize = 16;
-  Scheduler sched(SchedulerConfig{32, 512, 4096}, KVCacheConfig{kBlockSize, 256, 4096, true, 64});
+  KVCacheConfig kc{kBlockSize, 256, 4096, true, 64};
+  kc.sliding_window = window_tokens;
+  SchedulerConfig sc{32, 512, 4096};
+  if (profile == Profile::kVllm085) sc.long_prefill_token_threshold = 300;
+  Scheduler sched(sc, kc, profile);
   std::mt19937_64 rng(7);
   std::vector<Token> system_prompt(200);
   for (Token& t : system_prompt) t = static_cast<Token>(rng() % 1000);
@@ -72,10 +46,7 @@ TEST_CASE("once warm the scheduler step allocates nothing on the heap", "[core]"
       lim.max_tokens = 50 + static_cast<std::int64_t>(rng() % 50);
       auto req = std::make_unique<Request>(next_index++, std::move(prompt), lim);
       // Owners size a request's tables once (the simulator does this at arrival).
-      const auto max_blocks =
-          static_cast<std::size_t>(cdiv(req->num_tokens() + lim.max_tokens, kBlockSize) + 4);
-      req->blocks.reserve(max_blocks);
-      req->block_hashes.reserve(max_blocks);
+      sched.reserve_request(*req, req->num_tokens() + lim.max_tokens);
       sched.add_request(*req);
       round.push_back(std::move(req));
     }
@@ -94,6 +65,14 @@ TEST_CASE("once warm the scheduler step allocates nothing on the heap", "[core]"
   CHECK(steps_counted > 100);
   CHECK(sched.stats().prefix_hits_tokens > 0);  // the system prompt is shared
   CHECK(counted == 0);
+}
+
+}  // namespace
+
+TEST_CASE("once warm the scheduler step allocates nothing on the heap", "[core]") {
+  check_steps_allocate_nothing(Profile::kVllm072, 0);
+  check_steps_allocate_nothing(Profile::kVllm085, 0);
+  check_steps_allocate_nothing(Profile::kVllm085, 64);  // the sliding-window manager
 }
 
 TEST_CASE("the allocation counter sees a request table growing without a reserve", "[core]") {

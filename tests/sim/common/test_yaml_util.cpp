@@ -82,3 +82,41 @@ TEST_CASE("a scalar where a mapping belongs is an error, not a section of defaul
   CHECK_FALSE(has_key(root["cache"], "block_size"));
   CHECK(get_int(root["absent"], "block_size", ctx, 16) == 16);
 }
+
+TEST_CASE("a value a command-line argument wrote is reported at the argument", "[sim]") {
+  YAML::Node root =
+      load_yaml_string("cache: {block_size: 0}\nscheduler: {max_num_seqs: -1}\n", "s.yaml");
+  auto origins = std::make_shared<ArgumentOrigins>();
+  origins->add("scheduler.max_num_seqs", "--set scheduler.max_num_seqs=-1");
+  origins->add("workload.arrival", "--set workload.arrival={process: timestamps}");
+  const YamlContext top{"s.yaml", "", origins};
+  CHECK(error_of([&] {
+          (void)get_int(root["scheduler"], "max_num_seqs", top.child("scheduler"), 256, 1);
+        }) ==
+        "--set scheduler.max_num_seqs=-1: scheduler.max_num_seqs: -1 is out of range (must be >= "
+        "1)");
+  // A value of the file keeps its position.
+  CHECK(error_of([&] { (void)get_int(root["cache"], "block_size", top.child("cache"), 16, 1); }) ==
+        "s.yaml:1:21: cache.block_size: 0 is out of range (must be >= 1)");
+  // A path covers the keys and elements below it, not its siblings or its parent.
+  CHECK(*origins->find("workload.arrival.times_s[2]") ==
+        "--set workload.arrival={process: timestamps}");
+  CHECK(origins->find("workload.arrival_x") == nullptr);
+  CHECK(origins->find("workload") == nullptr);
+  CHECK(origins->find("scheduler.max_num_seqs") != nullptr);
+  // The last argument that wrote a path wins.
+  origins->add("scheduler", "--set scheduler={max_num_seqs: 0}");
+  CHECK(*origins->find("scheduler.max_num_seqs") == "--set scheduler={max_num_seqs: 0}");
+}
+
+TEST_CASE("source_loc keeps a node's position, and config_error formats it", "[sim]") {
+  YAML::Node root = load_yaml_string("trace:\n  path: t.csv\n", "s.yaml");
+  const SourceLoc at = source_loc(root["trace"]["path"], YamlContext{"s.yaml", "trace.path"});
+  CHECK(at.file == "s.yaml");
+  CHECK(at.line == 2);
+  CHECK(at.col == 9);
+  CHECK(std::string(config_error(at, "no").what()) == "s.yaml:2:9: no");
+  CHECK(std::string(config_error(SourceLoc{"--set a=1", 0, 0}, "no").what()) == "--set a=1: no");
+  CHECK(key_node(root["trace"], "path").Mark().column == 2);
+  CHECK_FALSE(key_node(root["trace"], "nope").IsDefined());
+}

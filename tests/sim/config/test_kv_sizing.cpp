@@ -7,6 +7,7 @@
 #include "core/common/kv_sizing.h"
 #include "sim/config/hardware.h"
 #include "sim/config/model_config.h"
+#include "sim/config/scenario.h"
 #include "sim_test_util.h"
 
 using namespace kvsim;
@@ -141,4 +142,44 @@ TEST_CASE("kvsim kv-size prints the sizing as JSON and rejects a bad flag with s
       (exe + " kv-size --model " + model_path("llama-3.1-70b") + " --gpu A100-40GB 2> " + err)
           .c_str());
   CHECK(WEXITSTATUS(rc2) == 2);
+}
+
+TEST_CASE("a scenario whose max_model_len cannot fit is refused as vLLM refuses to start",
+          "[sim]") {
+  const std::string text =
+      "engine: {profile: vllm-0.7.2}\nmodel: {config: " + model_path("llama-3.1-8b") +
+      "}\ncache: {kv_cache_memory_bytes: 4294967296}\n"
+      "scheduler: {max_model_len: 65536}\n"
+      "workload: {num_requests: 1, prompt_tokens: 8, output_tokens: 2}\n";
+  CHECK(kvsim::test::error_of([&] { (void)parse_scenario(YAML::Load(text), "s.yaml"); }) ==
+        "s.yaml: vLLM v0.7.2 refuses to start: ValueError: To serve at least one request with the "
+        "models's max seq len (65536), (8.00 GB KV cache is needed, which is larger than the "
+        "available KV cache memory (4.00 GB). Try increasing `gpu_memory_utilization` or "
+        "decreasing `max_model_len` when initializing the engine.");
+  // 32,768 tokens need exactly the 4 GiB: it fits, with the same pool as before.
+  YAML::Node root = YAML::Load(text);
+  root["scheduler"]["max_model_len"] = 32768;
+  const Scenario s = parse_scenario(root, "s.yaml");
+  CHECK(s.num_gpu_blocks == 4294967296 / 65'536 / 32);
+  REQUIRE(s.plan);
+  REQUIRE(s.plan->layout);
+  CHECK(s.plan->layout->num_blocks == s.num_gpu_blocks);
+}
+
+TEST_CASE("the pending hybrid scenario parses; with every layer full it gets 9,632 blocks",
+          "[sim]") {
+  const std::string path =
+      std::string(KVSIM_SOURCE_DIR) + "/scenarios/pending/gpt-oss-120b-long-chat.yaml";
+  const Scenario s = load_scenario(path, {"engine.profile=vllm-0.7.2"});
+  CHECK(s.num_gpu_blocks == 9632);
+  CHECK(static_cast<double>(s.plan->budget.weight_bytes) / (1 << 30) ==
+        Approx(60.69).epsilon(1e-3));
+  // The vllm-0.20 rules on the same model, memory and request shape: twice the blocks.
+  PoolRequest req;
+  req.max_model_len = s.scheduler.max_model_len;
+  const KVCachePlan hybrid =
+      plan_kv_pool(*s.model, s.hardware, s.cache.sizing, req, KVSizingRules::kV020Hybrid);
+  CHECK(hybrid.layout->num_blocks == 19'265);
+  CHECK(hybrid.layout->groups.size() == 2);
+  CHECK(hybrid.layout->groups[0].max_blocks_per_request == 521);
 }

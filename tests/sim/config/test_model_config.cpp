@@ -41,7 +41,8 @@ TEST_CASE("model fields follow the Hugging Face defaults", "[sim]") {
   CHECK(*mistral.sliding_window == 4096);
   CHECK_FALSE(load_model_config_file(model_path("qwen2-1.5b")).sliding_window.has_value());
   const ModelConfig ds = load_model_config_file(model_path("deepseek-v3"));
-  CHECK(ds.weight_bytes_per_param == 1);  // fp8 checkpoint
+  CHECK(ds.weights.method == "fp8");  // fp8 checkpoint: 1 B + a scale per 128 x 128 block
+  CHECK(ds.weight_bytes_per_param == 1.0 + 4.0 / 16384);
   CHECK(ds.num_active_parameters < ds.num_parameters / 10);
 }
 

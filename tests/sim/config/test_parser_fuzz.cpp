@@ -4,17 +4,21 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
-#include "sim/workload/distribution.h"
-#include "sim/config/hardware.h"
-#include "sim/engine/latency_model.h"
-#include "sim/config/model_config.h"
 #include "sim/common/rng.h"
+#include "sim/common/yaml_util.h"
+#include "sim/config/hardware.h"
+#include "sim/config/kv_sizing_io.h"
+#include "sim/config/model_config.h"
+#include "sim/config/scenario.h"
+#include "sim/engine/latency_model.h"
+#include "sim/workload/distribution.h"
 #include "sim/workload/samplers.h"
 #include "sim/workload/workload.h"
-#include "sim/common/yaml_util.h"
 #include "sim_test_util.h"
 
 using namespace kvsim;
@@ -98,7 +102,8 @@ TEST_CASE("mutated workload YAML parses or throws ConfigError, never anything el
     bool parsed = false;
     if (!only_config_errors(input, [&] {
           YAML::Node root = load_yaml_string(input, "fuzz.yaml");
-          auto src = make_request_source(root, YamlContext{"fuzz.yaml", "workload"}, 1, 1000);
+          auto src = make_request_source(
+              parse_workload_config(root, YamlContext{"fuzz.yaml", "workload"}), 1, 1000);
           int n = 0;
           while (n < 30) {
             auto req = kvsim::test::next_made(*src);
@@ -144,8 +149,8 @@ latency: {model: roofline, mfu: 0.4, mbu: 0.7}
           const CacheSizingConfig c = load_cache_sizing(root["cache"], top.child("cache"));
           const KVCachePlan plan = plan_kv_cache(m, hw, c, "fuzz.yaml");
           REQUIRE(plan.sizing.num_gpu_blocks >= 1);
-          auto lat = make_latency_model(root["latency"], top.child("latency"), m, hw.gpu,
-                                        static_cast<int>(hw.tensor_parallel_size));
+          auto lat = make_latency_model(parse_latency_config(root["latency"], top.child("latency")),
+                                        m, hw.gpu, static_cast<int>(hw.tensor_parallel_size));
           BatchFeatures b{.num_seqs = 2,
                           .prefill_tokens = 100,
                           .decode_tokens = 1,
@@ -191,8 +196,8 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
     bool bad_message = false;
     if (!only_config_errors(text, [&] {
           try {
-            auto src =
-                make_request_source(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}, 3, 500);
+            auto src = make_request_source(
+                parse_workload_config(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}), 3, 500);
             while (auto req = kvsim::test::next_made(*src)) REQUIRE(!req->prompt.empty());
           } catch (const ConfigError& e) {
             bad_message = std::string(e.what()).rfind(path, 0) != 0;
@@ -244,4 +249,117 @@ TEST_CASE("mutated measurement and empirical-length CSVs parse or throw ConfigEr
   // Some mutations must survive, or the loops above checked only the error path.
   CHECK(fits > 0);
   CHECK(dists > 0);
+}
+
+TEST_CASE("a mutated scenario that loads resolves to a fixed point", "[sim]") {
+  RngStream r = make_stream(2028, "fuzz.scenario");
+  const std::string model = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/qwen2-1.5b.json";
+  int ok = 0;
+  for (int iter = 0; iter < 600; ++iter) {
+    std::string workload;
+    std::istringstream lines(kWorkloads[iter % 3]);
+    for (std::string line; std::getline(lines, line);) workload += "  " + line + "\n";
+    const std::string text =
+        "name: f\nseed: 3\nmodel: {config: '" + model + "', num_hidden_layers: 4}\n" +
+        "hardware: {gpu: A100-40GB, tensor_parallel_size: 2}\n"
+        "cache: {block_size: 16, kv_cache_memory_bytes: 1e9, enable_prefix_caching: false}\n"
+        "scheduler: {max_num_seqs: 32, max_model_len: 4096}\n"
+        "workload:\n" +
+        workload +
+        "latency: {model: roofline, mfu: 0.4}\nvalidate: {sample_prob: 0.5}\n"
+        "outputs: {steps_every: 3}\n";
+    const std::string input = mutate(text, r);
+    if (!only_config_errors(input, [&] {
+          const Scenario s = parse_scenario(load_yaml_string(input, "fuzz.yaml"), "fuzz.yaml");
+          const std::string resolved = resolved_yaml(s);
+          INFO("resolved:\n" << resolved);
+          const Scenario again = parse_scenario(load_yaml_string(resolved, "r.yaml"), "r.yaml");
+          REQUIRE(resolved_yaml(again) == resolved);
+          REQUIRE(again.num_gpu_blocks == s.num_gpu_blocks);
+          ++ok;
+        }))
+      break;
+  }
+  CHECK(ok > 0);
+}
+
+TEST_CASE("mutated hybrid, MoE and quantized model configs parse and size, or throw ConfigError",
+          "[sim]") {
+  RngStream r = make_stream(2026, "fuzz.model_configs");
+  const char* const kModels[] = {"gpt-oss-20b",           "gemma-3-27b-it", "qwen3-next-80b-a3b",
+                                 "llama-4-scout-17b-16e", "deepseek-v3",    "mistral-7b",
+                                 "qwen3-30b-a3b"};
+  int sized = 0;
+  for (int iter = 0; iter < 700; ++iter) {
+    const char* name = kModels[iter % 7];
+    const std::string text = mutate(
+        kvsim::test::slurp(std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/" + name + ".json"),
+        r);
+    const KVSizingRules rules = static_cast<KVSizingRules>(iter % 3);
+    if (!only_config_errors(text, [&] {
+          const ModelConfig m = parse_model_config_json(text, "fuzz.json");
+          CacheSizingConfig cache;
+          cache.kv_cache_memory_bytes = std::int64_t{40} << 30;
+          PoolRequest req;
+          req.max_model_len = std::min<std::int64_t>(m.derived_max_model_len, 32768);
+          const KVCachePlan plan =
+              plan_kv_pool(m, HardwareConfig{gpu_preset("H100-80GB"), 8}, cache, req, rules);
+          REQUIRE(plan.layout);
+          REQUIRE(plan.layout->num_blocks >= 1);
+          ++sized;
+        }))
+      break;
+  }
+  CHECK(sized > 50);  // most mutations still describe a model
+}
+
+TEST_CASE("mutated sizing questions parse and answer, or throw ConfigError", "[sim]") {
+  RngStream r = make_stream(2027, "fuzz.kv_cases");
+  const std::string dir = std::string(KVSIM_CASES_DIR) + "/kv-sizing-vllm-0.20.1/";
+  const char* const kCases[] = {"synth_unify_page_sizes", "synth_sw_chunked_full_disable_hma",
+                                "hybrid_gpt_oss_20b_override20000", "mamba_qwen3_next_80b_tp4"};
+  int answered = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    nlohmann::json case_json =
+        nlohmann::json::parse(kvsim::test::slurp(dir + kCases[iter % 4] + ".input.json"));
+    case_json.erase("meta");
+    std::string text;
+    if (iter % 2 == 0) {
+      text = mutate(case_json.dump(), r);  // bytes
+    } else {                               // values: odd sizes, windows, memory and parallelism
+      static const std::int64_t kValues[] = {0, 1, 3, 16, 17, 1000, 1 << 20, std::int64_t{1} << 40,
+                                             -1};
+      static const char* const kTop[] = {"block_size",
+                                         "max_model_len",
+                                         "max_num_batched_tokens",
+                                         "available_memory_bytes",
+                                         "num_gpu_blocks_override",
+                                         "pipeline_parallel_size",
+                                         "tensor_parallel_size"};
+      static const char* const kLayer[] = {"num_kv_heads",     "head_size",
+                                           "sliding_window",   "block_size",
+                                           "page_size_padded", "attention_chunk_size"};
+      for (int k = 0; k < 2; ++k) {
+        const std::int64_t v = kValues[uniform_int(r, 0, 8)];
+        if (uniform_int(r, 0, 1) == 0) {
+          case_json[kTop[uniform_int(r, 0, 6)]] = v;
+        } else {
+          auto& layers = case_json["layers"];
+          auto& l = layers[static_cast<std::size_t>(
+              uniform_int(r, 0, static_cast<std::int64_t>(layers.size()) - 1))];
+          l[kLayer[uniform_int(r, 0, 5)]] = v;
+        }
+      }
+      text = case_json.dump();
+    }
+    if (!only_config_errors(text, [&] {
+          const KVSizingCase c = parse_kv_sizing_case(text, "fuzz", 1);
+          const KVSizingResult res = size_kv_pool(c.input, KVSizingRules::kV020Hybrid);
+          REQUIRE(res.layout.has_value() != res.error.has_value());
+          (void)kv_sizing_result_json(res, c.id).dump();
+          ++answered;
+        }))
+      break;
+  }
+  CHECK(answered > 60);
 }

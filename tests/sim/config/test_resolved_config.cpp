@@ -7,10 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <sstream>
 
-#include "sim/engine/latency_model.h"
 #include "sim/config/scenario.h"
+#include "sim/engine/latency_model.h"
 #include "sim/run/run_scenario.h"
 #include "sim_test_util.h"
 
@@ -108,6 +109,10 @@ TEST_CASE("every shipped scenario's resolved file spells out its defaults and re
         CHECK(has_key(w["trace"], key));
       CHECK(text(w["trace"]["time_scale"]) == "1");
       CHECK(w["trace"]["max_requests"].as<std::int64_t>() <= kMaxTestRequests);
+    } else if (has_key(w, "lengths")) {  // joint (prompt, output) rows instead of two distributions
+      for (const char* key : {"num_requests", "arrival"}) CHECK(has_key(w, key));
+      CHECK_FALSE(has_key(w, "prompt_tokens"));
+      CHECK(fs::is_regular_file(text(w["lengths"])));
     } else {
       for (const char* key : {"num_requests", "arrival", "prompt_tokens", "output_tokens"})
         CHECK(has_key(w, key));
@@ -308,4 +313,346 @@ TEST_CASE("a fitted latency with both file and coefficients must agree with its 
   CHECK_THAT(
       test::error_of([&] { (void)parse_latency_config(YAML::Load("{model: fitted}"), ctx); }),
       Catch::Contains("needs 'file' or 'coefficients'"));
+}
+
+namespace {
+
+/// The node at dotted `path` below `n` (undefined when a step is missing).
+YAML::Node at_path(const YAML::Node& n, const std::string& path) {
+  const std::size_t dot = path.find('.');
+  const YAML::Node child = n[path.substr(0, dot)];
+  if (dot == std::string::npos || !child.IsDefined()) return child;
+  return at_path(child, path.substr(dot + 1));
+}
+
+/// A node's text: a scalar as written, a sequence or mapping in flow style.
+std::string flow(const YAML::Node& n) {
+  if (!n.IsDefined()) return "(absent)";
+  if (n.IsScalar()) return n.Scalar();
+  YAML::Emitter e;
+  e.SetMapFormat(YAML::Flow);
+  e.SetSeqFormat(YAML::Flow);
+  e << n;
+  return e.c_str();
+}
+
+/// The keys of a mapping, sorted (null or absent: none).
+std::vector<std::string> keys_of(const YAML::Node& map) {
+  std::vector<std::string> keys;
+  if (map.IsMap())
+    for (auto it = map.begin(); it != map.end(); ++it) keys.push_back(it->first.Scalar());
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+/// A key table, sorted, without `except`.
+std::vector<std::string> keys_of(std::span<const std::string_view> table,
+                                 std::initializer_list<std::string_view> except = {}) {
+  std::vector<std::string> keys;
+  for (std::string_view k : table)
+    if (std::find(except.begin(), except.end(), k) == except.end()) keys.emplace_back(k);
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+/// One `--set key=value` and what config.resolved.yaml must then hold: `text` at `at` (by default
+/// the value at the key itself).
+struct Setting {
+  std::string key, value, at, text;
+  Setting(std::string k, std::string v, std::string a = "", std::string t = "")
+      : key(std::move(k)),
+        value(std::move(v)),
+        at(a.empty() ? key : a),
+        text(t.empty() ? value : t) {}
+};
+
+/// A scenario file's text and the settings applied to it.
+struct Group {
+  std::string name, base;
+  std::vector<Setting> settings;
+};
+
+}  // namespace
+
+TEST_CASE("a scenario that sets no key resolves to every key of every section", "[sim]") {
+  const TempDir tmp("resolved-minimal");
+  const fs::path file = tmp.path / "minimal.yaml";
+  write_file(file, "model: {config: " + kModel +
+                       "}\nworkload: {num_requests: 20, prompt_tokens: 8, output_tokens: 2}\n");
+  const YAML::Node r = check_round_trip(file, {}, tmp.path / "run");
+  CHECK(keys_of(r) == keys_of(kScenarioKeys, {"sweep"}));  // a run is one point of a sweep
+  CHECK(keys_of(r["engine"]) == keys_of(kEngineKeys));
+  CHECK(keys_of(r["hardware"]) == keys_of(kHardwareKeys));
+  CHECK(keys_of(r["cache"]) == keys_of(kCacheKeys));
+  CHECK(keys_of(r["scheduler"]) == keys_of(kSchedulerKeys));
+  CHECK(keys_of(r["validate"]) == keys_of(kValidateKeys));
+  CHECK(keys_of(r["outputs"]) == keys_of(kOutputsKeys));
+  CHECK(keys_of(r["workload"]) == keys_of(kWorkloadKeys, {"trace"}));
+  CHECK(keys_of(r["workload"]["arrival"]) ==
+        keys_of(arrival_keys(ArrivalConfig::Process::kPoisson)));
+  CHECK(keys_of(r["latency"]) == keys_of(latency_keys(LatencyConfig::Kind::kRoofline)));
+  // The model: every field the simulator reads, under the first of its HF aliases.
+  CHECK(keys_of(r["model"]) == std::vector<std::string>{"config",
+                                                        "dtype",
+                                                        "gated_mlp",
+                                                        "head_dim",
+                                                        "hidden_size",
+                                                        "intermediate_size",
+                                                        "kv_lora_rank",
+                                                        "max_position_embeddings",
+                                                        "model_type",
+                                                        "n_routed_experts",
+                                                        "name",
+                                                        "num_attention_heads",
+                                                        "num_hidden_layers",
+                                                        "num_key_value_heads",
+                                                        "num_parameters",
+                                                        "quantization",
+                                                        "sliding_window",
+                                                        "tie_word_embeddings",
+                                                        "use_sliding_window",
+                                                        "vocab_size"});
+  // The defaults, spelled out; an absent optional is null.
+  CHECK(text(r["name"]) == "minimal");
+  CHECK(text(r["seed"]) == "0");
+  CHECK(text(r["engine"]["profile"]) == "vllm-0.7.2");
+  CHECK(text(r["hardware"]["gpu"]) == "H100-80GB");
+  CHECK(text(r["cache"]["activation_reserve_bytes"]) == "2147483648");
+  CHECK(text(r["scheduler"]["max_model_len"]) == "131072");
+  CHECK(text(r["workload"]["arrival"]["rate_per_s"]) == "10");
+  CHECK(text(r["model"]["quantization"]) == "none");
+  for (const char* key : {"model.sliding_window", "model.num_parameters",
+                          "cache.kv_cache_memory_bytes", "cache.num_gpu_blocks_override",
+                          "cache.capacity_tokens", "workload.duration_s", "workload.system_prompts",
+                          "workload.few_shot", "workload.sessions", "workload.eos_token_id"}) {
+    INFO(key);
+    CHECK(at_path(r, key).IsNull());
+  }
+}
+
+TEST_CASE("a non-default value of every key round-trips through config.resolved.yaml", "[sim]") {
+  const TempDir tmp("resolved-all-keys");
+  write_file(tmp.path / "t.csv",
+             "arrival_s,prompt_tokens,output_tokens,prefix_group\n"
+             "0,100,20,0\n0.5,120,10,0\n0.75,90,30,1\n1,300,5,-1\n2,80,15,1\n3,60,40,0\n");
+  write_file(
+      tmp.path / "m.jsonl",
+      "{\"timestamp\": 0, \"input_length\": 300, \"output_length\": 6, \"hash_ids\": [0, 1]}\n"
+      "{\"timestamp\": 10, \"input_length\": 256, \"output_length\": 4, \"hash_ids\": [0]}\n");
+  LatencyFit fit;
+  fit.coefficients_us = {900.0, 0.05, 2.5, 0.001, 1e-7, 10.0};
+  write_file(tmp.path / "fit.yaml", fit_to_yaml(fit, "measurements.csv"));
+  write_file(tmp.path / "lens.csv", "prompt_tokens,output_tokens\n10,3\n20,5\n7,1\n");
+  const std::string dir = tmp.path.string() + "/";
+  const std::string timed_base =
+      "model: {config: " + kModel +
+      "}\nworkload: {prompt_tokens: {uniform: {min: 1, max: 2}}, output_tokens: {fixed: 1}}\n";
+  const std::string cache_only_base = "workload: {trace: {format: csv, path: t.csv}}\n";
+  const std::vector<Group> groups = {
+      {"timed-roofline",
+       timed_base,
+       {{"name", "all-keys"},
+        {"seed", "7"},
+        {"engine.profile", profiles().back().name},  // not the default
+        {"engine.contiguous_fit", "best_fit"},
+        {"model.name", "renamed"},
+        {"model.num_key_value_heads", "4"},
+        {"model.max_position_embeddings", "4096"},
+        {"model.gated_mlp", "false"},
+        {"model.quantization", "fp8"},
+        {"model.sliding_window", "1024"},
+        {"model.use_sliding_window", "true"},  // the file says false
+        {"model.num_parameters", "1500000000"},
+        {"hardware.gpu", "A100-80GB"},
+        {"hardware.tensor_parallel_size", "2"},
+        {"hardware.gpu_memory_bytes", "80000000000"},
+        {"hardware.peak_flops_per_s", "3e14", "", "300000000000000"},
+        {"hardware.hbm_bytes_per_s", "2e12", "", "2000000000000"},
+        {"cache.block_size", "32"},
+        {"cache.gpu_memory_utilization", "0.85"},
+        {"cache.kv_cache_memory_bytes", "2000000000"},
+        {"cache.activation_reserve_bytes", "1000000000"},
+        {"cache.cache_dtype", "fp8"},
+        {"cache.enable_prefix_caching", "false"},
+        {"cache.num_preallocate_tokens", "16"},
+        {"scheduler.max_num_seqs", "8"},
+        {"scheduler.max_num_batched_tokens", "1024"},
+        {"scheduler.max_model_len", "2048"},
+        {"validate.backend", "cuda"},
+        {"validate.sample_every_steps", "5"},
+        {"validate.sample_prob", "0.25"},
+        {"validate.dtype", "float16"},
+        {"outputs.trace_json", "true"},
+        {"outputs.metrics_prom", "true"},
+        {"outputs.steps_every", "3"},
+        {"workload.num_requests", "20"},
+        {"workload.duration_s", "50"},
+        {"workload.arrival.process", "gamma"},
+        {"workload.arrival.rate_per_s", "30"},
+        {"workload.arrival.cv", "2"},
+        {"workload.prompt_tokens.uniform.min", "10"},
+        {"workload.prompt_tokens.uniform.max", "50"},
+        {"workload.prompt_tokens.max", "40"},
+        {"workload.output_tokens.fixed", "4"},
+        {"workload.system_prompts.count", "2"},
+        {"workload.system_prompts.tokens", "16", "workload.system_prompts.tokens.fixed"},
+        {"workload.system_prompts.popularity.zipf", "1.2"},
+        {"workload.system_prompts.share", "0.5"},
+        {"workload.few_shot.count", "2"},
+        {"workload.few_shot.examples", "2"},
+        {"workload.few_shot.example_tokens", "8", "workload.few_shot.example_tokens.fixed"},
+        {"workload.few_shot.popularity.zipf", "0.5"},
+        {"workload.few_shot.share", "0.75"},
+        {"workload.sessions.turns", "2", "workload.sessions.turns.fixed"},
+        {"workload.sessions.think_time_s", "0.5", "workload.sessions.think_time_s.fixed"},
+        {"workload.sessions.user_tokens", "6", "workload.sessions.user_tokens.fixed"},
+        {"workload.ignore_eos", "false"},
+        {"workload.eos_token_id", "3"},
+        {"latency.model", "roofline"},
+        {"latency.mfu", "0.4"},
+        {"latency.mbu", "0.7"},
+        {"latency.step_overhead_us", "500"},
+        {"latency.interconnect_bytes_per_s", "1e11", "", "100000000000"},
+        {"latency.allreduce_latency_us", "5"}}},
+      {"cache-only-csv",
+       cache_only_base,
+       {{"engine.mode", "cache_only"},
+        {"engine.profile", "vllm-0.8.5"},
+        {"scheduler.long_prefill_token_threshold", "64"},
+        {"cache.num_gpu_blocks_override", "400"},
+        {"workload.trace.format", "csv"},
+        {"workload.trace.path", "t.csv", "", dir + "t.csv"},
+        {"workload.trace.time_scale", "0.5"},
+        {"workload.trace.max_requests", "4"},
+        {"workload.trace.prefix_tokens", "8"},
+        {"workload.num_requests", "5", "workload.trace.max_requests", "4"}}},
+      {"cache-only-mooncake",
+       cache_only_base,
+       {{"engine.mode", "cache_only"},
+        {"cache.capacity_tokens", "5000"},
+        {"workload.trace.format", "mooncake"},
+        {"workload.trace.path", "m.jsonl", "", dir + "m.jsonl"},
+        {"workload.trace.hash_block_tokens", "256"}}},
+      {"fitted-bursts",
+       timed_base,
+       {{"latency.model", "fitted"},
+        {"latency.file", "fit.yaml", "", dir + "fit.yaml"},
+        {"latency.coefficients.intercept", "900"},
+        {"latency.coefficients.prefill_tokens", "0.05"},
+        {"latency.coefficients.decode_tokens", "2.5"},
+        {"latency.coefficients.sum_context_tokens", "0.001"},
+        {"latency.coefficients.sum_context_sq", "1e-07"},
+        {"latency.coefficients.num_seqs", "10"},
+        {"workload.num_requests", "12"},
+        {"workload.arrival.process", "bursts"},
+        {"workload.arrival.burst_size", "4"},
+        {"workload.arrival.interval_s", "0.5"},
+        {"workload.arrival.spacing_s", "0.01"}}},
+      {"joint-lengths",
+       "model: {config: " + kModel + "}\nworkload: {num_requests: 4}\n",
+       {{"workload.lengths", "lens.csv", "", dir + "lens.csv"}}},
+      {"constant-timestamps",
+       timed_base,
+       {{"latency.model", "constant"},
+        {"latency.step_time_us", "2000"},
+        {"workload.arrival.process", "timestamps"},
+        {"workload.arrival.times_s", "[0, 0.1, 0.2]"}}},
+  };
+
+  // Every key of every table is set somewhere above (a key added to a parser's table without a
+  // setting here fails this).
+  const auto covered = [&](const std::string& prefix, std::string_view key) {
+    const std::string path = prefix + std::string(key);
+    for (const Group& g : groups)
+      for (const Setting& s : g.settings)
+        if (s.key == path || s.key.starts_with(path + ".")) return true;
+    return false;
+  };
+  const auto check_table = [&](const std::string& prefix, std::span<const std::string_view> keys) {
+    for (std::string_view k : keys) {
+      INFO(prefix << k);
+      CHECK(covered(prefix, k));
+    }
+  };
+  for (std::string_view k : kScenarioKeys) {
+    INFO(k);
+    CHECK((k == "sweep" || covered("", k)));  // a run is one point of a sweep
+  }
+  check_table("engine.", kEngineKeys);
+  check_table("hardware.", kHardwareKeys);
+  check_table("cache.", kCacheKeys);
+  check_table("scheduler.", kSchedulerKeys);
+  check_table("validate.", kValidateKeys);
+  check_table("outputs.", kOutputsKeys);
+  check_table("workload.", kWorkloadKeys);
+  for (auto p : {ArrivalConfig::Process::kPoisson, ArrivalConfig::Process::kGamma,
+                 ArrivalConfig::Process::kConstant, ArrivalConfig::Process::kBursts,
+                 ArrivalConfig::Process::kTimestamps, ArrivalConfig::Process::kAllAtOnce})
+    check_table("workload.arrival.", arrival_keys(p));
+  check_table("workload.system_prompts.", kSystemPromptsKeys);
+  check_table("workload.few_shot.", kFewShotKeys);
+  check_table("workload.sessions.", kSessionKeys);
+  check_table("workload.trace.", kTraceKeys);
+  for (auto k : {LatencyConfig::Kind::kRoofline, LatencyConfig::Kind::kFitted,
+                 LatencyConfig::Kind::kConstant})
+    check_table("latency.", latency_keys(k));
+
+  std::map<std::string, YAML::Node> resolved;
+  for (const Group& g : groups) {
+    INFO(g.name);
+    const fs::path file = tmp.path / (g.name + ".yaml");
+    write_file(file, g.base);
+    std::vector<std::string> sets;
+    for (const Setting& s : g.settings) sets.push_back(s.key + "=" + s.value);
+    const YAML::Node r = check_round_trip(file, sets, tmp.path / g.name);
+    for (const Setting& s : g.settings) {
+      INFO(s.key << "=" << s.value);
+      CHECK(flow(at_path(r, s.at)) == s.text);
+    }
+    resolved[g.name] = r;
+  }
+  // The keys of the forms the groups use: those of the form, no others.
+  const YAML::Node all = resolved.at("timed-roofline")["workload"];
+  CHECK(keys_of(all["arrival"]) == keys_of(arrival_keys(ArrivalConfig::Process::kGamma)));
+  CHECK(keys_of(all["system_prompts"]) == keys_of(kSystemPromptsKeys));
+  CHECK(keys_of(all["few_shot"]) == keys_of(kFewShotKeys));
+  CHECK(keys_of(all["sessions"]) == keys_of(kSessionKeys));
+  const YAML::Node csv = resolved.at("cache-only-csv");
+  CHECK(keys_of(csv["workload"]) ==
+        std::vector<std::string>{"eos_token_id", "ignore_eos", "trace"});
+  CHECK(keys_of(csv["workload"]["trace"]) == keys_of(kTraceKeys, {"hash_block_tokens"}));
+  CHECK(csv["latency"].IsNull());  // cache_only reads no latency model
+  CHECK(keys_of(resolved.at("cache-only-mooncake")["workload"]["trace"]) ==
+        keys_of(kTraceKeys, {"prefix_tokens"}));
+  const YAML::Node fitted = resolved.at("fitted-bursts");
+  CHECK(keys_of(fitted["latency"]) == keys_of(latency_keys(LatencyConfig::Kind::kFitted)));
+  CHECK(keys_of(fitted["workload"]["arrival"]) ==
+        keys_of(arrival_keys(ArrivalConfig::Process::kBursts)));
+  const YAML::Node constant = resolved.at("constant-timestamps");
+  CHECK(keys_of(constant["latency"]) == keys_of(latency_keys(LatencyConfig::Kind::kConstant)));
+  CHECK(keys_of(constant["workload"]["arrival"]) ==
+        keys_of(arrival_keys(ArrivalConfig::Process::kTimestamps)));
+}
+
+TEST_CASE("fit files and empirical-length CSVs are read once, when the scenario loads", "[sim]") {
+  const TempDir tmp("resolved-read-once");
+  write_file(tmp.path / "lengths.csv", "len\n100\n250\n40\n700\n");
+  LatencyFit fit;
+  fit.coefficients_us = {900.0, 0.05, 2.5, 0.001, 1e-7, 10.0};
+  write_file(tmp.path / "fit.yaml", fit_to_yaml(fit, "measurements.csv"));
+  const fs::path file = tmp.path / "s.yaml";
+  write_file(file, timed_scenario("  num_requests: 20\n  prompt_tokens: {empirical: {file: "
+                                  "lengths.csv, column: len}}\n  output_tokens: 5\n",
+                                  "{model: fitted, file: fit.yaml}"));
+  const Scenario s = load_scenario(file.string(), {});
+  fs::rename(tmp.path / "lengths.csv", tmp.path / "lengths.away");
+  fs::rename(tmp.path / "fit.yaml", tmp.path / "fit.away");
+  // Neither the run nor its config.resolved.yaml reads them again.
+  const fs::path a = run_scenario(s, tmp.path / "a").folder;
+  CHECK_THAT(slurp(a / "config.resolved.yaml"), Catch::Contains((tmp.path / "fit.yaml").string()));
+  fs::rename(tmp.path / "lengths.away", tmp.path / "lengths.csv");
+  fs::rename(tmp.path / "fit.away", tmp.path / "fit.yaml");
+  const fs::path b = run_scenario(load_scenario(file.string(), {}), tmp.path / "b").folder;
+  for (const char* name : {"summary.json", "requests.csv", "steps.csv", "config.resolved.yaml"})
+    CHECK(slurp(a / name) == slurp(b / name));
 }

@@ -1,13 +1,18 @@
 // Scenario loading: defaults, --set overrides, did-you-mean errors with positions, sizing errors,
 // the resolved YAML, sweep expansion, and a fuzz over YAML mutations (ConfigError or success only).
 
+#include <sys/wait.h>
+
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "sim/common/rng.h"
 #include "sim/config/scenario.h"
 #include "sim/engine/simulator.h"
 #include "sim/workload/workload.h"
+#include "sim_test_util.h"
 
 using namespace kvsim;
 
@@ -35,6 +40,20 @@ Scenario parse(const std::string& text, const std::vector<std::string>& sets = {
 std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
   try {
     (void)parse(text, sets);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+/// The error of parsing `text` with `sets` applied as load_scenario applies them: a value a --set
+/// wrote is reported at the argument.
+std::string set_error_of(const std::string& text, const std::vector<std::string>& sets) {
+  try {
+    YAML::Node root = load_yaml_string(text, "s.yaml");
+    auto origins = std::make_shared<ArgumentOrigins>();
+    for (const auto& a : sets) apply_set(root, a, origins.get());
+    (void)parse_scenario(root, "s.yaml", origins);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -70,7 +89,9 @@ TEST_CASE("set overrides replace values, create sections and parse YAML scalars"
   CHECK(s.engine.mode == EngineConfig::Mode::kCacheOnly);
   CHECK(s.cache.num_preallocate_tokens == 0);  // the cache_only default
   const Scenario f = parse(kBase, {"workload.arrival={process: constant, rate_per_s: 5}"});
-  CHECK(f.workload["arrival"]["rate_per_s"].as<double>() == 5.0);
+  REQUIRE(f.workload.synthetic());
+  CHECK(f.workload.synthetic()->arrival.process == ArrivalConfig::Process::kConstant);
+  CHECK(f.workload.synthetic()->arrival.rate_per_s == 5.0);
 }
 
 TEST_CASE("malformed --set assignments are config errors", "[sim]") {
@@ -101,6 +122,84 @@ TEST_CASE("wrong types and out-of-range values are reported with the key", "[sim
   CHECK_THAT(error_of(kBase, {"scheduler.max_model_len=1000000"}),
              Catch::Contains("max_position_embeddings"));
   CHECK_THAT(error_of(kBase, {"engine.profile=vllm-0.9"}), Catch::Contains("vllm-0.7.2"));
+}
+
+TEST_CASE("a bad value given by --set names the --set argument", "[sim]") {
+  CHECK(set_error_of(kBase, {"scheduler.max_num_seqs=-1"}) ==
+        "--set scheduler.max_num_seqs=-1: scheduler.max_num_seqs: -1 is out of range (must be in "
+        "[1, 1048576])");
+  CHECK(set_error_of(kBase, {"cache.blok_size=8"}) ==
+        "--set cache.blok_size=8: unknown key 'blok_size' in cache (did you mean 'block_size'?)");
+  CHECK(set_error_of(kBase, {"engine.mode=cached"}) ==
+        "--set engine.mode=cached: engine.mode: unknown value 'cached' (allowed: timed, "
+        "cache_only)");
+  CHECK(set_error_of(kBase, {"cache.block_size=[1"})
+            .starts_with("--set cache.block_size=[1: YAML syntax error"));
+  // Deep in the workload and latency sections, and in a section the --set created.
+  CHECK(set_error_of(kBase, {"workload.prompt_tokens={lognormal: {mean: 300, sigma: 20}}"}) ==
+        "--set workload.prompt_tokens={lognormal: {mean: 300, sigma: 20}}: "
+        "workload.prompt_tokens.lognormal.sigma: 20 is out of range (must be in [0, 10])");
+  CHECK(set_error_of(kBase, {"workload.sessions.user_tokens=5"}) ==
+        "--set workload.sessions.user_tokens=5: missing required key 'turns' in "
+        "workload.sessions");
+  CHECK(set_error_of(kBase, {"latency.mbu=2"}) ==
+        "--set latency.mbu=2: latency.mbu: 2 is out of range (must be in [1e-06, 1])");
+  // The last --set of a key is the one named; the file's own values keep their position.
+  CHECK(set_error_of(kBase, {"outputs.steps_every=0", "outputs={steps_every: -2}"}) ==
+        "--set outputs={steps_every: -2}: outputs.steps_every: -2 is out of range (must be in "
+        "[1, 1099511627776])");
+  CHECK(set_error_of(kBase + "outputs: {steps_every: 0}\n", {"seed=4"}) ==
+        "s.yaml:8:24: outputs.steps_every: 0 is out of range (must be in [1, 1099511627776])");
+  // Without the origins (a tree --set by hand), the value has no position in the file.
+  CHECK(error_of(kBase, {"scheduler.max_num_seqs=-1"}).starts_with("s.yaml:"));
+}
+
+TEST_CASE("a --set or --seed given to load_scenario names the argument", "[sim]") {
+  const test::TempDir tmp("scenario-sets");
+  const std::string file = (tmp.path / "s.yaml").string();
+  test::write_file(file, kBase);
+  CHECK(test::error_of([&] { (void)load_scenario(file, {"cache.block_size=0"}); }) ==
+        "--set cache.block_size=0: cache.block_size: 0 is out of range (must be in [1, 65536])");
+  CHECK(test::error_of([&] { (void)load_scenario(file, {}, 18446744073709551615ULL); }) ==
+        "--seed 18446744073709551615: seed: expected an integer, got '18446744073709551615'");
+  CHECK(load_scenario(file, {}, 42).seed == 42);
+}
+
+TEST_CASE("a model config file that does not exist is named with its key's position", "[sim]") {
+  const std::string text =
+      "name: m\nmodel:\n  config: models/nope.json\n"
+      "workload: {prompt_tokens: 1, output_tokens: 1}\n";
+  CHECK(error_of(text) ==
+        "s.yaml:3:3: model.config: no such model config file 'models/nope.json' (looked beside "
+        "the scenario and in the working directory)");
+  CHECK(set_error_of(kBase, {"model.config=/no/such/config.json"}) ==
+        "--set model.config=/no/such/config.json: model.config: no such model config file "
+        "'/no/such/config.json'");
+  // kvsim run prints that one line and exits 2, before any run folder exists.
+  const test::TempDir tmp("scenario-no-model");
+  test::write_file(tmp.path / "s.yaml", text);
+  const std::string log = (tmp.path / "log.txt").string();
+  const int rc = std::system((test::kvsim_exe() + " run " + (tmp.path / "s.yaml").string() +
+                              " -o " + (tmp.path / "out").string() + " --quiet 2> " + log)
+                                 .c_str());
+  CHECK(WEXITSTATUS(rc) == 2);
+  const std::string err = test::slurp(log);
+  CHECK(err == "kvsim run: error: " + (tmp.path / "s.yaml").string() +
+                   ":3:3: model.config: no such model config file 'models/nope.json' (looked "
+                   "beside the scenario and in the working directory)\n");
+  CHECK_FALSE(std::filesystem::exists(tmp.path / "out" / "m"));
+}
+
+TEST_CASE("bad workload and latency sections are refused when the scenario loads", "[sim]") {
+  CHECK_THAT(error_of(kBase + "latency: {model: fited}\n"),
+             Catch::Contains("did you mean 'fitted'"));
+  CHECK_THAT(error_of(kBase, {"workload.arrival={process: poison, rate_per_s: 1}"}),
+             Catch::Contains("did you mean 'poisson'"));
+  CHECK_THAT(error_of(kBase, {"workload={trace: {format: csv, path: /no/such.csv}}"}),
+             Catch::Contains("no such trace file '/no/such.csv'"));
+  // cache_only mode reads no latency model, but a bad one is still an error.
+  CHECK_THAT(error_of(kBase + "latency: {mfu: 3}\n", {"engine.mode=cache_only"}),
+             Catch::Contains("latency.mfu: 3 is out of range"));
 }
 
 TEST_CASE("a model that does not fit in memory says by how much", "[sim]") {
@@ -215,7 +314,7 @@ TEST_CASE("random mutations of a scenario either load or raise ConfigError", "[s
     try {
       const Scenario s = parse(text, sets);
       // Build what a run builds before it writes anything, and draw a few requests.
-      auto src = make_request_source(s.workload, s.ctx().child("workload"), s.seed, 32000);
+      auto src = make_request_source(s.workload, s.seed, 32000);
       if (s.engine.mode == EngineConfig::Mode::kTimed) (void)make_step_time(s);
       for (int k = 0; k < 5 && src->next(); ++k) {
       }

@@ -13,6 +13,12 @@
 using namespace kvsim;
 
 namespace {
+
+/// The model of a `latency:` section as a scenario parses it.
+std::unique_ptr<LatencyModel> latency_model(const YAML::Node& latency, const YamlContext& ctx,
+                                            const ModelConfig& m, const GpuPreset& gpu, int tp) {
+  return make_latency_model(parse_latency_config(latency, ctx), m, gpu, tp);
+}
 std::string model_path(const std::string& name) {
   return std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/" + name + ".json";
 }
@@ -72,13 +78,12 @@ TEST_CASE("a fit written as YAML is read back by the fitted latency model", "[si
   std::ofstream(path) << fit_to_yaml(fit, "measurements.csv");
   const ModelConfig m = load_model_config_file(model_path("qwen2-1.5b"));
   const YamlContext ctx{"s.yaml", "latency"};
-  auto model = make_latency_model(YAML::Load("{model: fitted, file: '" + path + "'}"), ctx, m,
-                                  gpu_preset("H100-80GB"), 1);
+  auto model = latency_model(YAML::Load("{model: fitted, file: '" + path + "'}"), ctx, m,
+                             gpu_preset("H100-80GB"), 1);
   for (std::size_t i = 0; i < 10; ++i)
     CHECK(static_cast<double>(model->step_time_ns(batches[i])) == Approx(y[i] * 1e3).margin(1.0));
-  CHECK_THROWS_WITH(
-      make_latency_model(YAML::Load("{model: fited}"), ctx, m, gpu_preset("H100-80GB"), 1),
-      Catch::Contains("did you mean 'fitted'?"));
+  CHECK_THROWS_WITH(latency_model(YAML::Load("{model: fited}"), ctx, m, gpu_preset("H100-80GB"), 1),
+                    Catch::Contains("did you mean 'fitted'?"));
 }
 
 TEST_CASE("the roofline model is memory-bound in decode and compute-bound in long prefill",
@@ -86,7 +91,7 @@ TEST_CASE("the roofline model is memory-bound in decode and compute-bound in lon
   const ModelConfig m = load_model_config_file(model_path("llama-3.1-8b"));
   const GpuPreset h100 = gpu_preset("H100-80GB");
   const YamlContext ctx{"s.yaml", "latency"};
-  auto model = make_latency_model(YAML::Node(), ctx, m, h100, 1);
+  auto model = latency_model(YAML::Node(), ctx, m, h100, 1);
   BatchFeatures decode{.num_seqs = 1,
                        .prefill_tokens = 0,
                        .decode_tokens = 1,
@@ -112,9 +117,9 @@ TEST_CASE("the roofline model is memory-bound in decode and compute-bound in lon
   big.num_seqs = big.decode_tokens = 64;
   big.sum_context_tokens = 64 * 4000;
   CHECK(model->step_time_ns(big) > model->step_time_ns(decode));
-  auto tp4 = make_latency_model(YAML::Load("{model: roofline, mbu: 0.8}"), ctx, m, h100, 4);
+  auto tp4 = latency_model(YAML::Load("{model: roofline, mbu: 0.8}"), ctx, m, h100, 4);
   CHECK(tp4->step_time_ns(big) < model->step_time_ns(big));
-  auto c = make_latency_model(YAML::Load("{model: constant, step_time_us: 2500}"), ctx, m, h100, 1);
+  auto c = latency_model(YAML::Load("{model: constant, step_time_us: 2500}"), ctx, m, h100, 1);
   CHECK(c->step_time_ns(big) == 2'500'000);
 }
 

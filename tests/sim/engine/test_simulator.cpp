@@ -71,7 +71,7 @@ double cache_only_hit_rate(double capacity_tokens, std::int64_t block_size = 512
       "}\nscheduler: {max_model_len: 4000000}\nworkload: {trace: {format: mooncake, path: " +
       kMooncake + "}}\n";
   const Scenario s = scenario_from(yaml);
-  auto src = make_request_source(s.workload, s.ctx().child("workload"), s.seed, 32000);
+  auto src = make_request_source(s.workload, s.seed, 32000);
   Simulator sim(s, *src, {});
   MetricsCollector m(&sim.final_kv_tokens(), 1, s.scheduler.max_model_len, nullptr);
   sim.attach(&m);
@@ -261,7 +261,7 @@ TEST_CASE("the fast KV breakdown equals a block walk and sums to the pool under 
       "{num_requests: 60, arrival: {process: poisson, rate_per_s: 200}, "
       "system_prompts: {count: 2, tokens: 100}, prompt_tokens: {uniform: {min: 10, max: 120}}, "
       "output_tokens: {uniform: {min: 5, max: 150}}}"));
-  auto src = make_request_source(s.workload, s.ctx().child("workload"), s.seed, 50272);
+  auto src = make_request_source(s.workload, s.seed, 50272);
   Simulator sim(s, *src, constant_ms(5));
   sim.set_check_invariants(true);
   BreakdownChecker check;
@@ -389,7 +389,7 @@ TEST_CASE("a request that outgrows the whole pool while decoding fails the run",
   const Scenario s = scenario_from(timed_yaml(
       "{block_size: 16, num_gpu_blocks_override: 4}", "{max_model_len: 2048}",
       "{arrival: {process: timestamps, times_s: [0]}, prompt_tokens: 40, output_tokens: 40}"));
-  auto src = make_request_source(s.workload, s.ctx().child("workload"), s.seed, 50272);
+  auto src = make_request_source(s.workload, s.seed, 50272);
   Simulator sim(s, *src, constant_ms(1));
   CHECK_THROWS_WITH(sim.run(), Catch::Contains("request 0 can never be scheduled") &&
                                    Catch::Contains("needs 5 blocks"));
@@ -449,7 +449,7 @@ TEST_CASE("invariants hold after every step of a shared-prefix run", "[sim]") {
       "{num_requests: 50, arrival: {process: all_at_once}, system_prompts: {count: 3, tokens: 40},"
       " prompt_tokens: {uniform: {min: 1, max: 60}}, output_tokens: {uniform: {min: 1, max: "
       "80}}}"));
-  auto src = make_request_source(s.workload, s.ctx().child("workload"), s.seed, 50272);
+  auto src = make_request_source(s.workload, s.seed, 50272);
   Simulator sim(s, *src, constant_ms(1));
   sim.set_check_invariants(true);
   sim.run();

@@ -99,8 +99,9 @@ TEST_CASE("a sweep folder renders the comparison figures and a heatmap", "[sim][
   const int rc = plot((fx.root / "fx/sweep").string() + " -o " + out.string(), fx.root / "log.txt");
   INFO(kvsim::test::slurp(fx.root / "log.txt"));
   REQUIRE(rc == 0);
-  for (const char* stem : {"hit_rate_vs_capacity", "kv_breakdown_bars", "latency_table",
-                           "latency_cdf_overlay", "heatmap_sweep"}) {
+  for (const char* stem :
+       {"hit_rate_vs_capacity", "kv_breakdown_bars", "latency_table", "latency_cdf_overlay",
+        "metrics_bars", "run_timelines", "heatmap_sweep"}) {
     require_figure(out, stem);
   }
   const std::string table = kvsim::test::slurp(out / "latency_table.csv");
@@ -124,7 +125,9 @@ TEST_CASE("several run folders are compared and a missing optional file skips it
   INFO(kvsim::test::slurp(fx.root / "log.txt"));
   REQUIRE(rc == 0);
   require_figure(out, "kv_breakdown_bars");
-  require_figure(out, "latency_cdf_overlay");  // chat-a still has requests.csv
+  require_figure(out, "latency_cdf_overlay");          // chat-a still has requests.csv
+  require_figure(out, "metrics_bars");                 // from the two summaries
+  CHECK_FALSE(fs::exists(out / "run_timelines.png"));  // only chat-a has a steps.csv
 
   const fs::path single = fx.root / "single-b";
   rc = plot((fx.root / "fx/runs/chat-b").string() + " -o " + single.string(), fx.root / "log.txt");
@@ -148,4 +151,41 @@ TEST_CASE("a folder that is not a run is refused with status 2", "[sim][plots]")
   CHECK(plot((fx.root / "fx/runs/chat-a").string(), fx.root / "log.txt") == 2);
   CHECK(kvsim::test::slurp(fx.root / "log.txt").find("summary.json:2:1: malformed JSON") !=
         std::string::npos);
+}
+
+TEST_CASE("the shipped profile comparison sweeps both profiles and draws their comparison",
+          "[sim][plots]") {
+  if (!have_matplotlib()) {
+    WARN("/usr/bin/python3 cannot import matplotlib: plots test skipped");
+    return;
+  }
+  const kvsim::test::TempDir dir("plot-profiles");
+  const fs::path scenario = kSource / "scenarios/vllm-0.7.2-vs-0.8.5.yaml";
+  REQUIRE(shell(kvsim::test::kvsim_exe() + " sweep " + scenario.string() + " -o " +
+                dir.path.string() + " --set workload.num_requests=60 > " +
+                (dir.path / "log.txt").string() + " 2>&1") == 0);
+  const fs::path sweep = dir.path / "vllm-0.7.2-vs-0.8.5";
+  // Every point under both profiles, each run recording its profile.
+  int runs = 0;
+  for (const auto& e : fs::directory_iterator(sweep)) {
+    if (!fs::is_directory(e.path())) continue;
+    const std::string name = e.path().filename().string();
+    const std::string summary = kvsim::test::slurp(e.path() / "summary.json");
+    INFO(name);
+    CHECK(
+        summary.find(std::string("\"profile\": \"") +
+                     (name.find("vllm-0.8.5") != std::string::npos ? "vllm-0.8.5" : "vllm-0.7.2") +
+                     "\"") != std::string::npos);
+    ++runs;
+  }
+  CHECK(runs == 4);
+  const fs::path out = dir.path / "plots";
+  const int rc = plot(sweep.string() + " -o " + out.string(), dir.path / "plot-log.txt");
+  INFO(kvsim::test::slurp(dir.path / "plot-log.txt"));
+  REQUIRE(rc == 0);
+  for (const char* stem : {"kv_breakdown_bars", "latency_cdf_overlay", "metrics_bars",
+                           "run_timelines", "hit_rate_vs_capacity", "heatmap_vllm-0.7.2-vs-0.8.5"})
+    require_figure(out, stem);
+  const std::string index = kvsim::test::slurp(out / "index.html");
+  CHECK(index.find("profile=vllm-0.8.5") != std::string::npos);
 }

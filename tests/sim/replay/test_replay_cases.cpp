@@ -1,6 +1,9 @@
-// The acceptance cases: every tests/cases/vllm-0.7.2/*.jsonl trace replayed through V1Replayer
-// (with the invariant walk after every op) must equal vLLM's own expected output line for line,
-// under the structural comparison of the cases' README.
+// The acceptance cases: every trace of a profile's case folder (tests/cases/vllm-0.7.2/ for
+// vllm-0.7.2, tests/cases/vllm-0.8.5.post1/ for vllm-0.8.5) replayed through that profile's
+// V1Replayer (with the invariant walk after every op) must equal vLLM's own expected output line
+// for line, under the structural comparison of the cases' README.
+
+#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -10,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/replay/v1_replayer.h"
@@ -20,7 +24,19 @@ using nlohmann::json;
 
 namespace {
 
-const fs::path kCasesDir = fs::path(KVSIM_CASES_DIR) / "vllm-0.7.2";
+/// One row per V1 profile: the release whose own code produced the folder's expected outputs.
+struct CaseFolder {
+  kvsim::Profile profile;
+  const char* folder;
+  std::size_t min_cases;  // the folder's README lists this many
+};
+constexpr CaseFolder kCaseFolders[] = {
+    {kvsim::Profile::kVllm072, "vllm-0.7.2", 29},
+    {kvsim::Profile::kVllm085, "vllm-0.8.5.post1", 29},
+};
+
+fs::path cases_dir(const char* folder) { return fs::path(KVSIM_CASES_DIR) / folder; }
+const fs::path kCasesDir = cases_dir("vllm-0.7.2");
 
 /// Structural equality: key order irrelevant, list order significant, floats within 1e-9, any
 /// {"error": ...} equals any other error object.
@@ -54,9 +70,10 @@ std::vector<std::string> read_lines(const fs::path& p) {
   return lines;
 }
 
-/// Replays `trace` and returns the first mismatching line ("" when all agree).
-std::string replay_and_compare(const fs::path& trace, const fs::path& expected) {
-  kvsim::V1Replayer replayer(kvsim::ReplayOptions{/*check_invariants=*/true});
+/// Replays `trace` under `profile` and returns the first mismatching line ("" when all agree).
+std::string replay_and_compare(kvsim::Profile profile, const fs::path& trace,
+                               const fs::path& expected, bool check_invariants = true) {
+  kvsim::V1Replayer replayer(profile, kvsim::ReplayOptions{check_invariants});
   std::string out;
   for (const std::string& line : read_lines(trace)) replayer.process_line(line, out);
   std::vector<std::string> got;
@@ -71,9 +88,9 @@ std::string replay_and_compare(const fs::path& trace, const fs::path& expected) 
   return {};
 }
 
-std::vector<fs::path> case_traces() {
+std::vector<fs::path> case_traces(const fs::path& dir) {
   std::vector<fs::path> traces;
-  for (const auto& e : fs::directory_iterator(kCasesDir)) {
+  for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (e.path().extension() == ".jsonl" && name.find(".expected.") == std::string::npos)
       traces.push_back(e.path());
@@ -84,15 +101,34 @@ std::vector<fs::path> case_traces() {
 
 }  // namespace
 
-TEST_CASE("every vLLM v0.7.2 acceptance case replays line for line", "[sim][cases]") {
-  const auto traces = case_traces();
-  REQUIRE(traces.size() >= 29);
-  for (const fs::path& t : traces) {
-    fs::path expected = t;
-    expected.replace_extension(".expected.jsonl");
-    INFO(t.filename().string());
-    REQUIRE(fs::exists(expected));
-    CHECK(replay_and_compare(t, expected) == "");
+TEST_CASE("every acceptance case of every V1 profile replays line for line", "[sim][cases]") {
+  for (const CaseFolder& f : kCaseFolders) {
+    INFO(kvsim::profile_name(f.profile) << " on " << f.folder);
+    const auto traces = case_traces(cases_dir(f.folder));
+    REQUIRE(traces.size() >= f.min_cases);
+    for (const fs::path& t : traces) {
+      fs::path expected = t;
+      expected.replace_extension(".expected.jsonl");
+      INFO(t.filename().string());
+      REQUIRE(fs::exists(expected));
+      CHECK(replay_and_compare(f.profile, t, expected) == "");
+    }
+  }
+}
+
+TEST_CASE("each release's cases tell the two profiles apart", "[sim][cases]") {
+  // A case whose outputs differ between the releases fails under the other profile: the table
+  // cannot pass with one profile's behaviour for both folders. (No invariant walk: a kvm trace
+  // names the hit blocks the other release chose, which can leave a state no release reaches.)
+  const auto run = [](kvsim::Profile p, const char* folder, const char* name) {
+    const fs::path trace = cases_dir(folder) / (std::string(name) + ".jsonl");
+    return replay_and_compare(p, trace, cases_dir(folder) / (std::string(name) + ".expected.jsonl"),
+                              /*check_invariants=*/false);
+  };
+  for (const char* name : {"test_prefill", "gen_sched_seed1", "gen_kvm_seed1"}) {
+    INFO(name);
+    CHECK(run(kvsim::Profile::kVllm085, "vllm-0.7.2", name) != "");
+    CHECK(run(kvsim::Profile::kVllm072, "vllm-0.8.5.post1", name) != "");
   }
 }
 
@@ -120,19 +156,43 @@ TEST_CASE("the structural comparison rejects a planted wrong result", "[sim][cas
     std::ofstream o(tmp);
     for (const auto& l : want) o << l << '\n';
   }
-  CHECK(replay_and_compare(trace, tmp) != "");
+  CHECK(replay_and_compare(kvsim::Profile::kVllm072, trace, tmp) != "");
 }
 
 TEST_CASE("kvsim replay on the command line reproduces a generated sched case", "[sim][cases]") {
   const fs::path kvsim = kvsim::test::kvsim_exe();
   const kvsim::test::TempDir dir("replay-cli");
   const fs::path out = dir.path / "out.jsonl";
-  const std::string cmd = kvsim.string() + " replay " +
-                          (kCasesDir / "gen_sched_seed1.jsonl").string() + " > " + out.string();
-  REQUIRE(std::system(cmd.c_str()) == 0);
-  const auto got = read_lines(out);
-  const auto want = read_lines(kCasesDir / "gen_sched_seed1.expected.jsonl");
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i)
-    REQUIRE(same(json::parse(got[i]), json::parse(want[i])));
+  // No --profile: the default, vllm-0.7.2; then each profile by name.
+  const std::pair<const char*, const char*> runs[] = {
+      {"", "vllm-0.7.2"},
+      {" --profile vllm-0.7.2", "vllm-0.7.2"},
+      {" --profile=vllm-0.8.5", "vllm-0.8.5.post1"}};
+  for (const auto& [flag, folder] : runs) {
+    INFO("flag '" << flag << "'");
+    const std::string cmd = kvsim.string() + " replay" + flag + " " +
+                            (cases_dir(folder) / "gen_sched_seed1.jsonl").string() + " > " +
+                            out.string();
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    const auto got = read_lines(out);
+    const auto want = read_lines(cases_dir(folder) / "gen_sched_seed1.expected.jsonl");
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      REQUIRE(same(json::parse(got[i]), json::parse(want[i])));
+  }
+}
+
+TEST_CASE("kvsim replay refuses an unknown profile with a suggestion, exit 2", "[sim][cases]") {
+  const fs::path kvsim = kvsim::test::kvsim_exe();
+  const kvsim::test::TempDir dir("replay-profile");
+  const fs::path err = dir.path / "err.txt";
+  const std::string cmd = kvsim.string() + " replay --profile vllm-0.8.4 " +
+                          (kCasesDir / "test_prefill.jsonl").string() + " > /dev/null 2> " +
+                          err.string();
+  const int status = std::system(cmd.c_str());
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+  const std::string msg = kvsim::test::slurp(err);
+  CHECK(msg.find("--profile: unknown profile 'vllm-0.8.4'") != std::string::npos);
+  CHECK(msg.find("did you mean 'vllm-0.8.5'") != std::string::npos);
 }

@@ -32,7 +32,7 @@ bool is_error(const std::string& line) { return json::parse(line).contains("erro
 }  // namespace
 
 TEST_CASE("malformed and misused ops each give one error line and the replay goes on", "[sim]") {
-  kvsim::V1Replayer r(kvsim::ReplayOptions{true});
+  kvsim::V1Replayer r(kvsim::Profile::kVllm072, kvsim::ReplayOptions{true});
   const std::vector<std::string> ops = {
       R"({"op":"add_request","id":"a","prompt":[1,2]})",  // before any init
       R"({"op":"init","block_size":4,"num_gpu_blocks":8,"max_model_len":64})",
@@ -103,53 +103,79 @@ TEST_CASE("blank lines produce no output and a final line needs no newline", "[s
   CHECK(out == "{}\n");
 }
 
-TEST_CASE("randomly mutated real traces never crash and always answer one line per op", "[sim]") {
-  const fs::path dir = fs::path(KVSIM_CASES_DIR) / "vllm-0.7.2";
+namespace {
+
+/// The lines of a few real traces of `folder`; with `window` > 0, every init op also asks for a
+/// sliding window of that many tokens (so the v0.8.5 fuzz reaches the sliding-window manager).
+std::vector<std::string> fuzz_corpus(const char* folder, int window) {
+  const fs::path dir = fs::path(KVSIM_CASES_DIR) / folder;
   std::vector<std::string> corpus;
   for (const char* name :
        {"gen_kvm_seed1.jsonl", "gen_sched_seed1.jsonl", "test_mm_prefix_caching.jsonl"}) {
     std::ifstream in(dir / name);
-    for (std::string line; std::getline(in, line);) corpus.push_back(line);
-  }
-  REQUIRE(corpus.size() > 5000);
-  std::mt19937_64 rng(12345);
-  const std::string alphabet = "{}[]\",:0123456789-.eE truefalsnul\\";
-  for (int round = 0; round < 20; ++round) {
-    kvsim::V1Replayer r(kvsim::ReplayOptions{true});
-    std::string out;
-    std::int64_t nonblank = 0;
-    for (std::size_t i = 0; i < corpus.size(); i += 1 + rng() % 3) {
-      std::string line = corpus[i];
-      const int edits = static_cast<int>(rng() % 4);
-      for (int e = 0; e < edits && !line.empty(); ++e) {
-        const std::size_t pos = rng() % line.size();
-        switch (rng() % 4) {
-          case 0:
-            line[pos] = alphabet[rng() % alphabet.size()];
-            break;
-          case 1:
-            line.erase(pos, 1 + rng() % 8);
-            break;
-          case 2:
-            line.insert(pos, 1, alphabet[rng() % alphabet.size()]);
-            break;
-          default:
-            line.resize(pos);
-            break;
-        }
-      }
-      const std::size_t before = std::count(out.begin(), out.end(), '\n');
-      const bool answered = r.process_line(line, out);
-      const std::size_t after = std::count(out.begin(), out.end(), '\n');
-      REQUIRE(after - before == (answered ? 1u : 0u));
-      nonblank += answered;
+    for (std::string line; std::getline(in, line);) {
+      if (window > 0 && line.find("init\"") != std::string::npos)
+        line.insert(1, "\"sliding_window\":" + std::to_string(window) + ",");
+      corpus.push_back(line);
     }
-    // Every answer is valid JSON.
-    std::size_t start = 0;
-    std::int64_t lines = 0;
-    for (std::size_t nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1, ++lines)
-      REQUIRE_NOTHROW(json::parse(out.substr(start, nl - start)));
-    CHECK(lines == nonblank);
+  }
+  return corpus;
+}
+
+}  // namespace
+
+TEST_CASE("randomly mutated real traces never crash and always answer one line per op", "[sim]") {
+  struct Run {
+    kvsim::Profile profile;
+    const char* folder;
+    int window;
+  };
+  for (const Run& run : {Run{kvsim::Profile::kVllm072, "vllm-0.7.2", 0},
+                         Run{kvsim::Profile::kVllm085, "vllm-0.8.5.post1", 0},
+                         Run{kvsim::Profile::kVllm085, "vllm-0.8.5.post1", 40}}) {
+    INFO(kvsim::profile_name(run.profile) << " on " << run.folder << ", window " << run.window);
+    const std::vector<std::string> corpus = fuzz_corpus(run.folder, run.window);
+    REQUIRE(corpus.size() > 5000);
+    std::mt19937_64 rng(12345);
+    const std::string alphabet = "{}[]\",:0123456789-.eE truefalsnul\\";
+    for (int round = 0; round < 20; ++round) {
+      kvsim::V1Replayer r(run.profile, kvsim::ReplayOptions{true});
+      std::string out;
+      std::int64_t nonblank = 0;
+      for (std::size_t i = 0; i < corpus.size(); i += 1 + rng() % 3) {
+        std::string line = corpus[i];
+        const int edits = static_cast<int>(rng() % 4);
+        for (int e = 0; e < edits && !line.empty(); ++e) {
+          const std::size_t pos = rng() % line.size();
+          switch (rng() % 4) {
+            case 0:
+              line[pos] = alphabet[rng() % alphabet.size()];
+              break;
+            case 1:
+              line.erase(pos, 1 + rng() % 8);
+              break;
+            case 2:
+              line.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+              break;
+            default:
+              line.resize(pos);
+              break;
+          }
+        }
+        const std::size_t before = std::count(out.begin(), out.end(), '\n');
+        const bool answered = r.process_line(line, out);
+        const std::size_t after = std::count(out.begin(), out.end(), '\n');
+        REQUIRE(after - before == (answered ? 1u : 0u));
+        nonblank += answered;
+      }
+      // Every answer is valid JSON.
+      std::size_t start = 0;
+      std::int64_t lines = 0;
+      for (std::size_t nl; (nl = out.find('\n', start)) != std::string::npos;
+           start = nl + 1, ++lines)
+        REQUIRE_NOTHROW(json::parse(out.substr(start, nl - start)));
+      CHECK(lines == nonblank);
+    }
   }
 }
 

@@ -17,7 +17,8 @@ namespace {
 std::unique_ptr<RequestSource> trace_source(const std::string& format, const std::string& path,
                                             const std::string& extra = "") {
   const std::string yaml = "trace: {format: " + format + ", path: '" + path + "'" + extra + "}";
-  return make_request_source(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}, 1, 32000);
+  return make_request_source(
+      parse_workload_config(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}), 1, 32000);
 }
 
 std::string temp_file(const std::string& name, const std::string& text) {

@@ -20,7 +20,8 @@ std::vector<RequestSpec> drain(RequestSource& src, std::size_t limit = 1'000'000
   return out;
 }
 std::unique_ptr<RequestSource> source(const std::string& yaml, std::uint64_t seed = 1) {
-  return make_request_source(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}, seed, 32000);
+  return make_request_source(
+      parse_workload_config(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}), seed, 32000);
 }
 constexpr const char* kChat = R"(
 num_requests: 300

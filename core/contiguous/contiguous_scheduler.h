@@ -1,0 +1,119 @@
+#pragma once
+// ContiguousScheduler: Orca-style serving on contiguous KV reservations, the baselines of the
+// PagedAttention paper (SOSP'23, §3 and §6): iteration-level scheduling (every running request
+// decodes one token per step and a request joins or leaves the batch between steps), FCFS
+// admission, and a whole prompt prefilled in one step. The KV pool is one linear space of token
+// slots managed by an ExtentAllocator; a request is admitted only when a hole fits its whole
+// reservation, which covers every token it will produce, so nothing is ever preempted.
+//
+// Reservations (ContiguousPolicy), in token slots. A request that ends with F tokens (prompt +
+// outputs) writes K/V for F - 1 positions: the last token it samples is never fed back.
+//   orca-max     max_model_len (what the engine must assume without knowing the output length)
+//   orca-pow2    F - 1 rounded up to a power of two, at most max_model_len
+//   orca-oracle  exactly F - 1
+// pow2 and oracle read Request::oracle_final_num_tokens, which only a simulator can know.
+//
+// Step rules: running requests first, in admission order, one token each under the
+// max_num_batched_tokens budget; then waiting requests in FCFS order while fewer than
+// max_num_seqs run, the head's whole prompt fits the rest of the budget and a hole fits its
+// reservation; the first that does not stops admission. A request whose prompt exceeds
+// max_num_batched_tokens or whose reservation exceeds the pool can never be admitted:
+// admission_error() says so and the caller rejects it instead of adding it.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/common/engine_config.h"
+#include "core/common/request.h"
+#include "core/common/ring_deque.h"
+#include "core/contiguous/extent_allocator.h"
+#include "core/engine_api.h"
+
+namespace kvsim {
+
+/// The named behaviour of a contiguous profile.
+struct ContiguousPolicy {
+  enum class Reservation : std::uint8_t { kMaxModelLen, kPow2, kOracle };
+  Reservation reservation = Reservation::kMaxModelLen;
+  FitPolicy fit = FitPolicy::kFirstFit;
+};
+
+/// The policy of a contiguous-family profile (first fit). Precondition: p is one.
+ContiguousPolicy contiguous_policy(Profile p);
+
+class ContiguousScheduler final : public EngineCore {
+ public:
+  /// The pool holds kv_config.num_gpu_blocks * kv_config.block_size token slots: the paged
+  /// profiles' pool of the same KV budget, in slots of one token.
+  ContiguousScheduler(Profile profile, ContiguousPolicy policy, const SchedulerConfig& config,
+                      const KVCacheConfig& kv_config);
+
+  Profile profile() const override { return profile_; }
+  /// Queues a request behind the waiting ones. Precondition: admission_error() of its shape is
+  /// nullptr, and oracle_final_num_tokens is set for the pow2 and oracle policies.
+  void add_request(Request& request) override;
+  /// One step: decodes of the running requests, then FCFS admissions with whole-prompt prefill
+  /// (see the file comment). O(running + admitted * holes); allocates nothing once warm.
+  void schedule(SchedulerOutput& out) override;
+  /// Advances the scheduled requests, appends sampled tokens, checks vLLM's stop conditions and
+  /// releases the reservation of each finished request (it is reported by the next schedule()).
+  void update_from_output(std::vector<RequestOutput>& outputs) override;
+  bool abort_request(Request& request) override;
+  /// No prefix cache: returns 0 and changes nothing.
+  std::int64_t cache_only_request(Request& request) override;
+  const char* admission_error(std::int64_t prompt_tokens,
+                              std::int64_t final_num_tokens) const override;
+
+  std::span<Request* const> running() const override { return running_; }
+  std::int64_t num_waiting() const override { return static_cast<std::int64_t>(waiting_.size()); }
+  const Request* first_waiting() const override {
+    return waiting_.empty() ? nullptr : waiting_.front();
+  }
+  /// In token slots: block_size 1, num_blocks = pool slots, num_free_blocks = free slots,
+  /// usage = reserved / pool, blocks_allocated = slots reserved so far, evictions 0.
+  KVPoolStats pool_stats() const override;
+  /// Token states, reservation and internal fragmentation from each running request's extent;
+  /// the free slots are external fragmentation when external_fragmentation_blocks() says so.
+  KVBreakdown kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const override;
+  /// Whether the free slots are all external fragmentation now: a request waits at the head of
+  /// the queue, fewer than max_num_seqs run, and no hole is as long as the head's reservation
+  /// (sim/OUTPUTS.md gives the definition and why).
+  bool free_slots_are_external() const;
+  /// Empty: an extent is not block-aligned, so there is no table a paged kernel could read.
+  std::span<const BlockId> block_table(const Request&) const override { return {}; }
+
+  /// The slots a request that ends with `final_num_tokens` tokens reserves under this policy.
+  std::int64_t reservation_slots(std::int64_t final_num_tokens) const;
+  /// The extent of a running request (by its position in running()).
+  const Extent& extent(std::size_t running_index) const { return extents_[running_index]; }
+  const ExtentAllocator& allocator() const { return alloc_; }
+  const ContiguousPolicy& policy() const { return policy_; }
+
+  /// The allocator's invariants, plus: the running requests' extents and the holes tile the
+  /// pool exactly (no overlap, no slot lost), each running request's K/V fits its extent,
+  /// waiting requests hold nothing, no request is queued twice, at most max_num_seqs run.
+  std::string find_violation() const override;
+
+ private:
+  friend struct ContiguousSchedulerTestPeer;  // tests plant faults through it
+  std::int64_t reservation_of(const Request& request) const;
+  bool check_stop(Request& request);
+  void finish(Request& request, RequestStatus status);
+
+  Profile profile_;
+  ContiguousPolicy policy_;
+  SchedulerConfig config_;
+  ExtentAllocator alloc_;
+  std::vector<Request*> running_;
+  std::vector<Extent> extents_;  // extents_[i] is running_[i]'s reservation
+  RingDeque<Request*> waiting_;
+  std::vector<Request*> next_running_;  // scratch for update_from_output
+  std::vector<Extent> next_extents_;
+  std::vector<std::int64_t> finished_ids_;  // since the last schedule()
+  std::int64_t slots_reserved_total_ = 0;
+  bool scheduled_unconsumed_ = false;
+};
+
+}  // namespace kvsim

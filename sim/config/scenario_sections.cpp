@@ -1,0 +1,144 @@
+#include "sim/config/scenario_sections.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+namespace kvsim {
+
+namespace {
+
+/// engine.profile: one of the profiles of core/engine_api.h (did-you-mean and the valid names on
+/// a typo).
+Profile get_profile(const YAML::Node& engine, const YamlContext& ctx) {
+  std::vector<std::string_view> names;
+  for (const ProfileInfo& p : profiles()) names.emplace_back(p.name);
+  const std::size_t i =
+      get_choice_index(engine, "profile", ctx, profile_name(Profile::kVllm072), names);
+  return profiles()[i].profile;
+}
+
+}  // namespace
+
+const char* mode_name(EngineConfig::Mode m) {
+  return m == EngineConfig::Mode::kTimed ? "timed" : "cache_only";
+}
+
+EngineConfig parse_engine(const YAML::Node& engine, const YamlContext& ctx) {
+  check_keys(engine, std::span<const std::string_view>(kEngineKeys), ctx);
+  EngineConfig c;
+  c.profile = get_profile(engine, ctx);
+  c.mode = get_choice(engine, "mode", ctx, "timed", {"timed", "cache_only"}) == "timed"
+               ? EngineConfig::Mode::kTimed
+               : EngineConfig::Mode::kCacheOnly;
+  c.contiguous_fit = get_choice(engine, "contiguous_fit", ctx, "first_fit",
+                                {"first_fit", "best_fit"}) == "first_fit"
+                         ? FitPolicy::kFirstFit
+                         : FitPolicy::kBestFit;
+  return c;
+}
+
+YAML::Node engine_yaml(const EngineConfig& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["profile"] = profile_name(c.profile);
+  n["mode"] = mode_name(c.mode);
+  n["contiguous_fit"] = c.contiguous_fit == FitPolicy::kFirstFit ? "first_fit" : "best_fit";
+  return n;
+}
+
+CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool timed) {
+  check_keys(cache, std::span<const std::string_view>(kCacheKeys), ctx);
+  CacheConfig c;
+  c.sizing = load_cache_sizing(cache, ctx);
+  c.enable_prefix_caching = get_bool(cache, "enable_prefix_caching", ctx, true);
+  c.num_preallocate_tokens =
+      get_int(cache, "num_preallocate_tokens", ctx, timed ? 64 : 0, 0, 1 << 24);
+  c.capacity_tokens = get_optional_int(cache, "capacity_tokens", ctx, 1);
+  if (c.capacity_tokens) {
+    const YamlContext at = ctx.child("capacity_tokens");
+    if (c.sizing.num_gpu_blocks_override)
+      throw yaml_error(cache["capacity_tokens"], at,
+                       "cache.capacity_tokens: give either capacity_tokens or "
+                       "num_gpu_blocks_override, not both");
+    if (*c.capacity_tokens < c.sizing.block_size)
+      throw yaml_error(cache["capacity_tokens"], at,
+                       fmt::format("cache.capacity_tokens: {} is less than one block ({} tokens)",
+                                   *c.capacity_tokens, c.sizing.block_size));
+  }
+  return c;
+}
+
+YAML::Node cache_yaml(const CacheConfig& c) {
+  YAML::Node n = cache_sizing_yaml(c.sizing);
+  n["enable_prefix_caching"] = c.enable_prefix_caching;
+  n["num_preallocate_tokens"] = c.num_preallocate_tokens;
+  n["capacity_tokens"] = optional_node(c.capacity_tokens);
+  return n;
+}
+
+SchedulerConfig parse_scheduler(const YAML::Node& sched, const YamlContext& ctx,
+                                const ModelConfig* model) {
+  check_keys(sched, std::span<const std::string_view>(kSchedulerKeys), ctx);
+  SchedulerConfig c;
+  c.max_num_seqs = get_int(sched, "max_num_seqs", ctx, 256, 1, 1 << 20);
+  c.max_num_batched_tokens =
+      get_int(sched, "max_num_batched_tokens", ctx, 8192, 1, std::int64_t{1} << 30);
+  const std::int64_t model_len = model ? model->max_position_embeddings : 0;
+  c.max_model_len = get_int(sched, "max_model_len", ctx, model_len > 0 ? model_len : 8192, 1,
+                            std::int64_t{1} << 30);
+  if (model_len > 0 && c.max_model_len > model_len)
+    throw yaml_error(sched["max_model_len"], ctx.child("max_model_len"),
+                     fmt::format("scheduler.max_model_len: {} is greater than the model's "
+                                 "max_position_embeddings ({}), as vLLM refuses",
+                                 c.max_model_len, model_len));
+  c.long_prefill_token_threshold =
+      get_int(sched, "long_prefill_token_threshold", ctx, 0, 0, std::int64_t{1} << 30);
+  return c;
+}
+
+YAML::Node scheduler_yaml(const SchedulerConfig& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["max_num_seqs"] = c.max_num_seqs;
+  n["max_num_batched_tokens"] = c.max_num_batched_tokens;
+  n["max_model_len"] = c.max_model_len;
+  n["long_prefill_token_threshold"] = c.long_prefill_token_threshold;
+  return n;
+}
+
+ValidateConfig parse_validate(const YAML::Node& val, const YamlContext& ctx) {
+  check_keys(val, std::span<const std::string_view>(kValidateKeys), ctx);
+  ValidateConfig c;
+  c.backend = get_choice(val, "backend", ctx, "cpu", {"cpu", "cuda"});
+  c.sample_every_steps = get_int(val, "sample_every_steps", ctx, 0, 0);
+  c.sample_prob = get_double(val, "sample_prob", ctx, 0.0, 0.0, 1.0);
+  c.dtype = get_choice(val, "dtype", ctx, "auto", {"auto", "float32", "float16", "bfloat16"});
+  return c;
+}
+
+YAML::Node validate_yaml(const ValidateConfig& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["backend"] = c.backend;
+  n["sample_every_steps"] = c.sample_every_steps;
+  n["sample_prob"] = number_node(c.sample_prob);
+  n["dtype"] = c.dtype;
+  return n;
+}
+
+OutputsConfig parse_outputs(const YAML::Node& out, const YamlContext& ctx) {
+  check_keys(out, std::span<const std::string_view>(kOutputsKeys), ctx);
+  OutputsConfig c;
+  c.trace_json = get_bool(out, "trace_json", ctx, false);
+  c.metrics_prom = get_bool(out, "metrics_prom", ctx, false);
+  c.steps_every = get_int(out, "steps_every", ctx, 10, 1, std::int64_t{1} << 40);
+  return c;
+}
+
+YAML::Node outputs_yaml(const OutputsConfig& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["trace_json"] = c.trace_json;
+  n["metrics_prom"] = c.metrics_prom;
+  n["steps_every"] = c.steps_every;
+  return n;
+}
+
+}  // namespace kvsim

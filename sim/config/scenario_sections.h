@@ -1,0 +1,89 @@
+#pragma once
+// The small sections of a scenario (engine, cache, scheduler, validate, outputs) as typed
+// structs, each with its key table, its parser and its writer side by side: a new key is its
+// struct member, its entry in the key table, one line in parse_X and one in X_yaml. The writers
+// give every key with the value used (null for an absent optional), so that parsing what they
+// write gives the same struct back. The larger sections have the same pair where their structs
+// live: hardware (sim/config/hardware.h), model (sim/config/model_config.h), workload
+// (sim/workload/workload_config.h), latency (sim/config/latency_config.h).
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/common/engine_config.h"
+#include "core/engine_api.h"
+#include "core/engine_factory.h"
+#include "sim/common/yaml_util.h"
+#include "sim/config/hardware.h"
+#include "sim/config/model_config.h"
+
+namespace kvsim {
+
+/// `engine:` -- which vLLM behaviour to reproduce and how time is simulated.
+struct EngineConfig {
+  enum class Mode : std::uint8_t { kTimed, kCacheOnly };
+  Profile profile = Profile::kVllm072;
+  Mode mode = Mode::kTimed;
+  FitPolicy contiguous_fit = FitPolicy::kFirstFit;  // read by the contiguous profiles only
+};
+const char* mode_name(EngineConfig::Mode m);
+inline constexpr std::string_view kEngineKeys[] = {"profile", "mode", "contiguous_fit"};
+/// Reads `engine:` (absent: the defaults).
+[[nodiscard]] EngineConfig parse_engine(const YAML::Node& engine, const YamlContext& ctx);
+[[nodiscard]] YAML::Node engine_yaml(const EngineConfig& c);
+
+/// `cache:` -- the KV cache (vLLM's CacheConfig plus the sizing keys of sim/config/hardware.h).
+struct CacheConfig {
+  CacheSizingConfig sizing;  // block_size, gpu_memory_utilization, ...
+  bool enable_prefix_caching = true;
+  std::int64_t num_preallocate_tokens = 64;     // vLLM 0.7.2; default 0 in cache_only mode
+  std::optional<std::int64_t> capacity_tokens;  // num_gpu_blocks = capacity_tokens / block_size
+};
+inline constexpr std::string_view kCacheKeys[] = {"block_size",
+                                                  "gpu_memory_utilization",
+                                                  "kv_cache_memory_bytes",
+                                                  "num_gpu_blocks_override",
+                                                  "activation_reserve_bytes",
+                                                  "cache_dtype",
+                                                  "enable_prefix_caching",
+                                                  "num_preallocate_tokens",
+                                                  "capacity_tokens"};
+/// Reads `cache:`; `timed` picks num_preallocate_tokens' default (64 timed, 0 cache_only).
+[[nodiscard]] CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool timed);
+[[nodiscard]] YAML::Node cache_yaml(const CacheConfig& c);
+
+inline constexpr std::string_view kSchedulerKeys[] = {
+    "max_num_seqs", "max_num_batched_tokens", "max_model_len", "long_prefill_token_threshold"};
+/// Reads `scheduler:`. max_model_len defaults to the model's max_position_embeddings (8192 without
+/// a model or without that field) and may not exceed it.
+[[nodiscard]] SchedulerConfig parse_scheduler(const YAML::Node& scheduler, const YamlContext& ctx,
+                                              const ModelConfig* model);
+[[nodiscard]] YAML::Node scheduler_yaml(const SchedulerConfig& c);
+
+/// `validate:` -- parsed for the kernel validation harness (kvsim validate); unused by `run`.
+struct ValidateConfig {
+  std::string backend = "cpu";          // cpu | cuda
+  std::int64_t sample_every_steps = 0;  // 0: off
+  double sample_prob = 0.0;
+  std::string dtype = "auto";  // auto | float32 | float16 | bfloat16
+};
+inline constexpr std::string_view kValidateKeys[] = {"backend", "sample_every_steps", "sample_prob",
+                                                     "dtype"};
+[[nodiscard]] ValidateConfig parse_validate(const YAML::Node& validate, const YamlContext& ctx);
+[[nodiscard]] YAML::Node validate_yaml(const ValidateConfig& c);
+
+/// `outputs:` -- optional files and the steps.csv sampling period.
+struct OutputsConfig {
+  bool trace_json = false;
+  bool metrics_prom = false;
+  std::int64_t steps_every = 10;  // steps.csv row (and KV breakdown) every N steps
+};
+inline constexpr std::string_view kOutputsKeys[] = {"trace_json", "metrics_prom", "steps_every"};
+[[nodiscard]] OutputsConfig parse_outputs(const YAML::Node& outputs, const YamlContext& ctx);
+[[nodiscard]] YAML::Node outputs_yaml(const OutputsConfig& c);
+
+}  // namespace kvsim

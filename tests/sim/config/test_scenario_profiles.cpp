@@ -1,0 +1,146 @@
+// engine.profile and the settings only some releases have: vllm-0.8.5 parses and reaches the
+// engine, scheduler.long_prefill_token_threshold (vllm-0.8.5 only; refused with file:line:col for
+// vllm-0.7.2), a model's sliding_window reaching KVCacheConfig (and the window vLLM v0.8.5 cannot
+// run), the resolved YAML, and a fuzz over these keys that builds the engine of every scenario
+// that loads.
+
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "core/engine_factory.h"
+#include "sim/common/rng.h"
+#include "sim/config/scenario.h"
+
+using namespace kvsim;
+
+namespace {
+
+const std::string kModels = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/";
+
+std::string base(const std::string& profile, const std::string& model = "qwen2-1.5b") {
+  return "name: p\n"
+         "engine: {profile: " +
+         profile +
+         "}\n"
+         "model: {config: " +
+         kModels + model +
+         ".json}\n"
+         "hardware: {gpu: H100-80GB}\n"
+         "cache: {block_size: 16, num_gpu_blocks_override: 500}\n"
+         "scheduler: {max_num_seqs: 64, long_prefill_token_threshold: 0}\n"
+         "workload: {num_requests: 10, prompt_tokens: 100, output_tokens: 10}\n";
+}
+
+Scenario parse(const std::string& text, const std::vector<std::string>& sets = {}) {
+  YAML::Node root = load_yaml_string(text, "s.yaml");
+  for (const auto& a : sets) apply_set(root, a);
+  return parse_scenario(root, "s.yaml");
+}
+
+std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
+  try {
+    (void)parse(text, sets);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("engine.profile vllm-0.8.5 reaches the engine and the resolved YAML", "[sim]") {
+  const Scenario s = parse(base("vllm-0.8.5"), {"scheduler.long_prefill_token_threshold=256"});
+  CHECK(s.engine.profile == Profile::kVllm085);
+  CHECK(s.scheduler.long_prefill_token_threshold == 256);
+  const EngineParams p = s.engine_params();
+  CHECK(p.profile == Profile::kVllm085);
+  CHECK(p.scheduler.long_prefill_token_threshold == 256);
+  CHECK(make_engine(p)->profile() == Profile::kVllm085);
+  const std::string y = resolved_yaml(s);
+  CHECK_THAT(y, Catch::Contains("profile: vllm-0.8.5"));
+  CHECK_THAT(y, Catch::Contains("long_prefill_token_threshold: 256"));
+  // Resolving is a fixed point.
+  CHECK(resolved_yaml(parse(y)) == y);
+  // 0 (vLLM's default: off) is written too, and every profile accepts it.
+  const std::string y072 = resolved_yaml(parse(base("vllm-0.7.2")));
+  CHECK_THAT(y072, Catch::Contains("long_prefill_token_threshold: 0"));
+  CHECK(resolved_yaml(parse(y072)) == y072);
+  CHECK_THAT(error_of(base("vllm-0.8.4")), Catch::Contains("did you mean 'vllm-0.8.5'"));
+}
+
+TEST_CASE("vllm-0.7.2 refuses long_prefill_token_threshold at its line and column", "[sim]") {
+  const std::string e = error_of(base("vllm-0.7.2"), {"scheduler.long_prefill_token_threshold=8"});
+  CHECK_THAT(e, Catch::Contains("scheduler.long_prefill_token_threshold"));
+  CHECK_THAT(e, Catch::Contains("vllm-0.7.2 (vLLM's release) has no such setting"));
+  const std::string text =
+      "name: p\n"
+      "model: {config: " +
+      kModels +
+      "qwen2-1.5b.json}\n"
+      "cache: {num_gpu_blocks_override: 500}\n"
+      "scheduler:\n"
+      "  long_prefill_token_threshold: 64\n"
+      "workload: {num_requests: 10, prompt_tokens: 100, output_tokens: 10}\n";
+  CHECK_THAT(error_of(text), Catch::StartsWith("s.yaml:5:33:"));
+  CHECK_THAT(error_of(text, {"engine.profile=vllm-0.8.5"}), Catch::Equals(""));
+  CHECK_THAT(error_of(base("vllm-0.8.5"), {"scheduler.long_prefill_token_threshold=-1"}),
+             Catch::Contains("long_prefill_token_threshold"));
+  CHECK_THAT(error_of(base("vllm-0.8.5"), {"scheduler.long_prefil_token_threshold=1"}),
+             Catch::Contains("did you mean 'long_prefill_token_threshold'"));
+}
+
+TEST_CASE("a model's sliding window reaches the KV cache config", "[sim]") {
+  const Scenario m = parse(base("vllm-0.8.5", "mistral-7b"));
+  CHECK(m.kv_cache_config().sliding_window == 4096);
+  CHECK(parse(base("vllm-0.8.5")).kv_cache_config().sliding_window == 0);  // qwen2: off
+  // A window no longer than a block: vLLM v0.8.5 would fail an assertion; v0.7.2 ignores it.
+  const std::string tiny =
+      "name: p\nengine: {profile: vllm-0.8.5}\n"
+      "model: {num_hidden_layers: 2, num_attention_heads: 4, "
+      "hidden_size: 256, vocab_size: 1000, sliding_window: 16}\n"
+      "cache: {block_size: 16, num_gpu_blocks_override: 100}\n"
+      "workload: {num_requests: 1, prompt_tokens: 10, output_tokens: 2}\n";
+  CHECK_THAT(error_of(tiny), Catch::Contains("cache.block_size: 16 is not shorter than the "
+                                             "model's sliding_window (16)"));
+  CHECK(error_of(tiny, {"cache.block_size=8"}).empty());
+  CHECK(error_of(tiny, {"cache.enable_prefix_caching=false"}).empty());
+  CHECK(error_of(tiny, {"engine.profile=vllm-0.7.2"}).empty());
+}
+
+TEST_CASE("random profile, threshold and window settings load or raise ConfigError", "[sim]") {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> axes = {
+      {"engine.profile", {"vllm-0.7.2", "vllm-0.8.5", "vllm-0.8", "''", "1"}},
+      {"scheduler.long_prefill_token_threshold", {"0", "1", "16", "-3", "abc", "1e12"}},
+      {"model.sliding_window", {"1", "15", "16", "17", "4096", "0", "-1", "~"}},
+      {"cache.block_size", {"1", "16", "32", "0"}},
+      {"cache.enable_prefix_caching", {"true", "false", "2"}},
+      {"scheduler.max_num_batched_tokens", {"1", "64", "8192"}},
+  };
+  const std::string text =
+      "name: p\n"
+      "model: {num_hidden_layers: 2, num_attention_heads: 4, hidden_size: 256, vocab_size: "
+      "1000}\n"
+      "cache: {num_gpu_blocks_override: 64}\n"
+      "workload: {num_requests: 4, prompt_tokens: 40, output_tokens: 4}\n";
+  RngStream rng = make_stream(4242, "fuzz.profiles");
+  int ok = 0, rejected = 0, v085 = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    std::vector<std::string> sets;
+    for (const auto& [key, values] : axes)
+      if (rng() % 2) sets.push_back(key + "=" + values[rng() % values.size()]);
+    INFO("seed 4242 iteration " << iter << ": " << (sets.empty() ? "" : sets[0]));
+    try {
+      const Scenario s = parse(text, sets);
+      // Whatever loads builds an engine without tripping an assertion.
+      const auto engine = make_engine(s.engine_params());
+      CHECK(engine->profile() == s.engine.profile);
+      v085 += s.engine.profile == Profile::kVllm085;
+      ++ok;
+    } catch (const ConfigError&) {
+      ++rejected;
+    }
+  }
+  CHECK(ok > 50);
+  CHECK(rejected > 50);
+  CHECK(v085 > 10);
+}
