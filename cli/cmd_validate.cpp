@@ -113,6 +113,11 @@ int validate(const Args& args) {
   if (repeats) opts.repeats = static_cast<std::int32_t>(*repeats);
   if (warmup) opts.warmup = static_cast<std::int32_t>(*warmup);
   if (!in.quiet) {
+    if (!scenario.sweep.empty())
+      std::printf(
+          "%s has a sweep of %zu points; validating its base point, as `kvsim run` runs it "
+          "(--set KEY=VALUE validates another)\n",
+          in.path.c_str(), sweep_points(scenario).size());
     opts.announce = [](const std::string& line) {
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);

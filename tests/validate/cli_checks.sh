@@ -53,6 +53,12 @@ grep -q '^validating 200 of 240 steps: [0-9]* evenly spread + [1-9][0-9]* with p
 grep -q ',preemption$' "$work/bounded/validate-small/validation.csv" || fail "no preemption step in validation.csv"
 [ ! -s "$work/bounded.err" ] || { cat "$work/bounded.err"; fail "bytes on stderr that is not a terminal"; }
 
+# A sweep scenario: its base point is validated, and the output says so.
+"$kvsim" validate "$(dirname "$scenario")/block-size-sweep.yaml" --sample-every 1000000 \
+  -o "$work/sweep" > "$work/sweep.out" 2>&1 || { cat "$work/sweep.out"; fail "sweep scenario"; }
+grep -q 'block-size-sweep.yaml has a sweep of 8 points; validating its base point' \
+  "$work/sweep.out" || { cat "$work/sweep.out"; fail "the sweep is not mentioned"; }
+
 # On a terminal (script(1) gives the run a pty): the progress line is drawn and erased; --quiet
 # draws nothing. (Skipped where no pty can be had.)
 if command -v script > /dev/null 2>&1 && script -qec true /dev/null > /dev/null 2>&1; then

@@ -54,15 +54,17 @@ const ValidationRecord* record_at(const ValidationRunResult& r, std::int64_t ste
 
 /// Runs validate-small with `kind` planted from step `from` on, checking only step 0 and the
 /// fault's step, and compares the fault's step with the same step of a clean run.
-void expect_fault_fails(FaultInjection::Kind kind, std::int64_t from) {
-  const Scenario s = load_scenario(kSmall, {});
+void expect_fault_fails(FaultInjection::Kind kind, std::int64_t from,
+                        const std::string& profile = "vllm-0.7.2") {
+  const Scenario s = load_scenario(kSmall, {"engine.profile=" + profile});
   ValidationOptions o = cpu_options(1 << 30);
   o.fault = {kind, from};
-  const ValidationRunResult r = run_validation(s, out_dir(fault_kind_name(kind)), o);
-  INFO("fault " << fault_kind_name(kind) << " planted at step " << r.fault_step);
+  const std::string name = profile + "-" + fault_kind_name(kind);
+  const ValidationRunResult r = run_validation(s, out_dir(name), o);
+  INFO(profile << ": fault " << fault_kind_name(kind) << " planted at step " << r.fault_step);
   REQUIRE(r.fault_step >= from);
-  const ValidationRunResult clean = run_validation(
-      s, out_dir(std::string("clean-") + fault_kind_name(kind)), cpu_options(r.fault_step));
+  const ValidationRunResult clean =
+      run_validation(s, out_dir("clean-" + name), cpu_options(r.fault_step));
   const ValidationRecord* bad = record_at(r, r.fault_step);
   const ValidationRecord* good = record_at(clean, r.fault_step);
   REQUIRE(bad != nullptr);
@@ -278,4 +280,17 @@ TEST_CASE("validation refuses cache_only scenarios and a cuda backend without a 
   CHECK_THROWS_AS(options_from_scenario(fp8), ConfigError);
   const Scenario autod = load_scenario(kSmall, {"validate.dtype=auto"});
   CHECK(options_from_scenario(autod).dtype == kernels::DType::kBF16);
+}
+
+TEST_CASE("vllm-0.8.5's block tables validate clean, and faults planted in them fail",
+          "[validate]") {
+  const Scenario s = load_scenario(kSmall, {"engine.profile=vllm-0.8.5"});
+  const ValidationRunResult r = run_validation(s, out_dir("clean-0.8.5"), cpu_options());
+  CHECK(r.summary.pass);
+  CHECK(r.summary.steps_sampled == r.summary.steps_total);
+  CHECK(r.summary.steps_total > 100);
+  CHECK(r.summary.mismatched_slots == 0);
+  CHECK(r.summary.max_abs_err < 1e-2);
+  expect_fault_fails(FaultInjection::Kind::kCorruptBlockTable, 10, "vllm-0.8.5");
+  expect_fault_fails(FaultInjection::Kind::kWrongPrefixHit, 10, "vllm-0.8.5");
 }
