@@ -16,7 +16,7 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
-half_bits float_to_half(float f) {
+half_bits detail::float_to_half_rare(float f) {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t abs = x & 0x7fffffffu;
