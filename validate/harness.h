@@ -73,7 +73,7 @@ struct ValidationOptions {
   std::int64_t sample_every_steps = 0;  // > 0: check the steps with step % N == 0
   double sample_prob = 0.0;             // > 0 (and no every): each step with probability P
   std::int64_t sample_steps = 200;      // neither: a bounded plan of this many (sample_plan.h)
-  double sample_budget_s = 60;          // bounded: estimated seconds of checking, at most
+  double sample_budget_s = 40;          // bounded: estimated seconds of checking, at most
   std::int32_t warmup = -1;             // untimed calls before timing; -1: cuda 3, cpu 0
   std::int32_t repeats = -1;            // timed calls (median); -1: cuda 20, cpu 3
   std::int64_t max_pool_bytes = std::int64_t{2} << 30;  // pool held + shadow + bookkeeping

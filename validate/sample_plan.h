@@ -79,7 +79,7 @@ struct SamplingRule {
   std::int64_t every_steps = 0;  // > 0: every N
   double prob = 0;               // > 0 (every_steps == 0): probability per step
   std::int64_t count = 200;      // bounded: steps to check when neither is set
-  double budget_s = 60;          // bounded: estimated seconds of checks, at most (but 8 steps)
+  double budget_s = 40;          // bounded: estimated seconds of checks, at most (but 8 steps)
   std::uint64_t seed = 0;        // prob: the scenario seed
 };
 
