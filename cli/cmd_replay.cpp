@@ -1,8 +1,9 @@
 // kvsim replay [FILE|-] [--profile NAME] [--check-invariants]: op-trace replay
-// (shared/spec/ops-format.md).
+// (shared/spec/ops-format*.md; the profile picks the protocol).
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>

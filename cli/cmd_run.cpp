@@ -111,6 +111,8 @@ int run(const Args& args) {
     throw;
   }
   if (tty) std::fputs("\n", stderr);
+  for (const std::string& w : result.warnings)
+    std::fprintf(stderr, "kvsim: warning: %s\n", w.c_str());
   if (!quiet) print_summary(result, stdout);
   return 0;
 }

@@ -7,13 +7,16 @@
 namespace kvsim {
 namespace {
 
-constexpr std::array<ProfileInfo, 5> kProfiles = {{
+constexpr std::array<ProfileInfo, 6> kProfiles = {{
     {Profile::kVllm072, "vllm-0.7.2", EngineFamily::kV1,
      "vLLM v0.7.2 V1: KVCacheManager + Scheduler (preallocation, chunked prefill, recompute "
      "preemption)"},
     {Profile::kVllm085, "vllm-0.8.5", EngineFamily::kV1,
      "vLLM v0.8.5.post1 V1: null block 0, no preallocation, last-block rule in the lookup, "
      "sliding-window manager, long_prefill_token_threshold"},
+    {Profile::kVllm072V0, "vllm-0.7.2-v0", EngineFamily::kV0,
+     "vLLM v0.7.2 V0: block space manager with GPU+CPU allocators, swapped queue, swap or "
+     "recompute preemption, copy-on-write, watermark"},
     {Profile::kOrcaMax, "orca-max", EngineFamily::kContiguous,
      "Orca-style contiguous reservations of max_model_len slots per request (PagedAttention's "
      "Orca (Max))"},

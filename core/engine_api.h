@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/common/request.h"
@@ -29,6 +30,7 @@ namespace kvsim {
 enum class Profile : std::uint8_t {
   kVllm072,     // vLLM v0.7.2 V1 (the default)
   kVllm085,     // vLLM v0.8.5.post1 V1
+  kVllm072V0,   // vLLM v0.7.2 V0 (block space manager, swapped queue)
   kOrcaMax,     // contiguous: each request reserves max_model_len slots
   kOrcaPow2,    // contiguous: prompt + true output rounded up to a power of two
   kOrcaOracle,  // contiguous: exactly the slots the request will fill
@@ -36,7 +38,7 @@ enum class Profile : std::uint8_t {
 
 /// The implementation behind a profile. Releases of one family differ by named policies of one
 /// implementation; families differ by implementation.
-enum class EngineFamily : std::uint8_t { kV1, kContiguous };
+enum class EngineFamily : std::uint8_t { kV1, kV0, kContiguous };
 
 /// Whether the family's KV pool is paged: its requests have block tables a paged-attention kernel
 /// can read (the contiguous family's one extent per request is not block-aligned).
@@ -79,6 +81,19 @@ struct SchedulerOutput {
   std::int32_t num_common_prefix_blocks = 0;
   std::int64_t prefix_queries_tokens = 0;  // this step's prefix-cache lookups, in tokens
   std::int64_t prefix_hits_tokens = 0;     // hit tokens of those lookups
+
+  // ---- vLLM V0 only (empty for the other families) ----
+  // Block moves the model runner performs before the step, as vLLM V0's SchedulerOutputs lists
+  // them: swap pairs in per-device (physical) ids, copy-on-write pairs in GPU ids.
+  std::vector<std::pair<std::int32_t, std::int32_t>> blocks_to_swap_in;   // [cpu, gpu]
+  std::vector<std::pair<std::int32_t, std::int32_t>> blocks_to_swap_out;  // [gpu, cpu]
+  std::vector<std::pair<std::int32_t, std::int32_t>> blocks_to_copy;      // [src, dst]
+  /// Requests finished without running (FINISHED_IGNORED: prompt over the limit, or a prompt or
+  /// swapped request that can never fit the pool), in vLLM's order. Not in `finished` (vLLM does
+  /// not list them there); their status is kFinishedLengthCapped (vLLM's finish reason "length").
+  std::vector<Request*> ignored;
+  std::int32_t num_swapped_out =
+      0;  // of `preempted`, how many went to the CPU (the rest recompute)
 };
 
 /// One generated token (vLLM's EngineCoreOutput), produced by update_from_output.
@@ -113,6 +128,9 @@ struct KVPoolStats {
   double usage = 0;                   // vLLM's kv_cache_usage_perc, in [0, 1]
   std::int64_t evictions = 0;         // cached blocks reused for other content
   std::int64_t blocks_allocated = 0;  // blocks handed out
+  // ---- vLLM V0 only (0 for the other families): the CPU swap space ----
+  std::int64_t num_cpu_blocks = 0;
+  std::int64_t num_free_cpu_blocks = 0;
 };
 
 class EngineCore {
@@ -153,8 +171,10 @@ class EngineCore {
   virtual std::int64_t num_waiting() const = 0;
   /// The request at the head of the waiting queue (the next to admit), or nullptr.
   virtual const Request* first_waiting() const = 0;
+  /// Requests preempted to CPU memory (vLLM V0's swapped queue); 0 for families without one.
+  virtual std::int64_t num_swapped() const { return 0; }
   std::int64_t num_unfinished_requests() const {
-    return static_cast<std::int64_t>(running().size()) + num_waiting();
+    return static_cast<std::int64_t>(running().size()) + num_waiting() + num_swapped();
   }
 
   virtual KVPoolStats pool_stats() const = 0;

@@ -2,6 +2,7 @@
 
 #include "core/common/assert.h"
 #include "core/contiguous/contiguous_scheduler.h"
+#include "core/v0/scheduler.h"
 #include "core/v1/scheduler.h"
 #include "core/v1/v1_policy.h"
 
@@ -17,6 +18,9 @@ std::unique_ptr<EngineCore> make_engine(const EngineParams& params) {
       return std::make_unique<ContiguousScheduler>(params.profile, policy, params.scheduler,
                                                    params.cache);
     }
+    case EngineFamily::kV0:
+      return std::make_unique<v0::Scheduler>(
+          v0::make_v0_config(params.scheduler, params.cache, params.v0));
   }
   KVSIM_ASSERT(false, "make_engine: no implementation for this profile's family");
   return nullptr;
@@ -42,6 +46,16 @@ std::optional<SettingError> check_engine_params(const EngineParams& params) {
                             std::to_string(c.block_size) + " is not shorter than the model's " +
                                 "sliding_window (" + std::to_string(c.sliding_window) +
                                 "): " + release + "'s sliding-window manager fails an assertion"};
+      return std::nullopt;
+    }
+    case EngineFamily::kV0: {
+      const std::string release = profile_name(params.profile);
+      if (params.scheduler.long_prefill_token_threshold > 0)
+        return SettingError{"scheduler.long_prefill_token_threshold",
+                            release + " (vLLM's V0 engine) has no such setting"};
+      if (params.scheduler.num_lookahead_tokens > 0)
+        return SettingError{"scheduler.num_lookahead_tokens",
+                            release + " (vLLM's V0 engine) has no such setting"};
       return std::nullopt;
     }
     case EngineFamily::kContiguous:

@@ -11,6 +11,7 @@
 #include "core/common/engine_config.h"
 #include "core/contiguous/extent_allocator.h"
 #include "core/engine_api.h"
+#include "core/v0/v0_config.h"
 
 namespace kvsim {
 
@@ -21,6 +22,9 @@ struct EngineParams {
   KVCacheConfig cache;
   // The contiguous family: which hole a reservation takes.
   FitPolicy contiguous_fit = FitPolicy::kFirstFit;
+  /// vLLM V0 only: swap space, chunked prefill, preemption mode, policy (the block size, pool,
+  /// batch limits and prefix caching come from `scheduler` and `cache`).
+  v0::V0Options v0;
 };
 
 /// A new engine of `params.profile`, empty (all blocks free, no requests).

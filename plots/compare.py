@@ -208,7 +208,7 @@ CDF_PANELS = [("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"),
 
 def latency_cdf_overlay(runs, out, formats):
     rs = [r for r in runs if r.requests() is not None
-          and np.any(np.isfinite(r.requests()["e2el_ms"]))]
+          and np.any(r.requests()["finished"] & np.isfinite(r.requests()["e2el_ms"]))]
     if not rs:
         raise Skipped("no run has request latencies in a requests.csv (cache_only runs have none)")
     note = ""
@@ -219,7 +219,8 @@ def latency_cdf_overlay(runs, out, formats):
     for ax, (col, name) in zip(axes, CDF_PANELS):
         plotted = []
         for r, color in zip(rs, colors(len(rs))):
-            v, y = cdf_points(r.requests()[col])
+            req = r.requests()
+            v, y = cdf_points(req[col][req["finished"]])
             if v.size:
                 ax.plot(v, y, color=color, lw=1.4, label=r.label)
                 plotted.append(v)

@@ -6,9 +6,10 @@ import os
 SINGLE_SECTIONS = [
     ("Run", ["name", "seed", "profile", "mode", "block_size", "num_gpu_blocks",
              "enable_prefix_caching"]),
-    ("Requests", ["completed", "rejected", "total_input_tokens", "total_output_tokens",
-                  "duration", "request_throughput", "output_throughput",
-                  "total_token_throughput"]),
+    ("Requests", ["completed", "rejected", "aborted", "aborted_output_tokens",
+                  "total_input_tokens", "total_output_tokens", "duration", "request_throughput",
+                  "output_throughput", "total_token_throughput", "overloaded",
+                  "arrival_rate_per_s", "completion_rate_per_s"]),
     ("Latency (ms)", ["mean_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
                       "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "p99_e2el_ms",
                       "mean_queue_ms", "p99_queue_ms"]),
@@ -19,7 +20,8 @@ SINGLE_SECTIONS = [
                   "mean_num_waiting"]),
 ]
 UNITS = {"duration": "s", "request_throughput": "req/s", "output_throughput": "tok/s",
-         "total_token_throughput": "tok/s"}
+         "total_token_throughput": "tok/s", "arrival_rate_per_s": "req/s",
+         "completion_rate_per_s": "req/s"}
 PERCENT = ("prefix_cache_hit_rate", "first_lookup_hit_rate", "mean_kv_cache_usage_perc",
            "max_kv_cache_usage_perc")
 

@@ -234,6 +234,8 @@ def load_requests(path):
                 raise DataError("%s:%d: malformed row" % (path, line))
     out = {c: np.asarray(v, dtype=np.float64) for c, v in cols.items()}
     out["finish_reason"] = reasons
+    # Finished requests (length or stop): the ones latency statistics are over.
+    out["finished"] = np.array([r in ("length", "stop") for r in reasons], dtype=bool)
     return out if reasons else {}
 
 

@@ -68,9 +68,21 @@ def kv_breakdown(run, out, formats, max_points):
                   "Token slots of the pool by state (PagedAttention taxonomy)" + _note(steps))
 
 
+def _abort_times(run):
+    """Sorted times (s) of the run's client aborts (arrival + e2el of its `abort` rows)."""
+    req = run.requests()
+    if req is None:
+        return np.array([])
+    mask = np.array([r == "abort" for r in req["finish_reason"]], dtype=bool)
+    t = req["arrival_s"][mask] + req["e2el_ms"][mask] / 1000.0
+    return np.sort(t[np.isfinite(t)])
+
+
 def kv_usage_queue(run, out, formats, max_points):
     steps = _need_steps(run, max_points)
     x, xlabel = _time_axis(steps)
+    s = run.summary
+    overloaded = s.get("overloaded") is True
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 5.6), sharex=True)
     ax1.plot(x, steps["kv_cache_usage_perc"], color="#1f77b4", lw=1.2,
              label="KV cache usage (vLLM, cached-free counts as free)")
@@ -78,16 +90,33 @@ def kv_usage_queue(run, out, formats, max_points):
     percent_axis(ax1)
     ax1.set_ylabel("KV cache usage")
     ax1.legend(loc="lower right", frameon=False)
-    ax1.set_title("%s: KV cache usage and scheduler queues" % run.label)
+    ax1.set_title("%s: KV cache usage and scheduler queues%s"
+                  % (run.label, " (OVERLOADED)" if overloaded else ""))
     ax2.plot(x, steps["num_running"], color="#2ca02c", lw=1.2, label="running")
     ax2.plot(x, steps["num_waiting"], color="#d62728", lw=1.2, label="waiting")
+    caption = "vLLM's kv_cache_usage_perc, and running / waiting requests" + _note(steps)
+    aborts = _abort_times(run) if xlabel.startswith("simulated") else np.array([])
+    if aborts.size:
+        ax2.step(np.concatenate(([float(x[0])], aborts)), np.arange(aborts.size + 1),
+                 where="post", color="#9467bd", lw=1.2, label="aborted by clients (cumulative)")
+        caption += "; %s requests aborted by their clients (purple, cumulative)" % (
+            "{:,}".format(aborts.size))
+    if overloaded:
+        a, c = float(s.get("arrival_rate_per_s", 0)), float(s.get("completion_rate_per_s", 0))
+        lo, hi = s.get("overload_window_start_s"), s.get("overload_window_end_s")
+        if lo is not None and hi is not None:
+            ax2.axvspan(float(lo), float(hi), color="#d62728", alpha=0.08, lw=0)
+        ax2.text(0.01, 0.95, "overloaded: arrivals %.2f/s > completions %.2f/s (shaded: measured)"
+                 % (a, c), transform=ax2.transAxes, ha="left", va="top", color="#d62728",
+                 fontsize=9)
+        caption += ("; OVERLOADED: requests arrive at %.2f/s and complete at %.2f/s over the "
+                    "shaded window, the waiting queue grows through the run" % (a, c))
     ax2.set_ylabel("requests")
     ax2.set_ylim(bottom=0)
     ax2.set_xlabel(xlabel)
     ax2.legend(loc="upper right", frameon=False)
     save(fig, out, "kv_usage_queue", formats)
-    return Figure("kv_usage_queue", "KV usage, running and waiting",
-                  "vLLM's kv_cache_usage_perc, and running / waiting requests" + _note(steps))
+    return Figure("kv_usage_queue", "KV usage, running and waiting", caption)
 
 
 def _mark_run_value(ax, x_last, final):
@@ -175,14 +204,14 @@ def latency_cdfs(run, out, formats, max_points):
         if run.file("requests.csv"):
             raise Skipped("requests.csv in %s has no rows" % run.path)
         raise Skipped("no requests.csv in %s" % run.path)
-    if not np.any(np.isfinite(req["e2el_ms"])):
+    if not np.any(req["finished"] & np.isfinite(req["e2el_ms"])):
         if _cache_only(run):
             raise Skipped("no latencies in %s (cache_only mode does not time requests)" % run.path)
         raise Skipped("no finished request in %s (all %d rejected)" % (run.path,
                                                                       len(req["finish_reason"])))
     fig, axes = plt.subplots(2, 2, figsize=(10, 6.4))
     for ax, (col, name) in zip(axes.flat, LATENCIES):
-        finite = req[col][np.isfinite(req[col])]
+        finite = req[col][req["finished"] & np.isfinite(req[col])]
         v, y = cdf_points(finite)
         if v.size == 0:
             ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes)
@@ -202,9 +231,12 @@ def latency_cdfs(run, out, formats, max_points):
     fig.suptitle("%s: request latency distributions" % run.label)
     save(fig, out, "latency_cdf", formats)
     n_rej = sum(1 for r in req["finish_reason"] if r == "rejected")
+    n_abort = sum(1 for r in req["finish_reason"] if r == "abort")
+    excluded = ", ".join(t for t in ("%d rejected" % n_rej if n_rej else "",
+                                     "%d aborted" % n_abort if n_abort else "") if t)
     return Figure("latency_cdf", "Latency CDFs",
                   "TTFT, TPOT, E2E and queueing over finished requests"
-                  + (" (%d rejected requests excluded)" % n_rej if n_rej else ""))
+                  + (" (%s requests excluded)" % excluded if excluded else ""))
 
 
 def preemptions_evictions(run, out, formats, max_points):

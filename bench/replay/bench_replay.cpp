@@ -2,7 +2,11 @@
 // alone, on seeded generated traces in kvm and sched mode, for every V1 profile side by side (the
 // repetitions interleave the profiles, so that machine noise hits them alike). See bench/README.md.
 //
-//   bench_replay [--ops N] [--seed S] [--reps R] [--profile NAME]
+//   bench_replay [--ops N] [--seed S] [--reps R] [--profile NAME] [--write-v0-traces DIR]
+//
+// Modes: V1's kvm and sched traces (per V1 profile), and vLLM V0's sched-mode traces with
+// recompute (v0-rc) and swap (v0-sw) preemption (--write-v0-traces DIR saves those two files, for
+// replaying the same traces in vLLM's own code).
 
 #include <chrono>
 #include <cstdio>
@@ -14,10 +18,12 @@
 #include <string_view>
 #include <vector>
 
+#include "core/v0/scheduler.h"
 #include "core/v1/scheduler.h"
 #include "core/v1/v1_policy.h"
-#include "sim/replay/v1_replayer.h"
+#include "sim/replay/replayer.h"
 #include "trace_generator.h"
+#include "v0_trace_generator.h"
 
 using namespace kvsim;
 using namespace kvsim::bench;
@@ -33,11 +39,11 @@ double seconds_since(Clock::time_point t0) {
 double time_end_to_end(const std::string& text, Profile profile, std::int64_t& errors) {
   std::FILE* sink = std::fopen("/dev/null", "wb");
   const auto t0 = Clock::now();
-  V1Replayer replayer(profile);
+  const std::unique_ptr<Replayer> replayer = make_replayer(profile, ReplayOptions{});
   OutBuf out;
   std::size_t start = 0;
   for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
-    replayer.process_line(std::string_view(text).substr(start, nl - start), out);
+    replayer->process_line(std::string_view(text).substr(start, nl - start), out);
     if (out.size() >= (1 << 20)) {
       std::fwrite(out.data(), 1, out.size(), sink);
       out.clear();
@@ -46,7 +52,7 @@ double time_end_to_end(const std::string& text, Profile profile, std::int64_t& e
   std::fwrite(out.data(), 1, out.size(), sink);
   const double s = seconds_since(t0);
   std::fclose(sink);
-  errors = replayer.num_errors();
+  errors = replayer->num_errors();
   return s;
 }
 
@@ -136,6 +142,56 @@ double time_core_sched(const SchedTrace& t, Profile profile) {
   return seconds_since(t0);
 }
 
+/// The V0 trace's ops on the V0 Scheduler through EngineCore (the simulator's path; its clock
+/// ticks once per schedule from 0, as the trace's does).
+double time_core_v0(const V0SchedTrace& t) {
+  const auto t0 = Clock::now();
+  v0::V0Config c;
+  c.block_size = t.block_size;
+  c.num_gpu_blocks = t.num_gpu_blocks;
+  c.num_cpu_blocks = t.num_cpu_blocks;
+  c.enable_prefix_caching = !t.swap;
+  c.max_num_seqs = t.max_num_seqs;
+  c.max_num_batched_tokens = t.max_num_batched_tokens;
+  c.max_model_len = t.max_model_len;
+  if (t.swap) c.preemption_mode = v0::PreemptionMode::kSwap;
+  v0::Scheduler sched(c);
+  std::vector<std::unique_ptr<Request>> reqs;
+  SchedulerOutput out;
+  std::vector<RequestOutput> outputs;
+  for (const V0SchedOp& op : t.ops) {
+    switch (op.kind) {
+      case V0SchedOp::Kind::kAdd: {
+        SamplingLimits lim;
+        lim.max_tokens = op.max_tokens;
+        if (reqs.size() <= static_cast<std::size_t>(op.req))
+          reqs.resize(static_cast<std::size_t>(op.req) + 1);
+        reqs[static_cast<std::size_t>(op.req)] = std::make_unique<Request>(op.req, op.prompt, lim);
+        sched.add_request(*reqs[static_cast<std::size_t>(op.req)]);
+        break;
+      }
+      case V0SchedOp::Kind::kSchedule:
+        sched.schedule(out);
+        break;
+      case V0SchedOp::Kind::kUpdate:
+        for (const ScheduledRequest& s : out.scheduled)
+          s.request->sampled_token =
+              static_cast<Token>((s.request->num_tokens() * t.rule_mul + t.rule_add) % t.rule_mod);
+        sched.update_from_output(outputs);
+        for (const RequestOutput& o : outputs)
+          if (o.finished) reqs[static_cast<std::size_t>(o.request->index())].reset();
+        for (Request* r : out.ignored) reqs[static_cast<std::size_t>(r->index())].reset();
+        break;
+      case V0SchedOp::Kind::kAbort: {
+        auto& r = reqs[static_cast<std::size_t>(op.req)];
+        if (r && sched.abort_request(*r)) r.reset();
+        break;
+      }
+    }
+  }
+  return seconds_since(t0);
+}
+
 double time_cli(const std::string& text, Profile profile, const char* tag) {
   const auto path =
       std::filesystem::temp_directory_path() / (std::string("kvsim_bench_") + tag + ".jsonl");
@@ -176,6 +232,7 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 1;
   int reps = 5;
   std::vector<Profile> profs;
+  std::string v0_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view a = argv[i];
     if (a == "--ops") {
@@ -184,6 +241,8 @@ int main(int argc, char** argv) {
       seed = std::strtoull(argv[i + 1], nullptr, 10);
     } else if (a == "--reps") {
       reps = std::atoi(argv[i + 1]);
+    } else if (a == "--write-v0-traces") {
+      v0_dir = argv[i + 1];
     } else if (a == "--profile") {
       const auto p = find_profile(argv[i + 1]);
       if (!p) {
@@ -206,7 +265,7 @@ int main(int argc, char** argv) {
   const SchedTrace sch = generate_sched_trace(seed, num_ops);
   std::printf("bench_replay: seed %llu, best of %d runs (profiles interleaved), one core\n",
               static_cast<unsigned long long>(seed), reps);
-  std::printf("%-11s %-6s %10s %8s %14s %14s %14s\n", "profile", "mode", "ops", "MB", "e2e ops/s",
+  std::printf("%-13s %-6s %10s %8s %14s %14s %14s\n", "profile", "mode", "ops", "MB", "e2e ops/s",
               "cli ops/s", "core ops/s");
   for (int mode = 0; mode < 2; ++mode) {
     const auto text = [&](std::size_t p) -> const std::string& {
@@ -229,11 +288,36 @@ int main(int argc, char** argv) {
         return 1;
       }
       const auto ops = static_cast<double>(mode == 0 ? kvm[p].ops.size() : sch.ops.size());
-      std::printf("%-11s %-6s %10.0f %8.1f %14.0f %14.0f %14.0f%s\n", profile_name(profs[p]),
+      std::printf("%-13s %-6s %10.0f %8.1f %14.0f %14.0f %14.0f%s\n", profile_name(profs[p]),
                   mode == 0 ? "kvm" : "sched", ops, static_cast<double>(text(p).size()) / 1e6,
                   ops / e2e[p], ops / cli[p], ops / core[p], errors[p] ? "  (ERROR LINES!)" : "");
       if (errors[p]) return 1;
     }
+  }
+  for (int mode = 0; mode < 2; ++mode) {
+    const V0SchedTrace v0t = generate_v0_sched_trace(seed, num_ops, /*swap=*/mode == 1);
+    const char* tag = mode == 0 ? "v0-rc" : "v0-sw";
+    if (!v0_dir.empty()) {
+      std::ofstream o(std::filesystem::path(v0_dir) / (std::string(tag) + ".jsonl"),
+                      std::ios::binary);
+      o << v0t.text;
+    }
+    const auto ops = static_cast<double>(v0t.ops.size());
+    std::int64_t errors = 0;
+    const Profile v0p = Profile::kVllm072V0;
+    const double e2e =
+        best_of(reps, 1, [&](std::size_t) { return time_end_to_end(v0t.text, v0p, errors); })[0];
+    const double cli =
+        best_of(reps, 1, [&](std::size_t) { return time_cli(v0t.text, v0p, tag); })[0];
+    const double core = best_of(reps, 1, [&](std::size_t) { return time_core_v0(v0t); })[0];
+    if (cli < 0) {
+      std::fprintf(stderr, "bench_replay: kvsim replay failed on the %s trace\n", tag);
+      return 1;
+    }
+    std::printf("%-13s %-6s %10.0f %8.1f %14.0f %14.0f %14.0f%s\n", profile_name(v0p), tag, ops,
+                static_cast<double>(v0t.text.size()) / 1e6, ops / e2e, ops / cli, ops / core,
+                errors ? "  (ERROR LINES!)" : "");
+    if (errors) return 1;
   }
   return 0;
 }

@@ -42,6 +42,8 @@ class RingDeque {
   T& operator[](std::size_t i) { return buf_[(head_ + i) & (buf_.size() - 1)]; }
   const T& front() const { return (*this)[0]; }
   T& front() { return (*this)[0]; }
+  const T& back() const { return (*this)[size_ - 1]; }
+  T& back() { return (*this)[size_ - 1]; }
   const_iterator begin() const { return {this, 0}; }
   const_iterator end() const { return {this, size_}; }
 
@@ -61,6 +63,15 @@ class RingDeque {
     KVSIM_ASSERT(size_ > 0, "pop_front on an empty queue");
     head_ = (head_ + 1) & (buf_.size() - 1);
     --size_;
+  }
+  void pop_back() {
+    KVSIM_ASSERT(size_ > 0, "pop_back on an empty queue");
+    --size_;
+  }
+  /// Removes every element (the ring keeps its capacity). O(1).
+  void clear() {
+    head_ = 0;
+    size_ = 0;
   }
   /// Removes element i, keeping the order of the others. O(size).
   void erase_at(std::size_t i) {

@@ -19,13 +19,16 @@ enum class EventKind : std::uint8_t {
   kArrival,       // a request arrives (payload: the simulator's pending-arrival slot)
   kScheduleStep,  // try to start a step (after everything else at the same instant)
   kUser,          // tests and extensions
+  kClientAbort,   // a client gives up on its request (payload: the simulator's slot and generation)
 };
 
-/// Priorities used by the simulator at equal times: a step's end is handled before arrivals at
-/// the same instant, and the next step is scheduled after both.
+/// Priorities used by the simulator at equal times: a step's end is handled first (its tokens are
+/// delivered and the requests it finished are done), then client aborts, then arrivals, and the
+/// next step is scheduled after all of them.
 inline constexpr std::int32_t kPriorityStepEnd = 0;
-inline constexpr std::int32_t kPriorityArrival = 1;
-inline constexpr std::int32_t kPriorityScheduleStep = 2;
+inline constexpr std::int32_t kPriorityClientAbort = 1;
+inline constexpr std::int32_t kPriorityArrival = 2;
+inline constexpr std::int32_t kPriorityScheduleStep = 3;
 
 struct Event {
   SimTimeNs time_ns = 0;

@@ -9,18 +9,9 @@
 
 namespace kvsim {
 
-struct Simulator::Live {
-  RequestSpec spec;  // prompt moved into `request` while live
-  std::unique_ptr<Request> request;
-  SimTimeNs first_scheduled_ns = -1;
-  SimTimeNs first_token_ns = -1;
-  SimTimeNs last_token_ns = -1;
-  std::int64_t first_lookup_hit_tokens = 0;
-  std::vector<Token> outputs;  // the tokens it will generate, made at admission
-};
-
 Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn step_time)
     : scenario_(scenario),
+      admission_(server_admission(scenario.engine.profile)),
       source_(source),
       step_time_(std::move(step_time)),
       vocab_size_(scenario_vocab_size(scenario)) {
@@ -40,159 +31,11 @@ void Simulator::run() {
   for (StepObserver* o : observers_) o->on_simulation_end(engine_.now(), *core_);
 }
 
-// ---- arrivals -------------------------------------------------------------------------------
-
-void Simulator::queue_arrival(RequestSpec spec, bool open_loop) {
-  std::int64_t slot;
-  if (!free_pending_.empty()) {
-    slot = free_pending_.back();
-    free_pending_.pop_back();
-    pending_[static_cast<std::size_t>(slot)] = std::move(spec);
-    pending_open_loop_[static_cast<std::size_t>(slot)] = open_loop;
-  } else {
-    slot = static_cast<std::int64_t>(pending_.size());
-    pending_.push_back(std::move(spec));
-    pending_open_loop_.push_back(open_loop);
-  }
-  const SimTimeNs t = std::max(pending_[static_cast<std::size_t>(slot)].arrival_ns, engine_.now());
-  engine_.schedule(t, kPriorityArrival, EventKind::kArrival, slot);
-}
-
-void Simulator::pull_next_open_loop() {
-  if (open_loop_done_) return;
-  std::optional<RequestSpec> next = source_.next();
-  if (!next) {
-    open_loop_done_ = true;
-    return;
-  }
-  queue_arrival(std::move(*next), true);
-}
-
-namespace {
-bool stops_at_eos(const RequestSpec& spec) { return !spec.ignore_eos && spec.eos_token_id; }
-}  // namespace
-
-std::int64_t Simulator::final_output_tokens(const RequestSpec& spec) const {
-  const std::int64_t n =
-      std::min<std::int64_t>(spec.max_tokens, scenario_.scheduler.max_model_len -
-                                                  spec.num_prompt_tokens());
-  return std::max<std::int64_t>(n, 1);
-}
-
-FinishReason Simulator::final_reason(const RequestSpec& spec) const {
-  // vLLM checks the length cap before EOS: an EOS that lands on max_model_len is a "length".
-  const bool capped = spec.num_prompt_tokens() + final_output_tokens(spec) >=
-                      scenario_.scheduler.max_model_len;
-  return stops_at_eos(spec) && !capped ? FinishReason::kStop : FinishReason::kLength;
-}
-
-SamplingLimits Simulator::sampling_limits(const RequestSpec& spec) const {
-  SamplingLimits limits;
-  // Stopping at EOS: no client max_tokens, so vLLM's default (the rest of the context).
-  limits.max_tokens = stops_at_eos(spec) ? scenario_.scheduler.max_model_len -
-                                               spec.num_prompt_tokens()
-                                         : spec.max_tokens;
-  limits.ignore_eos = spec.ignore_eos;
-  limits.eos_token_id = spec.eos_token_id;
-  return limits;
-}
-
-void Simulator::generated_tokens(const RequestSpec& spec, std::int64_t n,
-                                 std::vector<Token>& out) const {
-  out.resize(static_cast<std::size_t>(n));
-  fill_output_tokens(out.data(), spec.output_seed, n, vocab_size_, spec.eos_token_id.value_or(-1));
-  if (stops_at_eos(spec) && n >= spec.max_tokens)
-    out[static_cast<std::size_t>(spec.max_tokens - 1)] = *spec.eos_token_id;
-}
-
-bool Simulator::reject_if_invalid(const RequestSpec& spec) {
-  const auto prompt = spec.num_prompt_tokens();
-  if (prompt > 0 && spec.max_tokens >= 1 &&
-      prompt + spec.max_tokens <= scenario_.scheduler.max_model_len &&
-      core_->admission_error(prompt, prompt + final_output_tokens(spec)) == nullptr)
-    return false;
-  RequestRecord rec;
-  rec.request_id = spec.id;
-  rec.arrival_ns = spec.arrival_ns;
-  rec.prompt_tokens = prompt;
-  rec.reason = FinishReason::kRejected;
-  request_done(rec);
-  return true;
-}
-
-void Simulator::request_done(const RequestRecord& rec) {
-  ++requests_done_;
-  for (StepObserver* o : observers_) o->on_request_done(rec);
-}
-
-void Simulator::on_arrival(std::int64_t pending_slot) {
-  RequestSpec spec = std::move(pending_[static_cast<std::size_t>(pending_slot)]);
-  free_pending_.push_back(pending_slot);
-  if (!reject_if_invalid(spec)) {
-    std::int64_t slot;
-    if (!free_slots_.empty()) {
-      slot = free_slots_.back();
-      free_slots_.pop_back();
-    } else {
-      slot = static_cast<std::int64_t>(live_.size());
-      live_.emplace_back();
-      final_kv_tokens_.push_back(0);
-      request_ids_.push_back(0);
-    }
-    const auto s = static_cast<std::size_t>(slot);
-    Live& l = live_[s];
-    final_kv_tokens_[s] = spec.num_prompt_tokens() + final_output_tokens(spec) - 1;
-    request_ids_[s] = spec.id;
-    l.spec = std::move(spec);
-    l.request.reset();
-    l.first_scheduled_ns = l.first_token_ns = l.last_token_ns = -1;
-    l.first_lookup_hit_tokens = 0;
-    unadmitted_.push_back(slot);  // the scheduler's waiting queue gets it in admit_waiting()
-  }
-  if (!step_in_flight_ && !schedule_queued_) {
-    schedule_queued_ = true;
-    engine_.schedule(engine_.now(), kPriorityScheduleStep, EventKind::kScheduleStep);
-  }
-}
-
-void Simulator::admit(std::int64_t slot) {
-  const auto s = static_cast<std::size_t>(slot);
-  Live& l = live_[s];
-  RequestSpec& spec = l.spec;
-  spec.materialize_prompt();
-  const std::int64_t num_outputs = final_output_tokens(spec);
-  generated_tokens(spec, num_outputs, l.outputs);
-  SamplingLimits limits = sampling_limits(spec);  // before the prompt moves
-  // Room for exactly the tokens it will generate (a stop-at-EOS request's max_tokens is the
-  // rest of the context).
-  l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits),
-                                        std::vector<MMPlaceholder>{}, num_outputs);
-  l.request->oracle_final_num_tokens = l.request->num_tokens() + num_outputs;
-  // Size the per-request tables once: the step loop then never grows them.
-  core_->reserve_request(*l.request, final_kv_tokens_[s] + 1);
-  spec.prompt.clear();
-  core_->add_request(*l.request);
-}
-
-void Simulator::admit_waiting() {
-  // One schedule() looks at most at the first max_num_seqs - running waiting requests: it stops
-  // before looking at one more once running reaches max_num_seqs, and at the first that does not
-  // fit (which is then within that count too). Arrivals beyond those wait here, in arrival order,
-  // with their prompts unmade.
-  const EngineCore& eng = *core_;
-  const std::int64_t examined = std::max<std::int64_t>(
-      scenario_.scheduler.max_num_seqs - static_cast<std::int64_t>(eng.running().size()), 0);
-  while (!unadmitted_.empty() && eng.num_waiting() < examined) {
-    admit(unadmitted_.front());
-    unadmitted_.pop_front();
-  }
-}
+// ---- timed mode -----------------------------------------------------------------------------
 
 std::int64_t Simulator::num_waiting() const {
-  return core_->num_waiting() + static_cast<std::int64_t>(unadmitted_.size());
+  return core_->num_waiting() + static_cast<std::int64_t>(unadmitted_.size()) - unadmitted_gone_;
 }
-
-// ---- timed mode -----------------------------------------------------------------------------
 
 void Simulator::fail_cannot_fit(const Request& r) const {
   const std::int64_t bs = scenario_.cache.sizing.block_size;
@@ -268,23 +111,30 @@ void Simulator::end_step() {
   EngineCore& eng = *core_;
   const SimTimeNs now = engine_.now();
   eng.update_from_output(outputs_);
+  // The tokens of requests whose clients are gone are computed but not delivered (vLLM's output
+  // processor drops them): observers see the others.
+  if (!pending_aborts_.empty()) {
+    delivered_.clear();
+    for (const RequestOutput& o : outputs_)
+      if (!live_[static_cast<std::size_t>(o.request->index())].client_gone) delivered_.push_back(o);
+  }
+  const std::vector<RequestOutput>& delivered = pending_aborts_.empty() ? outputs_ : delivered_;
   prev_token_ns_.clear();
-  for (const RequestOutput& o : outputs_) {
+  for (const RequestOutput& o : delivered) {
     Live& l = live_[static_cast<std::size_t>(o.request->index())];
     prev_token_ns_.push_back(l.last_token_ns);
     if (l.first_token_ns < 0) l.first_token_ns = now;
     l.last_token_ns = now;
   }
   StepView& v = view_;
-  v.outputs = outputs_;
+  v.outputs = delivered;
   v.prev_token_ns = prev_token_ns_;
   v.request_id_of_index = request_ids_;
   v.num_waiting = num_waiting();
   for (StepObserver* o : observers_) o->on_step(v);
   step_in_flight_ = false;
   ++step_;
-  if (check_invariants_) eng.check_invariants();
-  for (const RequestOutput& o : outputs_) {
+  for (const RequestOutput& o : delivered) {
     if (!o.finished) continue;
     const RequestStatus st = o.request->status;
     finish_request(o.request->index(), st == RequestStatus::kFinishedStopped ? FinishReason::kStop
@@ -292,6 +142,13 @@ void Simulator::end_step() {
                                            ? FinishReason::kAbort
                                            : FinishReason::kLength);
   }
+  // Then the aborts that came during the step (a request the step finished is already free).
+  for (const std::int64_t slot : pending_aborts_) {
+    core_->abort_request(*live_[static_cast<std::size_t>(slot)].request);
+    release_slot(slot, true);
+  }
+  pending_aborts_.clear();
+  if (check_invariants_) eng.check_invariants();
   // The next step starts now, after whatever else is due at this instant (arrivals): when
   // nothing is, start it here instead of through the queue (the same order, one event less).
   if (engine_.empty() || engine_.peek().time_ns > now) {
@@ -300,38 +157,6 @@ void Simulator::end_step() {
   }
   schedule_queued_ = true;
   engine_.schedule(now, kPriorityScheduleStep, EventKind::kScheduleStep);
-}
-
-void Simulator::finish_request(std::int64_t slot, FinishReason reason) {
-  const auto s = static_cast<std::size_t>(slot);
-  Live& l = live_[s];
-  Request& r = *l.request;
-  RequestRecord rec;
-  rec.request_id = l.spec.id;
-  rec.arrival_ns = l.spec.arrival_ns;
-  rec.prompt_tokens = r.num_prompt_tokens();
-  rec.output_tokens = r.num_output_tokens();
-  rec.first_scheduled_ns = l.first_scheduled_ns;
-  rec.first_token_ns = l.first_token_ns;
-  rec.finish_ns = engine_.now();
-  rec.first_lookup_hit_tokens = l.first_lookup_hit_tokens;
-  rec.num_preemptions = r.num_preemptions;
-  rec.reason = reason;
-  request_done(rec);
-  // Give the spec its prompt back for the source (multi-turn builds the next turn from it):
-  // the request's own buffer, cut after the prompt once the outputs are copied out.
-  // (Its outputs are the first num_output_tokens of l.outputs, which it sampled.)
-  const auto num_prompt = static_cast<std::size_t>(r.num_prompt_tokens());
-  const auto num_outputs = static_cast<std::size_t>(r.num_output_tokens());
-  std::vector<Token> toks = r.take_token_ids();
-  toks.resize(num_prompt);
-  l.spec.prompt = std::move(toks);
-  std::optional<RequestSpec> follow = source_.on_finished(
-      l.spec, engine_.now(), std::span<const Token>(l.outputs).first(num_outputs));
-  l.request.reset();
-  l.spec = RequestSpec{};
-  free_slots_.push_back(slot);
-  if (follow) queue_arrival(std::move(*follow), false);
 }
 
 void Simulator::check_interrupt() const {
@@ -369,17 +194,20 @@ void Simulator::run_timed() {
       case EventKind::kScheduleStep:
         start_step();
         break;
+      case EventKind::kClientAbort:
+        on_client_timeout(ev->payload);
+        break;
       case EventKind::kUser:
         break;
     }
     if (++n % progress_every_ == 0) report_progress();
     // Every event (one load): a signal must stop even a run of slow steps (kvsim validate).
-    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]] check_interrupt();
+    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]]
+      check_interrupt();
   }
   KVSIM_ASSERT(unadmitted_.empty(), "arrivals left unadmitted after the last step");
   if (core_->num_unfinished_requests() > 0) {
-    const Request* r = core_->num_waiting() > 0 ? core_->first_waiting()
-                                                  : core_->running().front();
+    const Request* r = core_->num_waiting() > 0 ? core_->first_waiting() : core_->running().front();
     fail_cannot_fit(*r);
   }
   report_progress();
@@ -398,9 +226,13 @@ void Simulator::run_cache_only() {
     RequestSpec spec = std::move(pending_[ps]);
     free_pending_.push_back(ev->payload);
     if (open_loop) pull_next_open_loop();
-    if (reject_if_invalid(spec)) continue;
+    const std::optional<OutputPlan> plan = plan_outputs(spec);
+    if (!plan) {
+      reject(spec);
+      continue;
+    }
     spec.materialize_prompt();
-    SamplingLimits limits = sampling_limits(spec);  // before the prompt moves
+    SamplingLimits limits = sampling_limits(spec, *plan);
     Request req(0, std::move(spec.prompt), std::move(limits), {},
                 /*output_capacity=*/0);  // never decodes
     const std::int64_t computed = core_->cache_only_request(req);
@@ -410,15 +242,16 @@ void Simulator::run_cache_only() {
     rec.request_id = spec.id;
     rec.arrival_ns = spec.arrival_ns;
     rec.prompt_tokens = spec.num_prompt_tokens();
-    rec.output_tokens = final_output_tokens(spec);
+    rec.output_tokens = plan->num_outputs;
     rec.first_lookup_hit_tokens = computed;
-    rec.reason = final_reason(spec);
+    rec.reason = plan->reason;
     request_done(rec);
     generated_tokens(spec, rec.output_tokens, outputs);
     std::optional<RequestSpec> follow = source_.on_finished(spec, engine_.now(), outputs);
     if (follow) queue_arrival(std::move(*follow), false);
     if (++n % progress_every_ == 0) report_progress();
-    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]] check_interrupt();
+    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]]
+      check_interrupt();
   }
   report_progress();
 }

@@ -4,18 +4,26 @@
 // Timed mode, each step: Scheduler::schedule() -> step duration from the latency model (batch
 // features of the scheduled requests) -> step-end event -> each request that catches up gets
 // its next generated token (output_token(output_seed, i, vocab), or EOS where the request stops
-// at EOS: see RequestSpec::max_tokens) as its sampled token -> update_from_output() -> observers ->
-// finished requests are reported and may spawn follow-up turns (RequestSource::on_finished).
+// at EOS: see RequestSpec::output_tokens) as its sampled token -> update_from_output() -> observers
+// -> finished requests are reported and may spawn follow-up turns (RequestSource::on_finished).
 // Arrivals during a step join waiting and are seen by the next schedule(); the scheduler's queue
 // gets them (and their prompts get their tokens) only when they come within the first
 // max_num_seqs - running waiting requests, all a schedule() can look at, so a deep queue costs no
-// token memory; observers still count the whole queue (StepView::num_waiting). A request with
-// prompt + max_tokens > max_model_len (or an empty prompt) is rejected at arrival, as vLLM's
-// OpenAI server does, and so is one the engine says it can never admit
-// (EngineCore::admission_error: a contiguous reservation larger than the pool). Each request
-// gets its final length (Request::oracle_final_num_tokens) for the engines that play an oracle.
-// A step that can schedule nothing while requests wait and none run means a request can never
-// fit: the run fails with RunError naming it.
+// token memory; observers still count the whole queue (StepView::num_waiting). At its arrival a
+// request is refused, or given the engine's max_tokens, by the profile's ServerAdmission rule
+// (as vLLM's OpenAI server does: sim/engine/server_admission.h), and refused too when the engine
+// says it can never admit it (EngineCore::admission_error: a contiguous reservation larger than
+// the pool). Each request gets its final length (Request::oracle_final_num_tokens) for the
+// engines that play an oracle. A step that can schedule nothing while requests wait and none run
+// means a request can never fit: the run fails with RunError naming it.
+//
+// Client aborts (RequestSpec::client_timeout_ns): a request not finished that long after its
+// arrival is aborted at that instant, as when its client closes the connection. Its row is
+// written then (finish_reason abort, the tokens delivered so far); vLLM's EngineCore takes the
+// abort between steps, so the scheduler frees it (finish_requests(FINISHED_ABORTED)) at once when
+// no step is in flight, else when the step in flight ends, before the next schedule(): that step
+// still computes it, and its token is not delivered. At one instant a step's end comes first: a
+// request that step finishes is not aborted, and the token it gets is delivered.
 //
 // cache_only mode (hit-rate studies): requests in arrival order, one at a time, through the same
 // KVCacheManager: lookup (get_computed_blocks, with the scheduler's full-hit last-block rule),
@@ -33,9 +41,10 @@
 
 #include "core/common/ring_deque.h"
 #include "core/engine_api.h"
+#include "sim/config/scenario.h"
 #include "sim/engine/engine.h"
 #include "sim/engine/observer.h"
-#include "sim/config/scenario.h"
+#include "sim/engine/server_admission.h"
 #include "sim/workload/workload.h"
 
 namespace kvsim {
@@ -86,10 +95,16 @@ class Simulator {
   const std::vector<std::int64_t>& final_kv_tokens() const { return final_kv_tokens_; }
 
  private:
-  struct Live;
   void run_timed();
   void run_cache_only();
   void queue_arrival(RequestSpec spec, bool open_loop);
+  /// The client of the request in live slot `payload & 0xffffffff` gives up (if it is still that
+  /// request: the high half is its generation).
+  void on_client_timeout(std::int64_t payload);
+  /// Frees live slot `slot` for reuse, its request and spec; on_dropped tells the source.
+  void release_slot(std::int64_t slot, bool dropped);
+  /// The requests.csv row of live slot `slot` finishing now for `reason`.
+  RequestRecord record_of(std::int64_t slot, FinishReason reason) const;
   void pull_next_open_loop();
   void on_arrival(std::int64_t pending_slot);
   /// Makes the request of live slot `slot` (its prompt's tokens too) and appends it to the
@@ -103,18 +118,41 @@ class Simulator {
   void end_step();
   void finish_request(std::int64_t slot, FinishReason reason);
   void request_done(const RequestRecord& rec);
-  bool reject_if_invalid(const RequestSpec& spec);
-  std::int64_t final_output_tokens(const RequestSpec& spec) const;
-  FinishReason final_reason(const RequestSpec& spec) const;
-  /// The request's SamplingLimits (a stop-at-EOS request gets vLLM's default max_tokens).
-  SamplingLimits sampling_limits(const RequestSpec& spec) const;
-  /// The first n tokens `spec` generates, into `out`: output_token's, with the EOS token last
-  /// where the request stops at EOS.
+  /// How an admitted request ends: the engine's max_tokens, the tokens it generates and why it
+  /// stops.
+  struct OutputPlan {
+    std::int64_t max_tokens = 1;
+    std::int64_t num_outputs = 1;
+    FinishReason reason = FinishReason::kLength;
+  };
+  /// The plan of `spec` under the server's rule, or nullopt when the server refuses it (or the
+  /// engine: EngineCore::admission_error).
+  std::optional<OutputPlan> plan_outputs(const RequestSpec& spec) const;
+  /// Records `spec` as refused at its arrival.
+  void reject(const RequestSpec& spec);
+  /// The request's SamplingLimits (max_tokens: the engine's, from the plan).
+  static SamplingLimits sampling_limits(const RequestSpec& spec, const OutputPlan& plan);
+  /// The first n tokens `spec` generates, into `out`: output_token's, with the EOS token at
+  /// position output_tokens - 1 where the request stops at EOS.
   void generated_tokens(const RequestSpec& spec, std::int64_t n, std::vector<Token>& out) const;
   [[noreturn]] void fail_cannot_fit(const Request& r) const;
+  /// A request between its arrival and its end, in its slot of live_.
+  struct Live {
+    RequestSpec spec;                  // prompt moved into `request` while live
+    std::unique_ptr<Request> request;  // null until admitted into the scheduler's waiting queue
+    SimTimeNs first_scheduled_ns = -1;
+    SimTimeNs first_token_ns = -1;
+    SimTimeNs last_token_ns = -1;
+    std::int64_t first_lookup_hit_tokens = 0;
+    OutputPlan plan;               // from the server's rule at arrival
+    std::vector<Token> outputs;    // the tokens it will generate, made at admission
+    std::uint32_t generation = 0;  // bumped when the slot is released (timeout events carry it)
+    bool client_gone = false;      // aborted by its client; the engine may still hold it
+  };
   void report_progress();
 
   const Scenario& scenario_;
+  ServerAdmission admission_;
   RequestSource& source_;
   StepTimeFn step_time_;
   std::int32_t vocab_size_;  // generated tokens lie in [0, vocab_size_)
@@ -138,7 +176,10 @@ class Simulator {
   std::vector<RequestSpec> pending_;           // arrivals not yet happened
   std::vector<bool> pending_open_loop_;        // from source.next() (else a follow-up turn)
   std::vector<std::int64_t> free_pending_;
-  RingDeque<std::int64_t> unadmitted_;  // live slots that arrived, behind the waiting queue
+  RingDeque<std::int64_t> unadmitted_;        // live slots that arrived, behind the waiting queue
+  std::int64_t unadmitted_gone_ = 0;          // of those, aborted by their clients (skipped)
+  std::vector<std::int64_t> pending_aborts_;  // slots the engine aborts when the step ends
+  std::vector<RequestOutput> delivered_;      // outputs_ less those of aborted requests
   bool open_loop_done_ = false;
 
   bool step_in_flight_ = false;
@@ -154,6 +195,5 @@ class Simulator {
 
 /// The vocabulary generated and synthetic tokens are drawn from: the model's, else 32,000.
 std::int32_t scenario_vocab_size(const Scenario& scenario);
-
 
 }  // namespace kvsim

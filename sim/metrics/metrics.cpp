@@ -151,6 +151,7 @@ void MetricsCollector::on_step(const StepView& v) {
   const auto batch = static_cast<std::int64_t>(out.scheduled.size());
 
   ++num_steps_;
+  overload_.on_step(v);
   sum_usage_ += usage;
   max_usage_ = std::max(max_usage_, usage);
   sum_running_ += static_cast<double>(running);
@@ -222,12 +223,20 @@ void MetricsCollector::record_pending(const EngineCore& e) {
 void MetricsCollector::on_request_done(const RequestRecord& r) {
   if (first_arrival_ns_ < 0 || r.arrival_ns < first_arrival_ns_) first_arrival_ns_ = r.arrival_ns;
   if (sink_) sink_->on_request_record(r);
+  overload_.on_request_done(r);
   if (r.reason == FinishReason::kRejected) {
     ++rejected_;
     return;
   }
   if (r.reason == FinishReason::kAbort) {
+    // As vLLM v0.7.2 counts an aborted request (vllm/v1/engine/output_processor.py,
+    // v1/metrics/stats.py): its delivered tokens count as generated tokens and its first token's
+    // latency is observed, but it is no success, and none of the finished requests' statistics
+    // (benchmark_serving's latencies and throughputs, the e2e/queue/length histograms) include it.
     ++aborted_;
+    aborted_output_tokens_ += r.output_tokens;
+    if (prom_ && r.first_token_ns >= 0)
+      h_ttft_.observe(static_cast<double>(r.first_token_ns - r.arrival_ns) / 1e9);
     return;
   }
   ++completed_;
@@ -276,6 +285,14 @@ std::string MetricsCollector::summary_json(const std::string& header) {
   i64("completed", completed_);
   i64("rejected", rejected_);
   i64("aborted", aborted_);
+  if (aborted_ > 0) i64("aborted_output_tokens", aborted_output_tokens_);
+  if (const OverloadDetector::Verdict ov = overload_.verdict(); ov.overloaded) {
+    o += "  \"overloaded\": true,\n";
+    f6("arrival_rate_per_s", ov.arrival_rate_per_s);
+    f6("completion_rate_per_s", ov.completion_rate_per_s);
+    f9("overload_window_start_s", static_cast<double>(ov.window_start_ns) / 1e9);
+    f9("overload_window_end_s", static_cast<double>(ov.window_end_ns) / 1e9);
+  }
   i64("total_input_tokens", total_input_);
   i64("total_output_tokens", total_output_);
   const double duration_s = completed_ > 0 && last_finish_ns_ > first_arrival_ns_

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sim/engine/observer.h"
+#include "sim/metrics/overload.h"
 
 namespace kvsim {
 
@@ -103,6 +104,9 @@ class MetricsCollector : public StepObserver {
   /// The number of requests completed so far (for progress).
   std::int64_t completed() const { return completed_; }
   std::int64_t rejected() const { return rejected_; }
+  std::int64_t aborted() const { return aborted_; }
+  /// Whether the run so far is overloaded (sim/metrics/overload.h), with its rates.
+  OverloadDetector::Verdict overload() const { return overload_.verdict(); }
   std::int64_t num_steps() const { return num_steps_; }
 
  private:
@@ -113,6 +117,8 @@ class MetricsCollector : public StepObserver {
 
   // Requests.
   std::int64_t completed_ = 0, rejected_ = 0, aborted_ = 0;
+  std::int64_t aborted_output_tokens_ = 0;  // delivered before the aborts
+  OverloadDetector overload_;
   std::int64_t total_input_ = 0, total_output_ = 0;
   std::int64_t first_lookup_hits_ = 0, first_lookup_prompt_ = 0;
   SimTimeNs first_arrival_ns_ = -1, last_finish_ns_ = -1;

@@ -171,12 +171,15 @@ void CsvRecordWriter::on_request_record(const RequestRecord& r) {
   l += ',';
   if (timed) append_ms(l, r.first_token_ns - r.arrival_ns);
   l += ',';
-  if (timed && r.output_tokens > 1 && r.finish_ns >= 0)
+  // An aborted request: e2el and queue up to the abort, no TPOT (its last token is not its end).
+  const bool aborted = r.reason == FinishReason::kAbort;
+  if (timed && !aborted && r.output_tokens > 1 && r.finish_ns >= 0)
     append_ms(l, (r.finish_ns - r.first_token_ns) / (r.output_tokens - 1));
   l += ',';
-  if (timed && r.finish_ns >= 0) append_ms(l, r.finish_ns - r.arrival_ns);
+  if ((timed || aborted) && r.finish_ns >= 0) append_ms(l, r.finish_ns - r.arrival_ns);
   l += ',';
-  if (r.first_scheduled_ns >= 0 && timed) append_ms(l, r.first_scheduled_ns - r.arrival_ns);
+  if (r.first_scheduled_ns >= 0 && (timed || aborted))
+    append_ms(l, r.first_scheduled_ns - r.arrival_ns);
   l += ',';
   append_int(l, r.first_lookup_hit_tokens);
   l += ',';

@@ -81,6 +81,8 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
   result.num_steps = sim.num_steps();
   result.requests_done = sim.requests_done();
   result.end_ns = sim.now();
+  if (const OverloadDetector::Verdict ov = metrics.overload(); ov.overloaded)
+    result.warnings.push_back(overload_warning(scenario.name, ov));
   return result;
 }
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "sim/engine/simulator.h"
 
@@ -29,6 +30,8 @@ struct RunResult {
   std::int64_t num_steps = 0;
   std::int64_t requests_done = 0;
   SimTimeNs end_ns = 0;
+  /// One line each (no trailing newline), for the user: an overloaded run (sim/OUTPUTS.md).
+  std::vector<std::string> warnings;
 };
 
 /// Runs `scenario` into `<out_dir>/<name>/` (written as `<name>.tmp-<pid>` and renamed when

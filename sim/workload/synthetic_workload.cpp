@@ -36,7 +36,8 @@ SyntheticSource::SyntheticSource(SyntheticWorkloadConfig config, PerRequestConfi
       arrivals_(make_stream(seed, "workload.arrivals")),
       lengths_(make_stream(seed, "workload.lengths")),
       prefix_choice_(make_stream(seed, "workload.prefix_choice")),
-      sessions_rng_(make_stream(seed, "workload.sessions")) {
+      sessions_rng_(make_stream(seed, "workload.sessions")),
+      stop_at_eos_(make_stream(seed, "workload.stop_at_eos")) {
   RngStream prefix_lengths = make_stream(seed, "workload.prefix_lengths");
   auto build = [&](const std::optional<PrefixPoolConfig>& pool, std::vector<Prefix>& out,
                    std::optional<ZipfSampler>& zipf) {
@@ -110,17 +111,22 @@ std::optional<RequestSpec> SyntheticSource::next() {
   RequestSpec r;
   r.id = next_id_++;
   r.arrival_ns = *arrival;
-  r.ignore_eos = per_request_.ignore_eos;
+  r.ignore_eos = config_.stop_at_eos_fraction
+                     ? !(uniform01(stop_at_eos_) < *config_.stop_at_eos_fraction)
+                     : per_request_.ignore_eos;
   r.eos_token_id = per_request_.eos_token_id;
+  if (per_request_.client_timeout_s)
+    r.client_timeout_ns = seconds_to_ns(*per_request_.client_timeout_s);
   std::int64_t user_tokens;
   if (config_.lengths) {
     const std::size_t row = config_.lengths->draw_row(lengths_);
     user_tokens = config_.lengths->prompt_tokens[row];
-    r.max_tokens = to_i32(config_.lengths->output_tokens[row]);
+    r.output_tokens = to_i32(config_.lengths->output_tokens[row]);
   } else {
     user_tokens = config_.prompt_tokens.sample_int(lengths_);
-    r.max_tokens = to_i32(config_.output_tokens.sample_int(lengths_));
+    r.output_tokens = to_i32(config_.output_tokens.sample_int(lengths_));
   }
+  set_default_max_tokens(r);
   std::int64_t sp = -1, fs = -1;
   if (config_.system_prompts) sp = choose(*config_.system_prompts, system_zipf_);
   if (config_.few_shot) fs = choose(*config_.few_shot, few_shot_zipf_);
@@ -165,11 +171,13 @@ std::optional<RequestSpec> SyntheticSource::on_finished(const RequestSpec& done,
   r.prefix_group = done.prefix_group;
   r.ignore_eos = done.ignore_eos;
   r.eos_token_id = done.eos_token_id;
+  r.client_timeout_ns = done.client_timeout_ns;
   const double think_s = config_.sessions->think_time_s.sample(rng);
   const std::int64_t user_tokens = config_.sessions->user_tokens.sample_int(rng);
-  r.max_tokens = config_.lengths
-                     ? to_i32(config_.lengths->output_tokens[config_.lengths->draw_row(rng)])
-                     : to_i32(config_.output_tokens.sample_int(rng));
+  r.output_tokens = config_.lengths
+                        ? to_i32(config_.lengths->output_tokens[config_.lengths->draw_row(rng)])
+                        : to_i32(config_.output_tokens.sample_int(rng));
+  set_default_max_tokens(r);
   r.arrival_ns = add_time_saturating(finish_ns, seconds_to_ns(think_s));
   r.prompt.reserve(done.prompt.size() + outputs.size() + static_cast<std::size_t>(user_tokens));
   r.prompt = done.prompt;
@@ -178,6 +186,10 @@ std::optional<RequestSpec> SyntheticSource::on_finished(const RequestSpec& done,
                        vocab_size_);
   r.output_seed = turn_key(seed_, "session_output", r.session, turn);
   return r;
+}
+
+void SyntheticSource::on_dropped(const RequestSpec& done) {
+  if (done.session >= 0) session_turns_.erase(done.session);
 }
 
 }  // namespace kvsim

@@ -7,8 +7,10 @@
 // F the template count: the system prompt index when there are no templates, and -1 for none.
 //
 // Random streams (sim/rng.h): workload.arrivals, workload.lengths, workload.prefix_choice,
-// workload.prefix_lengths, workload.sessions; each follow-up turn draws from its own generator
-// keyed by (session, turn), so a session's content does not depend on when the engine finishes it.
+// workload.prefix_lengths, workload.sessions, workload.stop_at_eos (with stop_at_eos_fraction:
+// whether a session's first request stops at EOS; its follow-up turns keep the choice); each
+// follow-up turn draws from its own generator keyed by (session, turn), so a session's content does
+// not depend on when the engine finishes it.
 
 #include <cstdint>
 #include <optional>
@@ -29,6 +31,8 @@ class SyntheticSource final : public RequestSource {
   std::optional<RequestSpec> next() override;
   std::optional<RequestSpec> on_finished(const RequestSpec& done, SimTimeNs finish_ns,
                                          std::span<const std::int32_t> outputs) override;
+  /// A refused or aborted turn ends its session.
+  void on_dropped(const RequestSpec& done) override;
 
  private:
   struct Prefix {
@@ -43,7 +47,7 @@ class SyntheticSource final : public RequestSource {
   PerRequestConfig per_request_;
   std::uint64_t seed_;
   std::int32_t vocab_size_;
-  RngStream arrivals_, lengths_, prefix_choice_, sessions_rng_;
+  RngStream arrivals_, lengths_, prefix_choice_, sessions_rng_, stop_at_eos_;
   std::optional<ZipfSampler> system_zipf_, few_shot_zipf_;
   std::vector<Prefix> system_prompts_, templates_;
   std::int64_t emitted_ = 0;  // open-loop requests so far

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -96,6 +97,9 @@ TraceSource::TraceSource(TraceConfig config, PerRequestConfig per_request, std::
     col_output_ = need("output_tokens");
     col_group_ = csv_column(fields_, "prefix_group");
     col_prefix_tokens_ = csv_column(fields_, "prefix_tokens");
+    col_max_tokens_ = csv_column(fields_, "max_tokens");
+    col_ignore_eos_ = csv_column(fields_, "ignore_eos");
+    col_eos_ = csv_column(fields_, "eos_token_id");
   }
 }
 
@@ -128,8 +132,9 @@ TraceRow TraceSource::parse_azure(const std::string& line) {
 TraceRow TraceSource::parse_generic_csv(const std::string& line) {
   if (!split_csv_line(line, fields_)) fail(1, "unterminated quote");
   std::size_t need = std::max({col_time_, col_prompt_, col_output_}) + 1;
-  if (col_group_) need = std::max(need, *col_group_ + 1);
-  if (col_prefix_tokens_) need = std::max(need, *col_prefix_tokens_ + 1);
+  for (const auto& col :
+       {col_group_, col_prefix_tokens_, col_max_tokens_, col_ignore_eos_, col_eos_})
+    if (col) need = std::max(need, *col + 1);
   if (fields_.size() < need)
     fail(1, fmt::format("expected {} fields, got {}", need, fields_.size()));
   TraceRow r;
@@ -159,7 +164,37 @@ TraceRow TraceSource::parse_generic_csv(const std::string& line) {
                           fields_[*col_prefix_tokens_]));
     r.prefix_tokens = *n;
   }
+  parse_csv_limits(r);
   return r;
+}
+
+void TraceSource::parse_csv_limits(TraceRow& r) {
+  auto cell = [&](const std::optional<std::size_t>& col) -> const std::string* {
+    return col && !fields_[*col].empty() ? &fields_[*col] : nullptr;
+  };
+  if (const std::string* f = cell(col_max_tokens_)) {
+    auto n = parse_int_text(*f);
+    if (!n || *n < 1 || *n > std::numeric_limits<std::int32_t>::max())
+      fail(1, fmt::format("max_tokens: expected an integer >= 1, got '{}'", *f));
+    r.max_tokens = static_cast<std::int32_t>(*n);
+  }
+  if (const std::string* f = cell(col_ignore_eos_)) {
+    std::string v = *f;
+    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (v == "true" || v == "1")
+      r.ignore_eos = true;
+    else if (v == "false" || v == "0")
+      r.ignore_eos = false;
+    else
+      fail(1, fmt::format("ignore_eos: expected true or false, got '{}'", *f));
+  }
+  if (const std::string* f = cell(col_eos_)) {
+    auto n = parse_int_text(*f);
+    if (!n || *n < 0 || *n >= vocab_size_)
+      fail(1,
+           fmt::format("eos_token_id: expected an integer in [0, {}), got '{}'", vocab_size_, *f));
+    r.eos_token_id = static_cast<std::int32_t>(*n);
+  }
 }
 
 TraceRow TraceSource::parse_json_row(const std::string& line) {
@@ -242,6 +277,26 @@ TraceRow TraceSource::parse_json_row(const std::string& line) {
       r.prefix_tokens = *n;
     }
   }
+  // Per-request limits (every JSON format).
+  if (auto n = number("max_tokens", false)) {
+    if (*n != std::floor(*n) || *n < 1 || *n > std::numeric_limits<std::int32_t>::max())
+      fail(col_of("max_tokens"), fmt::format("field 'max_tokens' must be an integer >= 1, got {}",
+                                             j["max_tokens"].dump()));
+    r.max_tokens = static_cast<std::int32_t>(*n);
+  }
+  if (auto it = j.find("ignore_eos"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean())
+      fail(col_of("ignore_eos"),
+           fmt::format("field 'ignore_eos' must be true or false, got {}", it->dump()));
+    r.ignore_eos = it->get<bool>();
+  }
+  if (auto n = number("eos_token_id", false)) {
+    if (*n != std::floor(*n) || *n < 0 || *n >= vocab_size_)
+      fail(col_of("eos_token_id"),
+           fmt::format("field 'eos_token_id' must be an integer in [0, {}), got {}", vocab_size_,
+                       j["eos_token_id"].dump()));
+    r.eos_token_id = static_cast<std::int32_t>(*n);
+  }
   return r;
 }
 
@@ -268,6 +323,10 @@ std::optional<TraceRow> TraceSource::read_row() {
                           r.prompt_tokens));
     if (r.output_tokens < 0)
       fail(1, fmt::format("output length must be >= 0, got {}", r.output_tokens));
+    if (r.ignore_eos == false && !r.eos_token_id && !per_request_.eos_token_id)
+      fail(1,
+           "ignore_eos is false but there is no eos_token_id (give one in the row or as "
+           "workload.eos_token_id)");
     return r;
   }
   return std::nullopt;
@@ -294,10 +353,16 @@ std::optional<RequestSpec> TraceSource::next() {
   RequestSpec r;
   r.id = static_cast<std::uint64_t>(emitted_++);
   r.arrival_ns = arrival;
-  r.max_tokens = static_cast<std::int32_t>(
+  r.output_tokens = static_cast<std::int32_t>(
       std::clamp<std::int64_t>(row->output_tokens, 1, std::numeric_limits<std::int32_t>::max()));
-  r.ignore_eos = per_request_.ignore_eos;
-  r.eos_token_id = per_request_.eos_token_id;
+  r.ignore_eos = row->ignore_eos.value_or(per_request_.ignore_eos);
+  r.eos_token_id = row->eos_token_id ? row->eos_token_id : per_request_.eos_token_id;
+  if (row->max_tokens)
+    r.max_tokens = row->max_tokens;
+  else
+    set_default_max_tokens(r);
+  if (per_request_.client_timeout_s)
+    r.client_timeout_ns = seconds_to_ns(*per_request_.client_timeout_s);
   r.output_seed = content_key(seed_, "output", r.id);
   r.prefix_group = row->prefix_group;
   // The prompt is deferred (a few segments, see RequestSpec): the simulator makes its tokens
@@ -315,8 +380,8 @@ std::optional<RequestSpec> TraceSource::next() {
       shared = std::min(row->prompt_tokens,
                         row->prefix_tokens >= 0 ? row->prefix_tokens : config_.prefix_tokens);
       r.defer_tokens(
-          content_key(seed_, "trace_prefix", static_cast<std::uint64_t>(row->prefix_group)),
-          shared, vocab_size_);
+          content_key(seed_, "trace_prefix", static_cast<std::uint64_t>(row->prefix_group)), shared,
+          vocab_size_);
     }
     r.defer_tokens(content_key(seed_, "user", r.id), row->prompt_tokens - shared, vocab_size_);
   }

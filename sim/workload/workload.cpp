@@ -55,9 +55,10 @@ __attribute__((target_clones("arch=x86-64-v4", "default"), optimize("O3"))) void
     std::int32_t avoid) {
   const std::int32_t bump = vocab_size > 1 ? avoid : -1;  // vocab 1: the only token stays
   for (std::int64_t i = 0; i < count; ++i) {
-    const std::int32_t t = scale_to_vocab(
-        static_cast<std::uint32_t>(splitmix64(seed + static_cast<std::uint64_t>(i) * kGolden) >> 32),
-        vocab_size);
+    const std::int32_t t =
+        scale_to_vocab(static_cast<std::uint32_t>(
+                           splitmix64(seed + static_cast<std::uint64_t>(i) * kGolden) >> 32),
+                       vocab_size);
     dst[i] = t == bump ? (t + 1 == vocab_size ? 0 : t + 1) : t;
   }
 }
@@ -84,11 +85,11 @@ void append_pseudo_tokens(std::vector<std::int32_t>& out, std::uint64_t key, std
   }
 }
 
-void RequestSpec::materialize_prompt() {
+void RequestSpec::materialize_prompt(std::int64_t output_room_tokens) {
   if (deferred.empty()) return;
   // Room for the outputs too: the Request decodes into this buffer without reallocating it.
   prompt.reserve(prompt.size() + static_cast<std::size_t>(deferred_tokens) +
-                 static_cast<std::size_t>(std::max(max_tokens, 0)));
+                 static_cast<std::size_t>(std::max<std::int64_t>(output_room_tokens, 0)));
   for (const PromptSegment& seg : deferred)
     append_pseudo_tokens(prompt, seg.key, seg.count, deferred_vocab);
   deferred.clear();
@@ -101,6 +102,13 @@ void RequestSpec::defer_tokens(std::uint64_t key, std::int64_t count, std::int32
   deferred.push_back({key, count});
   deferred_vocab = vocab_size;
   deferred_tokens += count;
+}
+
+void set_default_max_tokens(RequestSpec& r) {
+  if (r.stops_at_eos())
+    r.max_tokens.reset();
+  else
+    r.max_tokens = r.output_tokens;
 }
 
 std::uint64_t content_key(std::uint64_t seed, std::string_view kind, std::uint64_t index) {

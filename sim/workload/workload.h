@@ -42,27 +42,39 @@ struct RequestSpec {
   std::vector<PromptSegment> deferred;
   std::int32_t deferred_vocab = 0;
   std::int64_t deferred_tokens = 0;  // sum of the deferred segments' counts
-  // Output length. With ignore_eos (the benchmarks' way) it is vLLM's max_tokens. Otherwise, when
-  // eos_token_id is set, it is where the model stops: generated token max_tokens - 1 is the EOS
-  // token and the request's max_tokens is vLLM's default (max_model_len - prompt), so it
-  // finishes with reason "stop".
-  std::int32_t max_tokens = 1;
+  // What the client asks for (the fields of vLLM's SamplingParams that end a request) and what
+  // the model does. The request ends at the first of: the client's max_tokens, max_model_len (the
+  // server's rule: sim/engine/server_admission.h), and -- when it stops at EOS -- its generated
+  // token number output_tokens, which is the EOS token. vLLM checks the length limits before EOS,
+  // so an EOS on the last token they allow ends it with "length". The sources follow the
+  // benchmarks (set_default_max_tokens): a request that ignores EOS sends max_tokens =
+  // output_tokens; one that stops at EOS sends none unless its trace row gives one.
+  std::optional<std::int32_t> max_tokens;  // the client's max_tokens (>= 1); nullopt: not sent
+  std::int32_t output_tokens = 1;          // where the model emits EOS (>= 1)
   bool ignore_eos = true;
   std::optional<std::int32_t> eos_token_id;
-  std::uint64_t output_seed = 0;   // generated tokens: output_token(output_seed, i, ...)
-  std::int64_t session = -1;       // multi-turn session id, -1 none
-  std::int32_t turn = 0;           // 0-based turn within the session
-  std::int32_t prefix_group = -1;  // system prompt / few-shot template index, -1 none
+  SimTimeNs client_timeout_ns = -1;  // the client aborts it this long after arrival; -1: never
+  std::uint64_t output_seed = 0;     // generated tokens: output_token(output_seed, i, ...)
+  std::int64_t session = -1;         // multi-turn session id, -1 none
+  std::int32_t turn = 0;             // 0-based turn within the session
+  std::int32_t prefix_group = -1;    // system prompt / few-shot template index, -1 none
 
   /// The prompt's length, deferred tokens included.
   std::int64_t num_prompt_tokens() const {
     return static_cast<std::int64_t>(prompt.size()) + deferred_tokens;
   }
-  /// Appends the deferred segments to `prompt` (with room for max_tokens outputs after them).
-  void materialize_prompt();
+  /// True when EOS ends the request: it does not ignore EOS and has an eos_token_id.
+  bool stops_at_eos() const { return !ignore_eos && eos_token_id.has_value(); }
+  /// Appends the deferred segments to `prompt`, with room for `output_room_tokens` tokens after
+  /// them (the request decodes into the same buffer).
+  void materialize_prompt(std::int64_t output_room_tokens = 0);
   /// Appends `count` tokens of stream `key` to the deferred segments.
   void defer_tokens(std::uint64_t key, std::int64_t count, std::int32_t vocab_size);
 };
+
+/// The benchmarks' max_tokens for `r` (its output_tokens, ignore_eos and eos_token_id set): none
+/// when it stops at EOS (EOS ends it), output_tokens otherwise.
+void set_default_max_tokens(RequestSpec& r);
 
 /// Token i (0-based) that a request with this output_seed generates: deterministic, in
 /// [0, vocab_size), never `avoid` (the EOS token; -1 for none) when vocab_size > 1.
@@ -101,6 +113,9 @@ class RequestSource {
     (void)outputs;
     return std::nullopt;
   }
+  /// The engine calls this instead of on_finished when a request is refused at its arrival or
+  /// aborted by its client: a multi-turn session ends there.
+  virtual void on_dropped(const RequestSpec& done) { (void)done; }
 };
 
 /// Builds the request source of a parsed `workload:` section (sim/workload/workload_config.h):

@@ -31,8 +31,8 @@ constexpr std::string_view kAllAtOnceKeys[] = {"process"};
 constexpr std::string_view kFormatNames[] = {"azure", "mooncake", "csv", "jsonl"};
 // Synthetic keys a trace workload must not have.
 constexpr std::string_view kSyntheticOnlyKeys[] = {
-    "arrival",  "prompt_tokens", "output_tokens", "lengths", "system_prompts",
-    "few_shot", "sessions",      "duration_s"};
+    "arrival",  "prompt_tokens", "output_tokens",       "lengths", "system_prompts", "few_shot",
+    "sessions", "duration_s",    "stop_at_eos_fraction"};
 
 // ---- parsing ------------------------------------------------------------------------------------
 
@@ -164,6 +164,7 @@ SyntheticWorkloadConfig parse_synthetic(const YAML::Node& w, const YamlContext& 
     c.system_prompts = parse_pool(w["system_prompts"], ctx.child("system_prompts"), false);
   if (has_key(w, "few_shot")) c.few_shot = parse_pool(w["few_shot"], ctx.child("few_shot"), true);
   if (has_key(w, "sessions")) c.sessions = parse_sessions(w["sessions"], ctx.child("sessions"));
+  c.stop_at_eos_fraction = get_optional_double(w, "stop_at_eos_fraction", ctx, 0.0, 1.0);
   return c;
 }
 
@@ -172,8 +173,11 @@ TraceConfig parse_trace(const YAML::Node& w, const YamlContext& ctx) {
     if (has_key(w, k))
       throw yaml_error(w[std::string(k)], ctx.child(k),
                        fmt::format("{}: cannot be combined with workload.trace (a trace gives its "
-                                   "own arrivals and lengths)",
-                                   ctx.child(k).path));
+                                   "own {})",
+                                   ctx.child(k).path,
+                                   k == "stop_at_eos_fraction"
+                                       ? "ignore_eos per row, or workload.ignore_eos for all"
+                                       : "arrivals and lengths"));
   }
   const YAML::Node t = w["trace"];
   const YamlContext tc = ctx.child("trace");
@@ -273,6 +277,7 @@ void write_synthetic(YAML::Node& w, const SyntheticWorkloadConfig& c) {
   w["system_prompts"] = pool_yaml(c.system_prompts, false);
   w["few_shot"] = pool_yaml(c.few_shot, true);
   w["sessions"] = sessions_yaml(c.sessions);
+  w["stop_at_eos_fraction"] = optional_node(c.stop_at_eos_fraction);
 }
 
 void write_trace(YAML::Node& w, const TraceConfig& c) {
@@ -325,6 +330,21 @@ WorkloadConfig parse_workload_config(const YAML::Node& workload, const YamlConte
   if (auto eos = get_optional_int(workload, "eos_token_id", ctx, 0,
                                   std::numeric_limits<std::int32_t>::max()))
     c.per_request.eos_token_id = static_cast<std::int32_t>(*eos);
+  // At least a nanosecond: a client gives up after its request arrives.
+  c.per_request.client_timeout_s =
+      get_optional_double(workload, "client_timeout_s", ctx, 1e-9, 1e9);
+  if (const SyntheticWorkloadConfig* syn = c.synthetic(); syn && syn->stop_at_eos_fraction) {
+    const YamlContext fc = ctx.child("stop_at_eos_fraction");
+    if (has_key(workload, "ignore_eos"))
+      throw yaml_error(workload["stop_at_eos_fraction"], fc,
+                       fmt::format("{}: cannot be combined with {}.ignore_eos (the fraction says "
+                                   "which requests stop at EOS)",
+                                   fc.path, ctx.path));
+    if (*syn->stop_at_eos_fraction > 0 && !c.per_request.eos_token_id)
+      throw yaml_error(workload["stop_at_eos_fraction"], fc,
+                       fmt::format("{}: needs {}.eos_token_id (the token that ends a request)",
+                                   fc.path, ctx.path));
+  }
   return c;
 }
 
@@ -334,8 +354,14 @@ YAML::Node workload_config_yaml(const WorkloadConfig& c) {
     write_trace(w, *t);
   else
     write_synthetic(w, *c.synthetic());
-  w["ignore_eos"] = c.per_request.ignore_eos;
+  // stop_at_eos_fraction replaces ignore_eos (the parser refuses both).
+  const SyntheticWorkloadConfig* syn = c.synthetic();
+  if (syn && syn->stop_at_eos_fraction)
+    w["ignore_eos"] = null_node();
+  else
+    w["ignore_eos"] = c.per_request.ignore_eos;
   w["eos_token_id"] = optional_node(c.per_request.eos_token_id);
+  w["client_timeout_s"] = optional_node(c.per_request.client_timeout_s);
   return w;
 }
 

@@ -17,7 +17,7 @@
 //   prompt_tokens: DIST         the request's own text (after any shared prefix), >= 1
 //   output_tokens: DIST         output length, >= 1: max_tokens with ignore_eos (the benchmarks'
 //                               way); with ignore_eos false and an eos_token_id, where the model
-//                               emits EOS (finish reason "stop", see RequestSpec::max_tokens)
+//                               emits EOS (finish reason "stop", see RequestSpec::output_tokens)
 //   lengths: FILE               instead of prompt_tokens and output_tokens: a CSV whose columns
 //                               prompt_tokens and output_tokens give (prompt, output) pairs; each
 //                               request draws one row, uniformly with replacement, so the two
@@ -30,6 +30,12 @@
 //   sessions:                   optional multi-turn conversations
 //     {turns: DIST, think_time_s: DIST (default 0), user_tokens: DIST}
 //   ignore_eos: true, eos_token_id: (none)      per request, for both kinds of workload
+//   stop_at_eos_fraction: F     optional, instead of ignore_eos: each request stops at EOS with
+//                               probability F (stream workload.stop_at_eos), else ignores it and
+//                               sends max_tokens (a follow-up turn keeps its session's choice);
+//                               F > 0 needs eos_token_id
+//   client_timeout_s: T         optional, for both kinds of workload: a request not finished T s
+//                               after its arrival is aborted (its client closes the connection)
 // DIST is a sim/workload/distribution.h form.
 //
 // workload: (trace, see sim/workload/trace_readers.h for the formats)
@@ -41,7 +47,8 @@
 //     hash_block_tokens: 512     mooncake: prompt tokens named by one hash id
 //     prefix_tokens: 0           csv/jsonl: leading tokens shared by rows of the same prefix_group
 //                                (a prefix_tokens column overrides it per row)
-//   num_requests, ignore_eos, eos_token_id
+//   num_requests, ignore_eos, eos_token_id, client_timeout_s (a row may give its own max_tokens,
+//   ignore_eos and eos_token_id: sim/workload/trace_readers.h)
 // A trace gives its own arrivals and lengths: the synthetic keys beside `trace:` are errors.
 
 #include <yaml-cpp/yaml.h>
@@ -89,8 +96,8 @@ struct SessionConfig {
   Distribution user_tokens = Distribution::fixed(1);
 };
 
-/// `workload.lengths:` -- (prompt, output) pairs drawn jointly, one row per request. Read once, when
-/// the scenario loads.
+/// `workload.lengths:` -- (prompt, output) pairs drawn jointly, one row per request. Read once,
+/// when the scenario loads.
 struct LengthTable {
   std::string file;                                        // as resolved
   std::vector<std::int64_t> prompt_tokens, output_tokens;  // one entry per data row, >= 1
@@ -112,6 +119,7 @@ struct SyntheticWorkloadConfig {
   std::optional<PrefixPoolConfig> system_prompts;
   std::optional<PrefixPoolConfig> few_shot;
   std::optional<SessionConfig> sessions;
+  std::optional<double> stop_at_eos_fraction;  // given: replaces per_request.ignore_eos
 };
 
 /// `workload.trace` (with workload.num_requests folded into max_requests).
@@ -130,6 +138,7 @@ struct TraceConfig {
 struct PerRequestConfig {
   bool ignore_eos = true;
   std::optional<std::int32_t> eos_token_id;
+  std::optional<double> client_timeout_s;  // absent: clients wait for ever
 };
 
 /// The scenario's `workload:` section: a synthetic generator or a trace, and the per-request keys.
@@ -147,8 +156,13 @@ struct WorkloadConfig {
 
 /// The keys `workload:` accepts (synthetic and trace together).
 inline constexpr std::string_view kWorkloadKeys[] = {
-    "num_requests",   "duration_s", "arrival",  "prompt_tokens", "output_tokens", "lengths",
-    "system_prompts", "few_shot",   "sessions", "trace",         "ignore_eos",    "eos_token_id"};
+    // the synthetic generator (num_requests also caps a trace)
+    "num_requests", "duration_s", "arrival", "prompt_tokens", "output_tokens", "lengths",
+    "system_prompts", "few_shot", "sessions", "stop_at_eos_fraction",
+    // trace
+    "trace",
+    // every request
+    "ignore_eos", "eos_token_id", "client_timeout_s"};
 /// The keys of `workload.trace`.
 inline constexpr std::string_view kTraceKeys[] = {
     "format", "path", "time_scale", "max_requests", "hash_block_tokens", "prefix_tokens"};
@@ -171,9 +185,10 @@ inline constexpr std::string_view kSessionKeys[] = {"turns", "think_time_s", "us
 
 /// The resolved `workload:` section: every key the source reads, with the value it uses (null for
 /// an absent optional: duration_s, system_prompts, few_shot, sessions, eos_token_id,
-/// trace.max_requests). The arrival keys are those of its process, distributions are in
-/// Distribution::to_yaml form, a trace has hash_block_tokens (mooncake) or prefix_tokens
-/// (csv, jsonl) and its cap in max_requests. Parsing it gives `c` back.
+/// stop_at_eos_fraction, client_timeout_s, trace.max_requests; ignore_eos is null when
+/// stop_at_eos_fraction replaces it). The arrival keys are those of its process, distributions are
+/// in Distribution::to_yaml form, a trace has hash_block_tokens (mooncake) or prefix_tokens (csv,
+/// jsonl) and its cap in max_requests. Parsing it gives `c` back.
 [[nodiscard]] YAML::Node workload_config_yaml(const WorkloadConfig& c);
 
 }  // namespace kvsim

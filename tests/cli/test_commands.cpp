@@ -1,7 +1,10 @@
 // Every kvsim command through the binary: --help exits 0 and lists the command's options, and bad
-// input of each kind exits 2 with exactly one line on stderr.
+// input of each kind (flags, trace rows' per-request fields) exits 2 with exactly one line on
+// stderr.
 
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -150,4 +153,80 @@ TEST_CASE("kvsim run takes --flag=value and --flag value alike", "[cli]") {
   const std::string sa = kvsim::test::slurp(tmp.path / "a" / "x" / "summary.json");
   CHECK_THAT(sa, Catch::Contains("\"seed\": 5,"));
   CHECK(sa == kvsim::test::slurp(tmp.path / "b" / "x" / "summary.json"));
+}
+
+TEST_CASE("kvsim run: a bad per-request field exits 2 with one line naming file:line:col",
+          "[cli]") {
+  TempDir tmp("per-request");
+  const std::string model = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/opt-125m.json";
+  const std::string row = "{\"arrival_s\": 0, \"prompt_tokens\": 10, \"output_tokens\": 5";
+  struct Bad {
+    std::string file, text, format;
+    std::vector<std::string> sets;
+    std::string message;  // after "kvsim run: error: "
+  };
+  const std::string jsonl = (tmp.path / "t.jsonl").string();
+  const std::string csv = (tmp.path / "t.csv").string();
+  const std::string csv_head = "arrival_s,prompt_tokens,output_tokens,max_tokens,ignore_eos\n";
+  const std::vector<Bad> cases = {
+      {jsonl,
+       row + "}\n" + row + ", \"max_tokens\": 0}\n",
+       "jsonl",
+       {},
+       jsonl + ":2:59: field 'max_tokens' must be an integer >= 1, got 0"},
+      {jsonl,
+       row + ", \"max_tokens\": 2.5}\n",
+       "jsonl",
+       {},
+       jsonl + ":1:59: field 'max_tokens' must be an integer >= 1, got 2.5"},
+      {jsonl,
+       row + ", \"eos_token_id\": -4}\n",
+       "jsonl",
+       {},
+       jsonl + ":1:59: field 'eos_token_id' must be an integer in [0, 50272), got -4"},
+      {jsonl,
+       row + ", \"ignore_eos\": false}\n",
+       "jsonl",
+       {},
+       jsonl + ":1:1: ignore_eos is false but there is no eos_token_id (give one in the row or as "
+               "workload.eos_token_id)"},
+      {csv,
+       csv_head + "0,10,5,4,true\n0,10,5,-1,\n",
+       "csv",
+       {},
+       csv + ":3:1: max_tokens: expected an integer >= 1, got '-1'"},
+      {csv,
+       csv_head + "0,10,5,,maybe\n",
+       "csv",
+       {},
+       csv + ":2:1: ignore_eos: expected true or false, got 'maybe'"},
+      {jsonl,
+       row + "}\n",
+       "jsonl",
+       {"workload.client_timeout_s=-1"},
+       "--set workload.client_timeout_s=-1: workload.client_timeout_s: -1 is out of range (must "
+       "be in [1e-09, 1000000000])"},
+  };
+  const auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary) << text;
+  };
+  for (const Bad& b : cases) {
+    INFO(b.text);
+    write(b.file, b.text);
+    const std::string scenario = (tmp.path / "s.yaml").string();
+    write(scenario, "name: bad\nmodel: {config: " + model +
+                        "}\ncache: {num_gpu_blocks_override: 64}\nworkload: "
+                        "{trace: {format: " +
+                        b.format + ", path: " + b.file + "}}\n");
+    std::vector<std::string> args = {"run", scenario, "-o", (tmp.path / "out").string(), "-q"};
+    for (const std::string& s : b.sets) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    const auto o = run_kvsim(args, tmp.path);
+    CHECK(o.status == 2);
+    CHECK(o.out.empty());
+    CHECK(lines_of(o.err) == std::vector<std::string>{"kvsim run: error: " + b.message});
+    CHECK_FALSE(std::filesystem::exists(tmp.path / "out" / "bad"));  // nothing half-written
+  }
 }

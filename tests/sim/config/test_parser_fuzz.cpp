@@ -77,6 +77,9 @@ few_shot: {count: 2, examples: 3, example_tokens: {uniform: {min: 5, max: 9}}}
 prompt_tokens: {lognormal: {mean: 300, sigma: 0.8}, max: 2000}
 output_tokens: {gamma: {mean: 50, cv: 2}}
 sessions: {turns: {zipf: {n: 5, s: 1}}, think_time_s: {exponential: {mean: 3}}, user_tokens: {normal: {mean: 40, std: 5}}}
+eos_token_id: 2
+stop_at_eos_fraction: 0.4
+client_timeout_s: 30
 )",
     R"(num_requests: 10
 duration_s: 100
@@ -85,6 +88,7 @@ prompt_tokens: {fixed: 64}
 output_tokens: 8
 ignore_eos: false
 eos_token_id: 2
+client_timeout_s: 0.5
 )",
     R"(arrival: {process: timestamps, times_s: [0, 0.1, 0.2, 5]}
 prompt_tokens: [1, 2]
@@ -110,8 +114,9 @@ TEST_CASE("mutated workload YAML parses or throws ConfigError, never anything el
             if (!req) break;
             ++n;
             REQUIRE(!req->prompt.empty());
-            REQUIRE(req->max_tokens >= 1);
-            std::vector<std::int32_t> out(static_cast<std::size_t>(std::min(req->max_tokens, 4)),
+            REQUIRE(req->output_tokens >= 1);
+            REQUIRE((!req->max_tokens || *req->max_tokens >= 1));
+            std::vector<std::int32_t> out(static_cast<std::size_t>(std::min(req->output_tokens, 4)),
                                           7);
             (void)src->on_finished(*req, req->arrival_ns + 1000, out);
           }
@@ -178,14 +183,17 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
        "2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:15:51.0000000,12,0\n"},
       {"mooncake", "m.jsonl",
        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 6, \"hash_ids\": [0, 1]}\n"
-       "{\"timestamp\": 10, \"input_length\": 512, \"output_length\": 4, \"hash_ids\": [0]}\n"},
+       "{\"timestamp\": 10, \"input_length\": 512, \"output_length\": 4, \"hash_ids\": [0], "
+       "\"max_tokens\": 3, \"ignore_eos\": false, \"eos_token_id\": 7}\n"},
       {"csv", "g.csv",
-       "arrival_s,prompt_tokens,output_tokens,prefix_group,prefix_tokens\n0,10,2,1,4\n0.5,20,3,1,"
-       "\n1,5,1,-1,0\n"},
+       "arrival_s,prompt_tokens,output_tokens,prefix_group,prefix_tokens,max_tokens,ignore_eos,"
+       "eos_token_id\n0,10,2,1,4,,,\n0.5,20,3,1,,5,false,9\n1,5,1,-1,0,2,true,\n"},
       {"jsonl", "g.jsonl",
        "{\"arrival_s\": 0, \"prompt_tokens\": 10, \"output_tokens\": 2, \"prefix_group\": 0}\n"
-       "{\"arrival_s\": 1.5, \"prompt_tokens\": 3, \"output_tokens\": 1}\n"},
+       "{\"arrival_s\": 1.5, \"prompt_tokens\": 3, \"output_tokens\": 1, \"max_tokens\": 4, "
+       "\"ignore_eos\": false, \"eos_token_id\": 11}\n"},
   };
+  int parsed = 0;  // mutated traces read to the end
   for (int iter = 0; iter < 1200; ++iter) {
     const Corpus& c = corpora[static_cast<std::size_t>(iter) % corpora.size()];
     const std::string text = mutate(c.text, r);
@@ -198,7 +206,16 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
           try {
             auto src = make_request_source(
                 parse_workload_config(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}), 3, 500);
-            while (auto req = kvsim::test::next_made(*src)) REQUIRE(!req->prompt.empty());
+            while (auto req = kvsim::test::next_made(*src)) {
+              REQUIRE(!req->prompt.empty());
+              REQUIRE(req->output_tokens >= 1);
+              REQUIRE((!req->max_tokens || *req->max_tokens >= 1));
+              REQUIRE(
+                  (!req->eos_token_id || (*req->eos_token_id >= 0 && *req->eos_token_id < 500)));
+              // A request that stops at EOS sends max_tokens only when its row gives one.
+              REQUIRE((req->stops_at_eos() || req->max_tokens.has_value()));
+            }
+            ++parsed;
           } catch (const ConfigError& e) {
             bad_message = std::string(e.what()).rfind(path, 0) != 0;
             throw;
@@ -210,6 +227,7 @@ TEST_CASE("mutated trace rows parse or throw ConfigError with the file name", "[
       break;
     }
   }
+  CHECK(parsed > 0);
 }
 
 TEST_CASE("mutated measurement and empirical-length CSVs parse or throw ConfigError", "[sim]") {

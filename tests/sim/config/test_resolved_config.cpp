@@ -421,10 +421,11 @@ TEST_CASE("a scenario that sets no key resolves to every key of every section", 
   CHECK(text(r["scheduler"]["max_model_len"]) == "131072");
   CHECK(text(r["workload"]["arrival"]["rate_per_s"]) == "10");
   CHECK(text(r["model"]["quantization"]) == "none");
-  for (const char* key : {"model.sliding_window", "model.num_parameters",
-                          "cache.kv_cache_memory_bytes", "cache.num_gpu_blocks_override",
-                          "cache.capacity_tokens", "workload.duration_s", "workload.system_prompts",
-                          "workload.few_shot", "workload.sessions", "workload.eos_token_id"}) {
+  for (const char* key :
+       {"model.sliding_window", "model.num_parameters", "cache.kv_cache_memory_bytes",
+        "cache.num_gpu_blocks_override", "cache.capacity_tokens", "workload.duration_s",
+        "workload.system_prompts", "workload.few_shot", "workload.sessions",
+        "workload.eos_token_id", "workload.stop_at_eos_fraction", "workload.client_timeout_s"}) {
     INFO(key);
     CHECK(at_path(r, key).IsNull());
   }
@@ -508,6 +509,7 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
         {"workload.sessions.user_tokens", "6", "workload.sessions.user_tokens.fixed"},
         {"workload.ignore_eos", "false"},
         {"workload.eos_token_id", "3"},
+        {"workload.client_timeout_s", "2.5"},
         {"latency.model", "roofline"},
         {"latency.mfu", "0.4"},
         {"latency.mbu", "0.7"},
@@ -525,7 +527,8 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
         {"workload.trace.time_scale", "0.5"},
         {"workload.trace.max_requests", "4"},
         {"workload.trace.prefix_tokens", "8"},
-        {"workload.num_requests", "5", "workload.trace.max_requests", "4"}}},
+        {"workload.num_requests", "5", "workload.trace.max_requests", "4"},
+        {"workload.client_timeout_s", "0.5"}}},
       {"cache-only-mooncake",
        cache_only_base,
        {{"engine.mode", "cache_only"},
@@ -547,7 +550,9 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
         {"workload.arrival.process", "bursts"},
         {"workload.arrival.burst_size", "4"},
         {"workload.arrival.interval_s", "0.5"},
-        {"workload.arrival.spacing_s", "0.01"}}},
+        {"workload.arrival.spacing_s", "0.01"},
+        {"workload.eos_token_id", "5"},
+        {"workload.stop_at_eos_fraction", "0.25"}}},
       {"joint-lengths",
        "model: {config: " + kModel + "}\nworkload: {num_requests: 4}\n",
        {{"workload.lengths", "lens.csv", "", dir + "lens.csv"}}},
@@ -619,12 +624,13 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
   CHECK(keys_of(all["sessions"]) == keys_of(kSessionKeys));
   const YAML::Node csv = resolved.at("cache-only-csv");
   CHECK(keys_of(csv["workload"]) ==
-        std::vector<std::string>{"eos_token_id", "ignore_eos", "trace"});
+        std::vector<std::string>{"client_timeout_s", "eos_token_id", "ignore_eos", "trace"});
   CHECK(keys_of(csv["workload"]["trace"]) == keys_of(kTraceKeys, {"hash_block_tokens"}));
   CHECK(csv["latency"].IsNull());  // cache_only reads no latency model
   CHECK(keys_of(resolved.at("cache-only-mooncake")["workload"]["trace"]) ==
         keys_of(kTraceKeys, {"prefix_tokens"}));
   const YAML::Node fitted = resolved.at("fitted-bursts");
+  CHECK(fitted["workload"]["ignore_eos"].IsNull());  // stop_at_eos_fraction replaces it
   CHECK(keys_of(fitted["latency"]) == keys_of(latency_keys(LatencyConfig::Kind::kFitted)));
   CHECK(keys_of(fitted["workload"]["arrival"]) ==
         keys_of(arrival_keys(ArrivalConfig::Process::kBursts)));

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "replay/mutate_line.h"
 #include "sim/replay/json_line.h"
 #include "sim/replay/v1_replayer.h"
 
@@ -137,31 +138,12 @@ TEST_CASE("randomly mutated real traces never crash and always answer one line p
     const std::vector<std::string> corpus = fuzz_corpus(run.folder, run.window);
     REQUIRE(corpus.size() > 5000);
     std::mt19937_64 rng(12345);
-    const std::string alphabet = "{}[]\",:0123456789-.eE truefalsnul\\";
     for (int round = 0; round < 20; ++round) {
       kvsim::V1Replayer r(run.profile, kvsim::ReplayOptions{true});
       std::string out;
       std::int64_t nonblank = 0;
       for (std::size_t i = 0; i < corpus.size(); i += 1 + rng() % 3) {
-        std::string line = corpus[i];
-        const int edits = static_cast<int>(rng() % 4);
-        for (int e = 0; e < edits && !line.empty(); ++e) {
-          const std::size_t pos = rng() % line.size();
-          switch (rng() % 4) {
-            case 0:
-              line[pos] = alphabet[rng() % alphabet.size()];
-              break;
-            case 1:
-              line.erase(pos, 1 + rng() % 8);
-              break;
-            case 2:
-              line.insert(pos, 1, alphabet[rng() % alphabet.size()]);
-              break;
-            default:
-              line.resize(pos);
-              break;
-          }
-        }
+        const std::string line = kvsim::test::mutate_line(corpus[i], rng);
         const std::size_t before = std::count(out.begin(), out.end(), '\n');
         const bool answered = r.process_line(line, out);
         const std::size_t after = std::count(out.begin(), out.end(), '\n');

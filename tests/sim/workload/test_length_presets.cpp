@@ -26,13 +26,13 @@ namespace {
 const fs::path kLengths = fs::path(KVSIM_SOURCE_DIR) / "scenarios/lengths";
 
 std::unique_ptr<RequestSource> source(const std::string& yaml, std::uint64_t seed = 1) {
-  return make_request_source(parse_workload_config(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}),
-                             seed, 32000);
+  return make_request_source(
+      parse_workload_config(YAML::Load(yaml), YamlContext{"s.yaml", "workload"}), seed, 32000);
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> pairs_of(RequestSource& src) {
   std::vector<std::pair<std::int64_t, std::int64_t>> out;
-  while (auto r = src.next()) out.emplace_back(r->num_prompt_tokens(), r->max_tokens);
+  while (auto r = src.next()) out.emplace_back(r->num_prompt_tokens(), r->output_tokens);
   return out;
 }
 
@@ -143,9 +143,9 @@ TEST_CASE("mutated lengths files and sections parse or fail with a ConfigError, 
     INFO("csv:\n" << csv << "\nyaml:\n" << yaml);
     try {
       const YAML::Node node = YAML::Load(yaml);
-      auto src = make_request_source(
-          parse_workload_config(node, YamlContext{"s.yaml", "workload"}), 1, 32000);
-      while (auto r = src->next()) REQUIRE(r->max_tokens >= 1);
+      auto src = make_request_source(parse_workload_config(node, YamlContext{"s.yaml", "workload"}),
+                                     1, 32000);
+      while (auto r = src->next()) REQUIRE(r->output_tokens >= 1);
       ++parsed;
     } catch (const ConfigError&) {
       ++refused;

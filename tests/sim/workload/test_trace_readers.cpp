@@ -52,7 +52,8 @@ TEST_CASE("the Azure conversation trace has 19,366 rows, mean input 1,155 and ou
     CHECK(r->id == static_cast<std::uint64_t>(n));
     ++n;
     in += static_cast<std::int64_t>(r->prompt.size());
-    out += r->max_tokens;
+    out += r->output_tokens;
+    CHECK(r->max_tokens == r->output_tokens);  // ignore_eos: the benchmarks send max_tokens
     last = r->arrival_ns;
   }
   CHECK(n == 19'366);
@@ -61,6 +62,7 @@ TEST_CASE("the Azure conversation trace has 19,366 rows, mean input 1,155 and ou
   REQUIRE(first);
   CHECK(first->arrival_ns == 0);
   CHECK(first->prompt.size() == 374);
+  CHECK(first->output_tokens == 44);
   CHECK(first->max_tokens == 44);
   CHECK(static_cast<double>(n) / (static_cast<double>(last) / 1e9) == Approx(5.53).epsilon(0.02));
 }
@@ -110,6 +112,7 @@ TEST_CASE("equal Mooncake hash ids give equal token blocks, the last block cut t
   CHECK(b->arrival_ns == 500'000'000);
   CHECK(a->prompt.size() == 1030);
   CHECK(b->prompt.size() == 600);
+  CHECK(b->output_tokens == 1);
   CHECK(b->max_tokens == 1);
   CHECK(std::equal(a->prompt.begin(), a->prompt.begin() + 512, b->prompt.begin()));
   CHECK_FALSE(
@@ -179,7 +182,8 @@ TEST_CASE("the Azure code trace has 8,819 rows with mean input 2,048 and output 
   while (auto r = next_made(*src)) {
     ++n;
     in += static_cast<std::int64_t>(r->prompt.size());
-    out += r->max_tokens;
+    out += r->output_tokens;
+    CHECK(r->max_tokens == r->output_tokens);  // ignore_eos: the benchmarks send max_tokens
   }
   CHECK(n == 8'819);
   CHECK(static_cast<double>(in) / static_cast<double>(n) == Approx(2048).margin(0.5));

@@ -39,7 +39,8 @@ TEST_CASE("a synthetic workload is the same for the same seed and differs for an
   bool same = true, differs = false;
   for (std::size_t i = 0; i < a.size(); ++i) {
     same = same && a[i].prompt == b[i].prompt && a[i].arrival_ns == b[i].arrival_ns &&
-           a[i].max_tokens == b[i].max_tokens && a[i].output_seed == b[i].output_seed;
+           a[i].output_tokens == b[i].output_tokens && a[i].max_tokens == b[i].max_tokens &&
+           a[i].output_seed == b[i].output_seed;
     differs = differs || a[i].prompt != c[i].prompt;
   }
   CHECK(same);
@@ -52,7 +53,8 @@ TEST_CASE("synthetic requests have dense ids, nondecreasing arrivals and the con
   for (std::size_t i = 0; i < reqs.size(); ++i) {
     CHECK(reqs[i].id == i);
     if (i) CHECK(reqs[i].arrival_ns >= reqs[i - 1].arrival_ns);
-    CHECK(reqs[i].max_tokens >= 1);
+    CHECK(reqs[i].output_tokens >= 1);
+    CHECK(reqs[i].max_tokens == reqs[i].output_tokens);
     for (auto t : reqs[i].prompt) REQUIRE((t >= 0 && t < 32000));
   }
   const double rate =
@@ -112,7 +114,7 @@ sessions: {turns: 3, think_time_s: {exponential: {mean: 2}}, user_tokens: 7}
   CHECK(first[1].arrival_ns == 1'000'000'000);
   const RequestSpec& t0 = first[0];
   std::vector<std::int32_t> out;
-  for (int i = 0; i < t0.max_tokens; ++i) out.push_back(output_token(t0.output_seed, i, 32000));
+  for (int i = 0; i < t0.output_tokens; ++i) out.push_back(output_token(t0.output_seed, i, 32000));
   auto t1 = src->on_finished(t0, 5'000'000'000, out);
   REQUIRE(t1.has_value());
   CHECK(t1->id == 5);

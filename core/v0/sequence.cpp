@@ -1,0 +1,137 @@
+#include "core/v0/sequence.h"
+
+#include <algorithm>
+
+#include "core/common/assert.h"
+
+namespace kvsim::v0 {
+
+// ---- Sequence -------------------------------------------------------------------------------
+
+void Sequence::reset(SeqId id, std::span<const Token> prompt, Request* request) {
+  seq_id = id;
+  slot = kNoSlot;
+  status = SeqStatus::kWaiting;
+  eos_token_id.reset();
+  stop_reason.reset();
+  group = nullptr;
+  num_table_blocks_seen = 0;
+  request_ = request;
+  own_.clear();
+  if (request) {
+    prompt_len_ = request->num_prompt_tokens();
+  } else {
+    own_.assign(prompt.begin(), prompt.end());
+    prompt_len_ = static_cast<std::int64_t>(prompt.size());
+  }
+  num_computed_ = 0;
+  prefill_ = true;
+}
+
+void Sequence::copy_from(const Sequence& parent, SeqId id) {
+  const std::span<const Token> t = parent.tokens();
+  own_.assign(t.begin(), t.end());
+  request_ = nullptr;
+  prompt_len_ = parent.prompt_len_;
+  num_computed_ = parent.num_computed_;
+  prefill_ = parent.prefill_;
+  seq_id = id;
+  slot = kNoSlot;
+  status = parent.status;
+  eos_token_id = parent.eos_token_id;
+  stop_reason = parent.stop_reason;
+  group = nullptr;
+  num_table_blocks_seen = parent.num_table_blocks_seen;
+}
+
+Token Sequence::last_token() const {
+  const std::span<const Token> t = tokens();
+  if (t.empty()) raise("IndexError", "array index out of range");
+  return t.back();
+}
+
+void Sequence::update_num_computed_tokens(std::int64_t n) {
+  num_computed_ += n;
+  vllm_assert(num_computed_ <= get_len(), "assert self._num_computed_tokens <= self.get_len()");
+  if (get_len() - num_computed_ == 0) prefill_ = false;
+}
+
+// ---- SequenceGroup --------------------------------------------------------------------------
+
+void SequenceGroup::reset(std::string_view id, Request* req, SamplingParams p, double arrival,
+                          std::int64_t prio) {
+  request_id.assign(id);
+  request = req;
+  params = std::move(p);
+  arrival_time = arrival;
+  priority = prio;
+  budget_tokens_mark = budget_seqs_mark = mark = 0;
+  seqs_.clear();
+  is_single_seq_ = true;
+}
+
+void SequenceGroup::add_initial(Sequence* seq) {
+  seqs_.push_back(seq);
+  seq->group = this;
+  is_single_seq_ = seqs_.size() == 1;
+}
+
+void SequenceGroup::add(Sequence* seq) {
+  seqs_.push_back(seq);
+  seq->group = this;
+  is_single_seq_ = false;
+}
+
+std::int64_t SequenceGroup::num_seqs(SeqStatus s) const {
+  std::int64_t n = 0;
+  for (const Sequence* q : seqs_) n += q->status == s ? 1 : 0;
+  return n;
+}
+
+Sequence* SequenceGroup::first_with(SeqStatus s) const {
+  for (Sequence* q : seqs_)
+    if (q->status == s) return q;
+  return nullptr;
+}
+
+std::int64_t SequenceGroup::get_max_num_running_seqs() const {
+  if (is_single_seq_) return first_seq()->is_finished() ? 0 : 1;
+  std::int64_t n = 0;
+  for (const Sequence* q : seqs_) n += q->is_finished() ? 0 : 1;
+  return n;
+}
+
+bool SequenceGroup::is_finished() const {
+  if (is_single_seq_) return first_seq()->is_finished();
+  return std::all_of(seqs_.begin(), seqs_.end(),
+                     [](const Sequence* q) { return q->is_finished(); });
+}
+
+void SequenceGroup::update_num_computed_tokens(std::int64_t n) {
+  for (Sequence* q : seqs_)
+    if (!q->is_finished()) q->update_num_computed_tokens(n);
+}
+
+// ---- StopChecker ----------------------------------------------------------------------------
+
+void maybe_stop_sequence(Sequence& seq, const SamplingParams& params, std::int64_t max_model_len) {
+  if (seq.output_len() < params.min_tokens) return;
+  const Token last = seq.last_token();
+  if (!params.ignore_eos && seq.eos_token_id && last == *seq.eos_token_id) {
+    seq.status = SeqStatus::kFinishedStopped;
+    return;
+  }
+  if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), last) !=
+      params.stop_token_ids.end()) {
+    seq.status = SeqStatus::kFinishedStopped;
+    seq.stop_reason = last;
+    return;
+  }
+  if (seq.get_len() > max_model_len) {
+    seq.status = SeqStatus::kFinishedLengthCapped;
+    return;
+  }
+  if (seq.output_len() == params.max_tokens) seq.status = SeqStatus::kFinishedLengthCapped;
+}
+
+}  // namespace kvsim::v0
