@@ -55,8 +55,10 @@ const ValidationRecord* record_at(const ValidationRunResult& r, std::int64_t ste
 /// Runs validate-small with `kind` planted from step `from` on, checking only step 0 and the
 /// fault's step, and compares the fault's step with the same step of a clean run.
 void expect_fault_fails(FaultInjection::Kind kind, std::int64_t from,
-                        const std::string& profile = "vllm-0.7.2") {
-  const Scenario s = load_scenario(kSmall, {"engine.profile=" + profile});
+                        const std::string& profile = "vllm-0.7.2",
+                        std::vector<std::string> sets = {}) {
+  sets.push_back("engine.profile=" + profile);
+  const Scenario s = load_scenario(kSmall, sets);
   ValidationOptions o = cpu_options(1 << 30);
   o.fault = {kind, from};
   const std::string name = profile + "-" + fault_kind_name(kind);
@@ -282,15 +284,26 @@ TEST_CASE("validation refuses cache_only scenarios and a cuda backend without a 
   CHECK(options_from_scenario(autod).dtype == kernels::DType::kBF16);
 }
 
-TEST_CASE("vllm-0.8.5's block tables validate clean, and faults planted in them fail",
+TEST_CASE("vllm-0.8.5's and V0's block tables validate clean, and faults planted in them fail",
           "[validate]") {
-  const Scenario s = load_scenario(kSmall, {"engine.profile=vllm-0.8.5"});
-  const ValidationRunResult r = run_validation(s, out_dir("clean-0.8.5"), cpu_options());
-  CHECK(r.summary.pass);
-  CHECK(r.summary.steps_sampled == r.summary.steps_total);
-  CHECK(r.summary.steps_total > 100);
-  CHECK(r.summary.mismatched_slots == 0);
-  CHECK(r.summary.max_abs_err < 1e-2);
-  expect_fault_fails(FaultInjection::Kind::kCorruptBlockTable, 10, "vllm-0.8.5");
+  // V0 without chunked prefill needs a batch budget of max_model_len (vLLM's _verify_args).
+  const std::vector<std::pair<std::string, std::vector<std::string>>> profiles = {
+      {"vllm-0.8.5", {}}, {"vllm-0.7.2-v0", {"scheduler.max_num_batched_tokens=2048"}}};
+  for (const auto& [profile, sets] : profiles) {
+    INFO(profile);
+    std::vector<std::string> all = sets;
+    all.push_back("engine.profile=" + profile);
+    const Scenario s = load_scenario(kSmall, all);
+    const ValidationRunResult r = run_validation(s, out_dir("clean-" + profile), cpu_options());
+    CHECK(r.summary.pass);
+    CHECK(r.summary.steps_sampled == r.summary.steps_total);
+    CHECK(r.summary.steps_total > 100);
+    CHECK(r.summary.mismatched_slots == 0);
+    CHECK(r.summary.max_abs_err < 1e-2);
+    expect_fault_fails(FaultInjection::Kind::kCorruptBlockTable, 10, profile, sets);
+    expect_fault_fails(FaultInjection::Kind::kSlotOffByOne, 10, profile, sets);
+  }
+  // V0 schedules a new request's whole prompt (its cached blocks are shared, not skipped), so
+  // no request starts with computed tokens to plant a wrong hit on; 0.8.5 does.
   expect_fault_fails(FaultInjection::Kind::kWrongPrefixHit, 10, "vllm-0.8.5");
 }
