@@ -73,8 +73,9 @@ int validate(const Args& args) {
       ("backend", checked<std::string>(&backend, "cpu|cuda", parse_backend),
        "kernel backend (default: the scenario's validate.backend, cpu)")  //
       ("sample-every", integer(&every, 1, kIntMax, "N"),
-       "check steps 0, N, 2N, ... (default: validate.sample_every_steps, or every step when the "
-       "scenario sets no sampling)")  //
+       "check steps 0, N, 2N, ... (default: validate.sample_every_steps, or, when the scenario "
+       "sets no sampling, 200 steps spread over the run with steps that preempt and steps with "
+       "prefix hits among them)")  //
       ("sample-prob", checked<double>(&prob, "P", parse_prob),
        "check each step with probability P (seeded by the scenario seed)")  //
       ("dtype", checked<kernels::DType>(&dtype, "bf16|fp16", parse_dtype),
@@ -111,6 +112,18 @@ int validate(const Args& args) {
   validate::ValidationOptions opts = validate::options_from_scenario(scenario);
   if (repeats) opts.repeats = static_cast<std::int32_t>(*repeats);
   if (warmup) opts.warmup = static_cast<std::int32_t>(*warmup);
+  if (!in.quiet) {
+    if (!scenario.sweep.empty())
+      std::printf(
+          "%s has a sweep of %zu points; validating its base point, as `kvsim run` runs it "
+          "(--set KEY=VALUE validates another)\n",
+          in.path.c_str(), sweep_points(scenario).size());
+    opts.announce = [](const std::string& line) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    };
+    opts.progress = validate::terminal_progress(stderr);  // nothing unless stderr is a terminal
+  }
 
   // Ctrl-C / SIGTERM end the run cleanly, as in `kvsim run`.
   const InterruptScope interrupt;

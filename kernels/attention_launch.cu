@@ -14,7 +14,7 @@ namespace {
 bool paged_attention_args_ok(const paged_kv_view& kv, const void* q, const void* out,
                              int num_q_heads) {
   const auto aligned = [](std::int64_t v) { return v % 8 == 0; };
-  return kv.pool != nullptr && q != nullptr && out != nullptr && kv.num_kv_heads > 0 &&
+  return kv.pool != nullptr && kv.block_base == nullptr && q != nullptr && out != nullptr && kv.num_kv_heads > 0 &&
          num_q_heads > 0 && num_q_heads % kv.num_kv_heads == 0 &&
          reinterpret_cast<std::uintptr_t>(kv.pool) % 16 == 0 &&
          reinterpret_cast<std::uintptr_t>(q) % 16 == 0 &&

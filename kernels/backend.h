@@ -26,9 +26,9 @@ bool cuda_device_available();
 struct attention_batch {
   const std::int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
   std::int32_t max_blocks_per_seq = 0;
-  const std::int32_t* seq_lens = nullptr;      // [num_seqs], including this step's new tokens
+  const std::int32_t* seq_lens = nullptr;  // [num_seqs], including this step's new tokens
   std::int32_t num_seqs = 0;
-  const std::int32_t* q_indptr = nullptr;      // [num_seqs + 1]; nullptr = decode (1 row per seq)
+  const std::int32_t* q_indptr = nullptr;  // [num_seqs + 1]; nullptr = decode (1 row per seq)
   std::int32_t num_q_heads = 0;
   float scale = 1.0f;
 
@@ -42,13 +42,24 @@ class AttentionBackend {
   virtual ~AttentionBackend() = default;
   virtual BackendKind kind() const = 0;
 
-  /// (Re)allocates the pool `[2, num_blocks, block_size, num_kv_heads, head_size]` (vLLM V1
-  /// layout) and fills every element with NaN, so unwritten slots poison any read of them.
+  /// (Re)creates the pool `[2, num_blocks, block_size, num_kv_heads, head_size]` (vLLM V1
+  /// layout) with every element NaN, so unwritten slots poison any read of them. The CPU backend
+  /// allocates lazily: a block takes memory at its first write (and is NaN-filled then); a block
+  /// never written costs nothing and reads as NaN. The CUDA backend allocates the whole pool.
   virtual void init_pool(const kv_pool_shape& shape) = 0;
   virtual const kv_pool_shape& pool_shape() const = 0;
+  /// Bytes of pool storage held now (CPU: written blocks x block bytes; CUDA: the whole pool).
+  virtual std::int64_t pool_resident_bytes() const = 0;
+  /// Forgets every block's content (every element reads as NaN again, as after init_pool); the
+  /// CPU backend frees the blocks' storage. O(blocks held).
+  virtual void clear_pool() = 0;
+  /// Forgets block `block`'s content (it reads as NaN again); the CPU backend frees its storage.
+  /// Throws std::invalid_argument for a block past the pool. O(1) (CPU), O(block) (CUDA).
+  virtual void release_block(std::int64_t block) = 0;
 
   /// reshape_and_cache: key/value `[num_tokens, Hkv, D]` (pool dtype) into slots
-  /// `slot_mapping[num_tokens]` (block_id * block_size + offset; negative = skip).
+  /// `slot_mapping[num_tokens]` (block_id * block_size + offset; negative = skip). Throws
+  /// std::invalid_argument for a slot past the pool.
   virtual void write_kv(const void* key, const void* value, const std::int64_t* slot_mapping,
                         std::int64_t num_tokens) = 0;
 
@@ -56,9 +67,10 @@ class AttentionBackend {
   /// q/out: `[batch.num_q_rows(), num_q_heads, head_size]` in the pool dtype.
   virtual void attention(const attention_batch& batch, const void* q, void* out) = 0;
 
-  /// Copies the whole pool (pool_shape().num_elements() elements) into `dst`.
+  /// Copies the whole pool (pool_shape().num_elements() elements, vLLM V1 layout) into `dst`.
   virtual void read_pool(void* dst) const = 0;
-  /// Overwrites the whole pool from `src` (same size as read_pool).
+  /// Overwrites the whole pool from `src` (same size and layout as read_pool); every block is
+  /// then held.
   virtual void load_pool(const void* src) = 0;
 
   /// Forces the split-KV count (CUDA only; 0 = automatic policy). The CPU backend ignores it.

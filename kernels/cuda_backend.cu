@@ -26,6 +26,21 @@ class CudaBackend final : public AttentionBackend {
     KVSIM_CUDA_CHECK(cudaMemset(pool_.get(), 0xff, pool_bytes()));
   }
   const kv_pool_shape& pool_shape() const override { return shape_; }
+  std::int64_t pool_resident_bytes() const override {
+    return static_cast<std::int64_t>(pool_bytes());
+  }
+  void clear_pool() override { KVSIM_CUDA_CHECK(cudaMemset(pool_.get(), 0xff, pool_bytes())); }
+  void release_block(std::int64_t block) override {
+    KVSIM_KERNELS_CHECK(block >= 0 && block < shape_.num_blocks, "block out of range");
+    const paged_kv_view v = view();
+    const std::size_t elt = dtype_size_bytes(shape_.dtype);
+    const std::size_t bytes = static_cast<std::size_t>(v.stride_block) * elt;
+    for (std::int64_t part = 0; part < 2; ++part) {  // K and V of the block: one run each
+      const std::int64_t first = part * v.stride_kv + block * v.stride_block;  // elements
+      KVSIM_CUDA_CHECK(
+          cudaMemset(pool_.get() + static_cast<std::size_t>(first) * elt, 0xff, bytes));
+    }
+  }
 
   void write_kv(const void* key, const void* value, const std::int64_t* slot_mapping,
                 std::int64_t num_tokens) override {
@@ -38,7 +53,8 @@ class CudaBackend final : public AttentionBackend {
     const std::int64_t num_slots = std::int64_t{shape_.num_blocks} * shape_.block_size;
     for (std::int64_t i = 0; i < num_tokens; ++i)
       KVSIM_KERNELS_CHECK(slot_mapping[i] < num_slots, "slot out of range");
-    KVSIM_CUDA_CHECK(ReshapeAndCache(view(), key_.get(), value_.get(), slots_.get(), num_tokens, nullptr));
+    KVSIM_CUDA_CHECK(
+        ReshapeAndCache(view(), key_.get(), value_.get(), slots_.get(), num_tokens, nullptr));
     KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
@@ -73,7 +89,9 @@ class CudaBackend final : public AttentionBackend {
     out_.download(static_cast<std::byte*>(out), qo_bytes);
   }
 
-  void read_pool(void* dst) const override { pool_.download(static_cast<std::byte*>(dst), pool_bytes()); }
+  void read_pool(void* dst) const override {
+    pool_.download(static_cast<std::byte*>(dst), pool_bytes());
+  }
   void load_pool(const void* src) override {
     pool_.upload(static_cast<const std::byte*>(src), pool_bytes());
   }
@@ -89,14 +107,14 @@ class CudaBackend final : public AttentionBackend {
   kv_pool_shape shape_;
   std::int32_t forced_splits_ = 0;
   AttentionPath path_ = AttentionPath::kAuto;
-  DeviceBuffer<std::byte> pool_;     // [2, num_blocks, block_size, num_kv_heads, head_size]
-  DeviceBuffer<std::byte> key_;      // [num_tokens, num_kv_heads, head_size]
-  DeviceBuffer<std::byte> value_;    // [num_tokens, num_kv_heads, head_size]
-  DeviceBuffer<std::int64_t> slots_; // [num_tokens]
+  DeviceBuffer<std::byte> pool_;       // [2, num_blocks, block_size, num_kv_heads, head_size]
+  DeviceBuffer<std::byte> key_;        // [num_tokens, num_kv_heads, head_size]
+  DeviceBuffer<std::byte> value_;      // [num_tokens, num_kv_heads, head_size]
+  DeviceBuffer<std::int64_t> slots_;   // [num_tokens]
   DeviceBuffer<std::int32_t> tables_;  // [num_seqs, max_blocks_per_seq]
   DeviceBuffer<std::int32_t> lens_;    // [num_seqs]
-  DeviceBuffer<std::byte> q_;        // [num_rows, num_q_heads, head_size]
-  DeviceBuffer<std::byte> out_;      // [num_rows, num_q_heads, head_size]
+  DeviceBuffer<std::byte> q_;          // [num_rows, num_q_heads, head_size]
+  DeviceBuffer<std::byte> out_;        // [num_rows, num_q_heads, head_size]
   DeviceWorkPlan work_;
 };
 

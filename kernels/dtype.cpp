@@ -6,14 +6,17 @@ namespace kvsim::kernels {
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
   }
   return "?";
 }
 
-half_bits float_to_half(float f) {
+half_bits detail::float_to_half_rare(float f) {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t abs = x & 0x7fffffffu;
@@ -21,11 +24,12 @@ half_bits float_to_half(float f) {
     const std::uint32_t nan_bit = abs > 0x7f800000u ? 0x0200u : 0u;
     return {static_cast<std::uint16_t>(sign | 0x7c00u | nan_bit)};
   }
-  if (abs >= 0x477ff000u) return {static_cast<std::uint16_t>(sign | 0x7c00u)};  // rounds to >= 65520
+  if (abs >= 0x477ff000u)
+    return {static_cast<std::uint16_t>(sign | 0x7c00u)};  // rounds to >= 65520
   if (abs < 0x38800000u) {
     // Result is subnormal (or zero): value = m * 2^-24 with m the rounded integer.
     if (abs < 0x33000000u) return {static_cast<std::uint16_t>(sign)};  // < 2^-25 rounds to 0
-    const int exp = static_cast<int>(abs >> 23);                          // biased, 102..112
+    const int exp = static_cast<int>(abs >> 23);                       // biased, 102..112
     const std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     const int shift = 126 - exp;  // value = mant * 2^(exp-150); want mant * 2^(exp-150+24)
     std::uint32_t m = mant >> shift;
@@ -39,22 +43,6 @@ half_bits float_to_half(float f) {
   const std::uint32_t rem = abs & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // carry into the exponent is correct
   return {static_cast<std::uint16_t>(sign | h)};
-}
-
-bf16_bits float_to_bf16(float f) {
-  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return {static_cast<std::uint16_t>((x >> 16) | 0x0040u)};
-  const std::uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
-  return {static_cast<std::uint16_t>((x + rounding) >> 16)};
-}
-
-float round_to_dtype(float value, DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return value;
-    case DType::kF16: return half_to_float(float_to_half(value));
-    case DType::kBF16: return bf16_to_float(float_to_bf16(value));
-  }
-  return value;
 }
 
 }  // namespace kvsim::kernels

@@ -31,7 +31,8 @@ __global__ void ReshapeAndCacheKernel(const paged_kv_view kv,
 cudaError_t ReshapeAndCache(const paged_kv_view& kv, const void* key, const void* value,
                             const std::int64_t* slot_mapping, std::int64_t num_tokens,
                             cudaStream_t stream) {
-  if (kv.pool == nullptr || kv.block_size <= 0 || num_tokens < 0) return cudaErrorInvalidValue;
+  if (kv.pool == nullptr || kv.block_base != nullptr || kv.block_size <= 0 || num_tokens < 0)
+    return cudaErrorInvalidValue;
   if (num_tokens == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(num_tokens));
   if (kv.dtype == DType::kF32) {

@@ -14,8 +14,8 @@
 #include "sim/common/errors.h"
 #include "sim/common/rng.h"
 #include "validate/cuda_timer.h"
+#include "validate/harness_impl.h"
 #include "validate/kv_content.h"
-#include "validate/step_batch.h"
 
 namespace kvsim::validate {
 
@@ -41,6 +41,16 @@ const char* fault_kind_name(FaultInjection::Kind kind) {
   return "?";
 }
 
+SamplingRule sampling_rule(const ValidationOptions& options, std::uint64_t seed) {
+  SamplingRule r;
+  r.every_steps = options.sample_every_steps;
+  r.prob = options.sample_prob;
+  r.count = options.sample_steps;
+  r.budget_s = options.sample_budget_s;
+  r.seed = seed;
+  return r;
+}
+
 double ValidationRecord::error_score() const {
   return err.num_nonfinite > 0 ? std::numeric_limits<double>::infinity() : err.max_abs;
 }
@@ -61,55 +71,10 @@ std::string cpu_model_name() {
   return "cpu";
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kProgressEvery_s = 0.25;
 
 }  // namespace
-
-struct ValidationHarness::Impl : detail::StepBatch {
-  ValidationOptions opt;
-  std::unique_ptr<kernels::AttentionBackend> backend;
-  std::unique_ptr<CudaAttentionTimer> timer;  // cuda only
-  KvContentModel content;
-  std::int32_t num_q_heads = 0;
-  std::int32_t warmup = 0, repeats = 1;  // resolved (ValidationSetup)
-  std::uint64_t sample_seed = 0;
-  /// Content keys of live requests by Request::index(), extended as their contexts grow; an
-  /// entry belongs to the request whose requests.csv id it records (indices are reused).
-  struct KeyCache {
-    std::uint64_t request_id = ~std::uint64_t{0};
-    std::vector<std::uint64_t> keys;
-  };
-  std::vector<KeyCache> key_cache;
-  // Scratch, reused across steps.
-  std::vector<std::byte> kbuf, vbuf;  // [tokens, Hkv, D] pool dtype
-  std::vector<std::int64_t> slots;    // [tokens]
-  std::vector<float> vec;             // one token's values
-  std::vector<std::int32_t> tables, lens, q_indptr;
-  std::vector<std::byte> q, out, out_timer;
-  std::vector<float> qf, kf, vf, out_f, ref_f;
-
-  Impl(const ValidationOptions& o, std::uint64_t seed, int hq, int hkv, int d)
-      : opt(o),
-        content(seed, hq, hkv, d, o.dtype),
-        sample_seed(stream_seed(seed, "validate.sample")) {}
-
-  std::size_t dsize() const { return kernels::dtype_size_bytes(opt.dtype); }
-
-  bool sampled(std::int64_t step) const {
-    if (opt.sample_every_steps > 0) return step % opt.sample_every_steps == 0;
-    if (opt.sample_prob <= 0) return false;
-    const double u =
-        static_cast<double>(splitmix64(sample_seed ^ static_cast<std::uint64_t>(step)) >> 11) *
-        0x1p-53;
-    return u < opt.sample_prob;
-  }
-
-  void load_batch(const StepView& view);
-  void write_step(bool off_by_one);
-  void check(ValidationRecord& rec);
-};
 
 // ---- setup ----------------------------------------------------------------------------------
 
@@ -151,20 +116,34 @@ ValidationHarness::ValidationHarness(const Scenario& scenario, const ValidationO
   setup_.pool.num_kv_heads = static_cast<std::int32_t>(hkv);
   setup_.pool.head_size = static_cast<std::int32_t>(d);
   setup_.tol = kernels::default_tolerance(options.dtype);
-  const std::int64_t block_bytes =
-      2 * bs * hkv * d * static_cast<std::int64_t>(kernels::dtype_size_bytes(options.dtype));
-  setup_.pool_bytes = blocks * block_bytes;
-  const std::int64_t host_bytes = setup_.pool_bytes + blocks * bs * 8;  // + the slot shadow
-  if (host_bytes > options.max_pool_bytes) {
-    const std::int64_t fit = options.max_pool_bytes / (block_bytes + bs * 8);
+  setup_.block_bytes = kernels::block_elements(setup_.pool) *
+                       static_cast<std::int64_t>(kernels::dtype_size_bytes(options.dtype));
+  setup_.pool_bytes = blocks * setup_.block_bytes;
+  // The shadow (8 bytes per slot) and per-block state always; the CUDA pool (and its timing
+  // mirror, alike) whole; the CPU pool only as far as checked steps read it (PoolSync).
+  const std::int64_t per_block_fixed = bs * 8 + detail::PoolSync::kBytesPerBlock;
+  setup_.bookkeeping_bytes = blocks * per_block_fixed;
+  const bool dense = options.backend == BackendKind::kCuda;
+  const std::int64_t fixed = setup_.bookkeeping_bytes + (dense ? setup_.pool_bytes : 0);
+  if (fixed > options.max_pool_bytes) {
+    const std::int64_t fit =
+        options.max_pool_bytes / (per_block_fixed + (dense ? setup_.block_bytes : 0));
+    if (dense)
+      throw ConfigError(fmt::format(
+          "{}: the validation KV pool would take {:.2f} GiB on the device ({} blocks x {} tokens "
+          "x {} KV heads x head {} x {}, K and V, one layer, plus an 8-byte shadow per slot on "
+          "the host), over the {:.2f} GiB limit; shrink it with --set "
+          "cache.num_gpu_blocks_override={} (or fewer), or validate a smaller model (fewer KV "
+          "heads, smaller head_dim, or tensor_parallel_size)",
+          who, static_cast<double>(fixed) / kGiB, blocks, bs, hkv, d,
+          kernels::dtype_name(options.dtype), static_cast<double>(options.max_pool_bytes) / kGiB,
+          fit));
     throw ConfigError(fmt::format(
-        "{}: the validation KV pool would take {:.2f} GiB ({} blocks x {} tokens x {} KV heads x "
-        "head {} x {}, K and V, one layer, plus an 8-byte shadow per slot), over the {:.2f} GiB "
-        "limit; shrink it with --set cache.num_gpu_blocks_override={} (or fewer), or validate a "
-        "smaller model (fewer KV heads, smaller head_dim, or tensor_parallel_size)",
-        who, static_cast<double>(host_bytes) / (1 << 30), blocks, bs, hkv, d,
-        kernels::dtype_name(options.dtype), static_cast<double>(options.max_pool_bytes) / (1 << 30),
-        fit));
+        "{}: the validation harness's bookkeeping for the pool's {} blocks (an 8-byte shadow per "
+        "slot and {} bytes per block) would take {:.2f} GiB, over the {:.2f} GiB limit; shrink "
+        "the pool with --set cache.num_gpu_blocks_override={} (or fewer)",
+        who, blocks, detail::PoolSync::kBytesPerBlock, static_cast<double>(fixed) / kGiB,
+        static_cast<double>(options.max_pool_bytes) / kGiB, fit));
   }
   if (options.backend == BackendKind::kCuda) {
     if (options.dtype == DType::kF32)
@@ -194,26 +173,68 @@ ValidationHarness::ValidationHarness(const Scenario& scenario, const ValidationO
 
   impl_ = std::make_unique<Impl>(options, scenario.seed, static_cast<int>(hq),
                                  static_cast<int>(hkv), static_cast<int>(d));
-  impl_->block_size = bs;
-  impl_->num_q_heads = static_cast<std::int32_t>(hq);
-  impl_->warmup = setup_.warmup;
-  impl_->repeats = setup_.repeats;
-  impl_->shadow.assign(static_cast<std::size_t>(blocks * bs), 0);
-  impl_->backend = kernels::make_attention_backend(options.backend);
-  impl_->backend->init_pool(setup_.pool);
+  Impl& im = *impl_;
+  im.block_size = bs;
+  im.num_q_heads = static_cast<std::int32_t>(hq);
+  im.warmup = setup_.warmup;
+  im.repeats = setup_.repeats;
+  im.shadow.assign(static_cast<std::size_t>(blocks * bs), 0);
+  im.backend = kernels::make_attention_backend(options.backend);
+  im.backend->init_pool(setup_.pool);
   if (options.backend == BackendKind::kCuda) {
-    impl_->timer = std::make_unique<CudaAttentionTimer>(setup_.pool);
-    setup_.device = impl_->timer->device_name();
+    im.timer = std::make_unique<CudaAttentionTimer>(setup_.pool);
+    setup_.device = im.timer->device_name();
   } else {
     setup_.device = cpu_model_name();
   }
+  im.pool = std::make_unique<detail::PoolSync>(im, *im.backend, im.timer.get(), im.content,
+                                               setup_.block_bytes, setup_.bookkeeping_bytes,
+                                               options.max_pool_bytes, options.write_every_step);
 }
 
 ValidationHarness::~ValidationHarness() = default;
 
+CheckCostModel ValidationHarness::cost_model() const {
+  return CheckCostModel::for_shape(setup_.num_q_heads, setup_.pool.num_kv_heads,
+                                   setup_.pool.head_size);
+}
+
+void ValidationHarness::set_plan(SamplePlan plan, std::vector<StepTraits> traits) {
+  KVSIM_ASSERT(plan.num_steps() == static_cast<std::int64_t>(traits.size()),
+               "the plan and the survey cover different runs");
+  if (setup_.backend == BackendKind::kCpu) {
+    std::int64_t worst = -1;
+    for (std::int64_t s = 0; s < plan.num_steps(); ++s)
+      if (plan.reason(s) != 0 &&
+          (worst < 0 || traits[static_cast<std::size_t>(s)].read_blocks >
+                            traits[static_cast<std::size_t>(worst)].read_blocks))
+        worst = s;
+    const std::int64_t read =
+        worst < 0 ? 0 : std::int64_t{traits[static_cast<std::size_t>(worst)].read_blocks};
+    if (setup_.bookkeeping_bytes + read * setup_.block_bytes > impl_->opt.max_pool_bytes)
+      throw ConfigError(fmt::format(
+          "checked step {} reads {} blocks of the validation KV pool ({:.2f} GiB: {} tokens x {} "
+          "KV heads x head {} x {}, K and V, one layer), which with {:.2f} GiB of bookkeeping is "
+          "over the {:.2f} GiB limit; validate a smaller model (fewer KV heads, smaller head_dim, "
+          "or tensor_parallel_size) or fewer concurrent requests (scheduler.max_num_seqs)",
+          worst, read, static_cast<double>(read * setup_.block_bytes) / kGiB,
+          setup_.pool.block_size, setup_.pool.num_kv_heads, setup_.pool.head_size,
+          kernels::dtype_name(setup_.dtype), static_cast<double>(setup_.bookkeeping_bytes) / kGiB,
+          static_cast<double>(impl_->opt.max_pool_bytes) / kGiB));
+  }
+  impl_->plan = std::move(plan);
+  impl_->traits = std::move(traits);
+  impl_->has_plan = true;
+  impl_->t0 = impl_->last_report = std::chrono::steady_clock::now();
+}
+
+const SamplePlan& ValidationHarness::plan() const { return impl_->plan; }
+
+PoolUsage ValidationHarness::pool_usage() const { return impl_->pool->usage(); }
+
 // ---- one step -------------------------------------------------------------------------------
 
-void ValidationHarness::Impl::load_batch(const StepView& view) {
+void ValidationHarness::Impl::load_batch(const StepView& view, bool full_tables) {
   const auto& sched = view.out->scheduled;
   num_seqs = sched.size();
   if (seqs.size() < num_seqs) seqs.resize(num_seqs);
@@ -232,13 +253,16 @@ void ValidationHarness::Impl::load_batch(const StepView& view) {
     s.num_tokens = sr.num_tokens;
     s.context = sr.num_computed_tokens + sr.num_tokens;
     KVSIM_ASSERT(s.context <= r.num_tokens(), "scheduled past the request's tokens");
+    // Unchecked steps only write: the table entries from the first written position on do.
     const std::int64_t nblocks = cdiv(s.context, block_size);
+    s.table_first = full_tables ? 0 : std::min(s.computed / block_size, nblocks);
     const std::span<const BlockId> table = view.engine->block_table(r);
     KVSIM_ASSERT(nblocks <= static_cast<std::int64_t>(table.size()),
                  "block table shorter than the scheduled context");
-    s.table.resize(static_cast<std::size_t>(nblocks));
-    for (std::int64_t b = 0; b < nblocks; ++b)
-      s.table[static_cast<std::size_t>(b)] = to_int(table[static_cast<std::size_t>(b)]);
+    s.table.resize(static_cast<std::size_t>(nblocks - s.table_first));
+    for (std::int64_t b = s.table_first; b < nblocks; ++b)
+      s.table[static_cast<std::size_t>(b - s.table_first)] =
+          to_int(table[static_cast<std::size_t>(b)]);
     const auto idx = static_cast<std::size_t>(r.index());
     if (key_cache.size() <= idx) key_cache.resize(idx + 1);
     KeyCache& kc = key_cache[idx];
@@ -257,162 +281,56 @@ void ValidationHarness::Impl::load_batch(const StepView& view) {
 }
 
 void ValidationHarness::Impl::write_step(bool off_by_one) {
-  std::int64_t n = 0;
-  for (std::size_t i = 0; i < num_seqs; ++i) n += seqs[i].num_tokens;
-  const std::int64_t elems = content.kv_elems();
-  kbuf.resize(static_cast<std::size_t>(n * elems) * dsize());
-  vbuf.resize(kbuf.size());
-  slots.resize(static_cast<std::size_t>(n));
-  vec.resize(static_cast<std::size_t>(elems));
-  std::int64_t t = 0;
+  written_blocks.clear();
   for (std::size_t i = 0; i < num_seqs; ++i) {
     const SeqWork& s = seqs[i];
-    for (std::int64_t p = s.computed; p < s.context; ++p, ++t) {
-      const std::uint64_t key = s.keys[static_cast<std::size_t>(p)];
-      content.values(key, KvPart::kKey, vec.data());
-      for (std::int64_t e = 0; e < elems; ++e)
-        kernels::store_from_float(kbuf.data(), opt.dtype, t * elems + e,
-                                  vec[static_cast<std::size_t>(e)]);
-      content.values(key, KvPart::kValue, vec.data());
-      for (std::int64_t e = 0; e < elems; ++e)
-        kernels::store_from_float(vbuf.data(), opt.dtype, t * elems + e,
-                                  vec[static_cast<std::size_t>(e)]);
+    for (std::int64_t p = s.computed; p < s.context; ++p) {
       std::int64_t slot = slot_of(s, p);
       if (off_by_one) slot = (slot + 1) % num_slots();
-      slots[static_cast<std::size_t>(t)] = slot;
-      shadow[static_cast<std::size_t>(slot)] = key;
+      shadow[static_cast<std::size_t>(slot)] = s.keys[static_cast<std::size_t>(p)];
+      pool->mark_stale(slot);
+      if (opt.write_every_step) written_blocks.push_back(slot / block_size);
     }
   }
-  backend->write_kv(kbuf.data(), vbuf.data(), slots.data(), n);
-  if (timer) timer->write_kv(kbuf.data(), vbuf.data(), slots.data(), n);
+  if (opt.write_every_step) {
+    pool->refresh_blocks(written_blocks);
+    pool->flush();
+  }
 }
 
-void ValidationHarness::Impl::check(ValidationRecord& rec) {
-  const std::int64_t d = backend->pool_shape().head_size;
-  const std::int64_t qe = content.q_elems();
-  const std::int64_t ke = content.kv_elems();
-  const auto ns = static_cast<std::int32_t>(num_seqs);
-  std::int64_t max_blocks = 1, rows = 0;
-  bool any_chunk = false;
-  for (std::size_t i = 0; i < num_seqs; ++i) {
-    max_blocks =
-        std::max<std::int64_t>(max_blocks, static_cast<std::int64_t>(seqs[i].table.size()));
-    rows += seqs[i].num_tokens;
-    any_chunk = any_chunk || seqs[i].num_tokens != 1;
-  }
-  tables.assign(static_cast<std::size_t>(ns * max_blocks), 0);  // vLLM pads with block 0
-  lens.resize(num_seqs);
-  q_indptr.assign(num_seqs + 1, 0);
-  q.resize(static_cast<std::size_t>(rows * qe) * dsize());
-  qf.resize(static_cast<std::size_t>(rows * qe));
-  rec.num_seqs = ns;
-  rec.max_context = 0;
-  std::int64_t kv_tokens = 0;
-  for (std::size_t i = 0; i < num_seqs; ++i) {
-    const SeqWork& s = seqs[i];
-    std::copy(s.table.begin(), s.table.end(),
-              tables.begin() + static_cast<std::ptrdiff_t>(i) * max_blocks);
-    lens[i] = static_cast<std::int32_t>(s.context);
-    q_indptr[i + 1] = q_indptr[i] + static_cast<std::int32_t>(s.num_tokens);
-    for (std::int64_t p = s.computed; p < s.context; ++p) {
-      const std::int64_t row = q_indptr[i] + (p - s.computed);
-      float* dst = qf.data() + row * qe;
-      content.values(s.keys[static_cast<std::size_t>(p)], KvPart::kQuery, dst);
-      for (std::int64_t e = 0; e < qe; ++e)
-        kernels::store_from_float(q.data(), opt.dtype, row * qe + e, dst[e]);
-    }
-    rec.max_context = std::max(rec.max_context, s.context);
-    kv_tokens += s.context;
-    // Content audit: does each context slot hold this request's own K/V?
-    for (std::int64_t p = 0; p < s.context; ++p)
-      rec.mismatched_slots +=
-          shadow[static_cast<std::size_t>(slot_of(s, p))] != s.keys[static_cast<std::size_t>(p)];
-  }
+void ValidationHarness::Impl::report(std::int64_t steps_seen, bool done) {
+  if (!opt.progress) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (!done && std::chrono::duration<double>(now - last_report).count() < kProgressEvery_s) return;
+  last_report = now;
+  ValidationProgress p;
+  p.step = steps_seen;
+  p.num_steps = plan.num_steps();
+  p.checked = checked;
+  p.num_checked = plan.num_sampled;
+  const double total = plan.check_s + plan.run_s;
+  p.done_fraction = done ? 1.0 : total > 0 ? std::min(work_done_s / total, 1.0) : 0.0;
+  p.elapsed_s = std::chrono::duration<double>(now - t0).count();
+  p.finished = done;
+  opt.progress(p);
+}
 
-  kernels::attention_batch batch;
-  batch.block_tables = tables.data();
-  batch.max_blocks_per_seq = static_cast<std::int32_t>(max_blocks);
-  batch.seq_lens = lens.data();
-  batch.num_seqs = ns;
-  batch.q_indptr = any_chunk ? q_indptr.data() : nullptr;
-  batch.num_q_heads = num_q_heads;
-  batch.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  out.resize(q.size());
-
-  KernelTiming timing;
-  if (timer) {
-    backend->attention(batch, q.data(), out.data());
-    out_timer.resize(out.size());
-    timing = timer->time(batch, q.data(), warmup, repeats, out_timer.data());
-    rec.timer_output_mismatch = std::memcmp(out.data(), out_timer.data(), out.size()) != 0;
-  } else {
-    for (std::int32_t i = 0; i < warmup; ++i) backend->attention(batch, q.data(), out.data());
-    std::vector<double> samples(static_cast<std::size_t>(repeats));
-    for (std::int32_t i = 0; i < repeats; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      backend->attention(batch, q.data(), out.data());
-      samples[static_cast<std::size_t>(i)] = 1e6 * seconds_since(t0);
-    }
-    timing = timing_from_samples(samples.data(), repeats);
-  }
-  rec.latency_us = timing.median_us;
-  rec.latency_p10_us = timing.p10_us;
-  rec.latency_p90_us = timing.p90_us;
-  rec.repeats = timing.repeats;
-  rec.bytes = static_cast<std::int64_t>(dsize()) * (2 * kv_tokens * ke + 2 * rows * qe) +
-              4 * (ns * max_blocks + 2 * static_cast<std::int64_t>(ns) + 1);
-  rec.achieved_gb_per_s =
-      rec.latency_us > 0 ? static_cast<double>(rec.bytes) / (rec.latency_us * 1e3) : 0;
-
-  // The reference: every request from its own tokens, K/V regenerated (never read from the pool).
-  const std::int32_t hkv = backend->pool_shape().num_kv_heads;
-  out_f.resize(static_cast<std::size_t>(rows * qe));
-  for (std::int64_t e = 0; e < rows * qe; ++e)
-    out_f[static_cast<std::size_t>(e)] = kernels::load_as_float(out.data(), opt.dtype, e);
-  ref_f.resize(out_f.size());
-  double worst = -1;
-  for (std::size_t i = 0; i < num_seqs; ++i) {
-    const SeqWork& s = seqs[i];
-    kf.resize(static_cast<std::size_t>(s.context * ke));
-    vf.resize(kf.size());
-    for (std::int64_t p = 0; p < s.context; ++p) {
-      content.values(s.keys[static_cast<std::size_t>(p)], KvPart::kKey, kf.data() + p * ke);
-      content.values(s.keys[static_cast<std::size_t>(p)], KvPart::kValue, vf.data() + p * ke);
-    }
-    kernels::dense_sequence ds;
-    ds.q = qf.data() + std::int64_t{q_indptr[i]} * qe;
-    ds.k = kf.data();
-    ds.v = vf.data();
-    ds.q_len = static_cast<std::int32_t>(s.num_tokens);
-    ds.kv_len = static_cast<std::int32_t>(s.context);
-    const std::vector<float> ref = kernels::dense_attention_reference<double>(
-        ds, num_q_heads, hkv, static_cast<int>(d), batch.scale);
-    const std::int64_t base = std::int64_t{q_indptr[i]} * qe;
-    std::copy(ref.begin(), ref.end(), ref_f.begin() + base);
-    double seq_max = 0;
-    for (std::size_t e = 0; e < ref.size(); ++e) {
-      const double diff =
-          std::fabs(static_cast<double>(out_f[static_cast<std::size_t>(base) + e]) - ref[e]);
-      seq_max =
-          std::isfinite(diff) ? std::max(seq_max, diff) : std::numeric_limits<double>::infinity();
-    }
-    if (seq_max > worst) {
-      worst = seq_max;
-      rec.worst_request_id = s.request_id;
-    }
-  }
-  const kernels::tolerance tol = kernels::default_tolerance(opt.dtype);
-  rec.err = kernels::compare_outputs(out_f.data(), ref_f.data(), rows * qe, tol);
-  rec.pass = kernels::passes(rec.err, tol) && rec.mismatched_slots == 0;
+void ValidationHarness::finish() {
+  if (impl_->finished) return;
+  impl_->finished = true;
+  impl_->report(steps_seen_, true);
 }
 
 void ValidationHarness::on_step_begin(const StepView& view) {
   Impl& m = *impl_;
+  KVSIM_ASSERT(m.has_plan, "ValidationHarness::set_plan before the first step");
+  KVSIM_ASSERT(view.step < m.plan.num_steps(), "the run has more steps than its survey");
   ++steps_seen_;
-  m.load_batch(view);
   using Kind = FaultInjection::Kind;
   const FaultInjection& f = m.opt.fault;
   const bool fault_armed = f.kind != Kind::kNone && view.step >= f.from_step;
+  std::uint8_t reasons = m.plan.reason(view.step);
+  m.load_batch(view, reasons != 0 || (fault_armed && fault_step_ < 0));
   bool planted = false;
   if (fault_armed && fault_step_ < 0 && f.kind == Kind::kBlockSharedInUse)
     planted = detail::plant_shared_in_use(m);
@@ -421,25 +339,33 @@ void ValidationHarness::on_step_begin(const StepView& view) {
   m.write_step(off_by_one);
   for (std::size_t i = 0; i < m.num_seqs; ++i) tokens_written_ += m.seqs[i].num_tokens;
   if (fault_armed && fault_step_ < 0) {
-    if (f.kind == Kind::kWrongPrefixHit)
-      planted = detail::plant_wrong_prefix_hit(m, *view.engine);
+    if (f.kind == Kind::kWrongPrefixHit) planted = detail::plant_wrong_prefix_hit(m, *view.engine);
     if (f.kind == Kind::kCorruptBlockTable) planted = detail::plant_corrupt_table(m);
     if (f.kind == Kind::kPermutedBlockTable) planted = detail::plant_permuted_table(m);
   }
-  if (planted) fault_step_ = view.step;
-  if (!planted && !m.sampled(view.step)) return;
-
-  ValidationRecord rec;
-  rec.step = view.step;
-  rec.time_s = static_cast<double>(view.start_ns) * 1e-9;
-  rec.num_prefill_seqs = view.num_prefill_seqs;
-  rec.prefill_tokens = view.prefill_tokens;
-  rec.decode_tokens = view.decode_tokens;
-  rec.sum_context_tokens = view.sum_context_tokens;
-  rec.sum_context_sq = view.sum_context_sq;
-  rec.fault_planted = planted;
-  m.check(rec);
-  records_.push_back(rec);
+  if (planted) {
+    fault_step_ = view.step;
+    reasons |= SampleReason::kFault;
+  }
+  const StepTraits& t = m.traits[static_cast<std::size_t>(view.step)];
+  m.work_done_s += t.run_s;
+  if (reasons != 0) {
+    ValidationRecord rec;
+    rec.step = view.step;
+    rec.time_s = static_cast<double>(view.start_ns) * 1e-9;
+    rec.num_prefill_seqs = view.num_prefill_seqs;
+    rec.prefill_tokens = view.prefill_tokens;
+    rec.decode_tokens = view.decode_tokens;
+    rec.sum_context_tokens = view.sum_context_tokens;
+    rec.sum_context_sq = view.sum_context_sq;
+    rec.fault_planted = planted;
+    rec.reasons = reasons;
+    m.check(rec, view.step);
+    records_.push_back(rec);
+    ++m.checked;
+    m.work_done_s += t.check_s;
+  }
+  m.report(steps_seen_, false);
 }
 
 }  // namespace kvsim::validate

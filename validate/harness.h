@@ -4,10 +4,15 @@
 //
 // Every step (on_step_begin, i.e. after schedule(), before the batch "runs"):
 //   1. For each scheduled request, the K/V of its tokens [num_computed, num_computed + num_tokens)
-//      (validate/kv_content.h) are written into the backend's pool through the slot mapping
+//      (validate/kv_content.h) are written through the slot mapping
 //      slot = block_table[p / block_size] * block_size + p % block_size (vLLM's
-//      reshape_and_cache), so a block holds whatever its last writer put there.
-// At a sampled step, additionally:
+//      reshape_and_cache), so a block holds whatever its last writer put there. The write is
+//      recorded in a host-side shadow (the content key each slot last received); the backend's
+//      pool receives it lazily (pool_sync.h): before a checked step reads a block, the block is
+//      brought up to date from the shadow through the backend's write_kv. Since K/V are a function
+//      of the key alone, every slot a checked step reads holds exactly what writing every step
+//      would have put there (validate/README.md, "Lazy writes").
+// At a checked step (sample_plan.h says which), additionally:
 //   2. One attention call over the whole batch (decode rows and prefill/append chunks together;
 //      queries are each request's scheduled tokens, context = num_computed + num_tokens) reads
 //      the pool through the block tables; it is timed (CPU: wall clock; CUDA: events on a mirror,
@@ -16,14 +21,18 @@
 //      model (never read from the pool), dense attention in double (kernels/dense_reference.h).
 //   4. The step's errors (max abs, relative Frobenius, NMSE) are judged against the dtype's
 //      tolerance (kernels/metrics.h); a content audit also counts context positions whose pool
-//      slot was last written with another token's K/V (a host-side shadow of the pool). A step
-//      passes when both are clean: the audit catches what attention cannot see (a permuted block
-//      table leaves a decode row's output unchanged, since attention sums over its keys).
+//      slot was last written with another token's K/V (from the shadow). A step passes when both
+//      are clean: the audit catches what attention cannot see (a permuted block table leaves a
+//      decode row's output unchanged, since attention sums over its keys).
 //
-// Memory: the pool is one layer, 2 x num_gpu_blocks x block_size x Hkv x D x dtype bytes (plus an
-// 8-byte shadow per slot), refused above ValidationOptions::max_pool_bytes (ConfigError).
+// Memory (CPU backend): the pool holds only blocks written for a checked step (kernels/backend.h);
+// those, plus the shadow (8 bytes per slot) and per-block bookkeeping, stay under
+// ValidationOptions::max_pool_bytes: when a checked step would pass it, the blocks it does not
+// read are dropped first (they are rewritten from the shadow when read again). The CUDA backend
+// holds its whole pool (and a timing mirror), which must fit the limit.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,8 +40,10 @@
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
 #include "kernels/metrics.h"
-#include "sim/engine/observer.h"
 #include "sim/config/scenario.h"
+#include "sim/engine/observer.h"
+#include "validate/progress.h"
+#include "validate/sample_plan.h"
 
 namespace kvsim::validate {
 
@@ -59,13 +70,24 @@ const char* fault_kind_name(FaultInjection::Kind kind);
 struct ValidationOptions {
   kernels::BackendKind backend = kernels::BackendKind::kCpu;
   kernels::DType dtype = kernels::DType::kBF16;
-  std::int64_t sample_every_steps = 1;  // > 0: sample steps with step % N == 0
-  double sample_prob = 0.0;             // used when sample_every_steps == 0 (seeded, per step)
+  std::int64_t sample_every_steps = 0;  // > 0: check the steps with step % N == 0
+  double sample_prob = 0.0;             // > 0 (and no every): each step with probability P
+  std::int64_t sample_steps = 200;      // neither: a bounded plan of this many (sample_plan.h)
+  double sample_budget_s = 40;          // bounded: estimated seconds of checking, at most
   std::int32_t warmup = -1;             // untimed calls before timing; -1: cuda 3, cpu 0
   std::int32_t repeats = -1;            // timed calls (median); -1: cuda 20, cpu 3
-  std::int64_t max_pool_bytes = std::int64_t{2} << 30;
+  std::int64_t max_pool_bytes = std::int64_t{2} << 30;  // pool held + shadow + bookkeeping
+  bool write_every_step = false;  // tests: write K/V into the pool at every step (no lazy writes)
+  /// Called once before the run with the plan's one-line description (CLI: stdout).
+  std::function<void(const std::string&)> announce;
+  /// Called while the run goes, at most every 0.25 s of wall clock, and once at the end
+  /// (CLI: terminal_progress(stderr), which draws nothing unless stderr is a terminal).
+  ProgressFn progress;
   FaultInjection fault;  // tests only
 };
+
+/// The sampling rule of `options` for a scenario with `seed`.
+SamplingRule sampling_rule(const ValidationOptions& options, std::uint64_t seed);
 
 /// One sampled step (a validation.csv row).
 struct ValidationRecord {
@@ -88,6 +110,7 @@ struct ValidationRecord {
   double achieved_gb_per_s = 0;  // bytes / latency
   bool timer_output_mismatch = false;  // cuda: the timed launch's output != the backend's (bitwise)
   bool fault_planted = false;          // tests: the injected fault was planted at this step
+  std::uint8_t reasons = 0;            // why the step was checked (SampleReason bits)
 
   /// max_abs, or +inf when the output holds NaN/inf (a garbage output is an infinite error).
   double error_score() const;
@@ -101,26 +124,49 @@ struct ValidationSetup {
   kernels::kv_pool_shape pool;
   std::int32_t num_q_heads = 0;
   std::int64_t num_layers = 0;
-  std::int64_t pool_bytes = 0;
+  std::int64_t pool_bytes = 0;         // the whole pool, K and V, one layer
+  std::int64_t bookkeeping_bytes = 0;  // shadow and per-block state (counted in the limit)
+  std::int64_t block_bytes = 0;
   kernels::tolerance tol;
   std::int32_t warmup = 0, repeats = 0;
 };
 
+/// How the pool's memory went (CPU backend: the lazily held blocks).
+struct PoolUsage {
+  std::int64_t peak_bytes = 0;        // most pool bytes held at once (+ bookkeeping)
+  std::int64_t clears = 0;            // checked steps that let go of every other block (limit)
+  std::int64_t rows_written = 0;      // K/V rows written into the backend's pool
+  std::int64_t blocks_refreshed = 0;  // stale blocks brought up to date before a checked step
+  std::int64_t blocks_released = 0;   // held blocks let go (pool_sync.h)
+};
+
 class ValidationHarness final : public StepObserver {
  public:
-  /// Checks the scenario (timed mode, a model with plain attention heads, pool under the limit,
-  /// shapes the backend supports) and allocates the pool. Throws ConfigError on bad input and
-  /// std::runtime_error when the backend cannot start.
+  /// Checks the scenario (timed mode, a model with plain attention heads, bookkeeping and (CUDA)
+  /// the dense pool under the limit, shapes the backend supports) and creates the pool. Throws
+  /// ConfigError on bad input and std::runtime_error when the backend cannot start.
   ValidationHarness(const Scenario& scenario, const ValidationOptions& options);
   ~ValidationHarness() override;
 
-  /// Writes the step's new K/V and, at a sampled step, runs and checks the kernel.
+  /// The checking cost of this attention shape (for survey_run).
+  CheckCostModel cost_model() const;
+  /// The steps to check: `plan` from plan_samples over `traits`, survey_run of the same scenario
+  /// with cost_model(). Required before the first step. Throws ConfigError when a planned step
+  /// reads more pool than the limit allows (before anything runs).
+  void set_plan(SamplePlan plan, std::vector<StepTraits> traits);
+  const SamplePlan& plan() const;
+
+  /// Records the step's new K/V and, at a checked step, runs and checks the kernel.
   void on_step_begin(const StepView& view) override;
+  /// Reports the final progress (done: a terminal's progress line is erased); later calls do
+  /// nothing.
+  void finish();
 
   const ValidationSetup& setup() const { return setup_; }
   const std::vector<ValidationRecord>& records() const { return records_; }
   std::int64_t steps_seen() const { return steps_seen_; }
   std::int64_t tokens_written() const { return tokens_written_; }
+  PoolUsage pool_usage() const;
   /// The step the injected fault was planted at, or -1.
   std::int64_t fault_step() const { return fault_step_; }
 

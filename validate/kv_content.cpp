@@ -63,7 +63,20 @@ void KvContentModel::values(std::uint64_t key, KvPart part, float* out) const {
   for (std::int64_t e = 0; e < n; ++e) {
     const std::uint64_t x = splitmix64(base + static_cast<std::uint64_t>(e) * kGolden);
     const float u = (static_cast<float>(x >> 40) + 0.5f) * 0x1p-23f - 1.0f;  // (-1, 1)
-    out[e] = kernels::round_to_dtype(kSqrt3 * u, dtype_);
+    out[e] = kSqrt3 * u;
+  }
+  // Rounded in a second pass, the dtype chosen once (this runs for every K/V element checked).
+  switch (dtype_) {
+    case kernels::DType::kF32:
+      break;
+    case kernels::DType::kBF16:
+      for (std::int64_t e = 0; e < n; ++e)
+        out[e] = kernels::bf16_to_float(kernels::float_to_bf16(out[e]));
+      break;
+    case kernels::DType::kF16:
+      for (std::int64_t e = 0; e < n; ++e)
+        out[e] = kernels::half_to_float(kernels::float_to_half(out[e]));
+      break;
   }
 }
 

@@ -53,12 +53,12 @@ std::string validation_csv(const std::vector<ValidationRecord>& records) {
     out += fmt::format(
         "{},{:.6f},{},{},{},{},{},{},{:.6e},{:.6e},{:.6e},{:.6e},{},{},{},{},{},{:.3f},{:.3f},{:."
         "3f},{},"
-        "{},{:.4f}\n",
+        "{},{:.4f},{}\n",
         r.step, r.time_s, r.num_seqs, r.num_prefill_seqs, r.prefill_tokens, r.decode_tokens,
         r.max_context, r.sum_context_tokens, r.err.max_abs, r.err.mean_abs, r.err.rel_fro,
         r.err.nmse, r.err.num_nonfinite, r.err.num_violations, r.mismatched_slots,
         r.worst_request_id, r.pass ? 1 : 0, r.latency_us, r.latency_p10_us, r.latency_p90_us,
-        r.repeats, r.bytes, r.achieved_gb_per_s);
+        r.repeats, r.bytes, r.achieved_gb_per_s, sample_reason_names(r.reasons));
   }
   return out;
 }
@@ -89,10 +89,35 @@ std::string validation_json(const Scenario& scenario, const ValidationHarness& h
   j["block_size"] = u.pool.block_size;
   j["num_gpu_blocks"] = u.pool.num_blocks;
   j["pool_bytes"] = u.pool_bytes;
+  const PoolUsage pool = harness.pool_usage();
+  j["memory"] = {
+      {"limit_bytes", options.max_pool_bytes},        {"peak_bytes", pool.peak_bytes},
+      {"bookkeeping_bytes", u.bookkeeping_bytes},     {"clears", pool.clears},
+      {"kv_rows_written_to_pool", pool.rows_written}, {"blocks_refreshed", pool.blocks_refreshed},
+      {"blocks_released", pool.blocks_released}};
   j["tolerance"] = {{"atol", u.tol.atol}, {"rtol", u.tol.rtol}, {"max_rel_err", u.tol.max_rel_fro}};
-  j["sampling"] = options.sample_every_steps > 0
-                      ? nlohmann::ordered_json{{"every_steps", options.sample_every_steps}}
-                      : nlohmann::ordered_json{{"prob", options.sample_prob}};
+  const SamplePlan& plan = harness.plan();
+  nlohmann::ordered_json sampling{{"mode", sample_mode_name(plan.mode)}};
+  switch (plan.mode) {
+    case SamplePlan::Mode::kEvery:
+      sampling["every_steps"] = options.sample_every_steps;
+      break;
+    case SamplePlan::Mode::kProb:
+      sampling["prob"] = options.sample_prob;
+      break;
+    case SamplePlan::Mode::kBounded:
+      sampling["steps"] = options.sample_steps;
+      sampling["budget_s"] = options.sample_budget_s;
+      sampling["spread"] = plan.spread;
+      sampling["preemption"] = plan.preemption;
+      sampling["prefix_hit"] = plan.prefix_hit;
+      sampling["moved_to_lighter_step"] = plan.swapped;
+      break;
+  }
+  sampling["planned"] = plan.num_sampled;
+  sampling["estimated_check_s"] = std::round(plan.check_s * 10) / 10;  // the cost model's
+  sampling["description"] = plan.description;
+  j["sampling"] = sampling;
   j["timing"] = {{"method", u.backend == kernels::BackendKind::kCuda
                                 ? "cuda events around the launch on a device mirror of the pool"
                                 : "wall clock around AttentionBackend::attention"},

@@ -1,8 +1,10 @@
 #pragma once
 // What `kvsim validate` writes next to the run's normal outputs (sim/OUTPUTS.md):
-//   validation.csv   one row per sampled step (columns in kValidationCsvHeader)
+//   validation.csv   one row per sampled step (columns in kValidationCsvHeader), with why it was
+//                    sampled (sampled_as: sample_reason_names, e.g. "spread+prefix_hit")
 //   validation.json  the summary: what was validated (backend, device, dtype, shapes, tolerance),
-//                    steps sampled and failed, the largest errors, pass/fail
+//                    how steps were sampled, the pool's memory, steps sampled and failed, the
+//                    largest errors, pass/fail
 // and, on request, a measurements CSV for `kvsim calibrate` (sim/engine/latency_model.h).
 // Latencies are measured, so these files are not byte-identical across runs; the errors are
 // (for one backend and build).
@@ -21,7 +23,7 @@ inline constexpr const char* kValidationCsvHeader =
     "step,time_s,num_seqs,num_prefill_seqs,prefill_tokens,decode_tokens,max_context,"
     "sum_context_tokens,max_abs_err,mean_abs_err,rel_err,nmse,nonfinite,violations,"
     "mismatched_slots,worst_request_id,pass,latency_us,latency_p10_us,latency_p90_us,repeats,"
-    "bytes,achieved_gb_per_s";
+    "bytes,achieved_gb_per_s,sampled_as";
 
 /// The whole run's verdict. Errors are maxima over sampled steps (max_abs over finite outputs;
 /// non-finite outputs are counted in `nonfinite` and fail the run).

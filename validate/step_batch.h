@@ -7,8 +7,8 @@
 #include <span>
 #include <vector>
 
-#include "core/engine_api.h"
 #include "core/common/request.h"
+#include "core/engine_api.h"
 
 namespace kvsim::validate::detail {
 
@@ -20,7 +20,9 @@ struct SeqWork {
   std::int64_t computed = 0;            // num_computed_tokens before the step
   std::int64_t num_tokens = 0;          // scheduled this step (query rows)
   std::int64_t context = 0;             // computed + num_tokens
-  std::vector<std::int32_t> table;      // block ids covering [0, context) (faults applied)
+  std::int64_t table_first = 0;         // index of table[0] in the request's block table
+  std::vector<std::int32_t> table;      // block ids covering [table_first * bs, context) (faults
+                                        // applied); table_first is 0 when the step is checked
   std::span<const std::uint64_t> keys;  // content keys of positions [0, context) (a cache entry)
 };
 
@@ -32,8 +34,10 @@ struct StepBatch {
 
   std::int64_t num_slots() const { return static_cast<std::int64_t>(shadow.size()); }
   /// The pool slot of position `p` of `s` through its (possibly faulted) table.
+  /// Precondition: p >= s.table_first * block_size.
   std::int64_t slot_of(const SeqWork& s, std::int64_t p) const {
-    return std::int64_t{s.table[static_cast<std::size_t>(p / block_size)]} * block_size +
+    return std::int64_t{s.table[static_cast<std::size_t>(p / block_size - s.table_first)]} *
+               block_size +
            p % block_size;
   }
 };

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/common/assert.h"
 #include "sim/common/errors.h"
 
 namespace kvsim::validate {
@@ -20,8 +21,7 @@ ValidationOptions options_from_scenario(const Scenario& scenario) {
   ValidationOptions o;
   o.backend = kernels::parse_backend_kind(scenario.validate.backend);  // the parser allows cpu|cuda
   o.sample_every_steps = scenario.validate.sample_every_steps;
-  o.sample_prob = scenario.validate.sample_prob;
-  if (o.sample_every_steps == 0 && o.sample_prob == 0) o.sample_every_steps = 1;
+  o.sample_prob = scenario.validate.sample_prob;  // neither set: the bounded plan
   std::string dtype = scenario.validate.dtype;
   if (dtype == "auto") dtype = scenario.cache.sizing.cache_dtype;
   if (dtype == "auto") dtype = scenario.model ? scenario.model->dtype : "bfloat16";
@@ -39,17 +39,34 @@ ValidationRunResult run_validation(const Scenario& scenario, const std::filesyst
                                    const ValidationOptions& options, const RunOptions& run_options,
                                    const std::filesystem::path& calibration_csv) {
   ValidationHarness harness(scenario, options);
+  // Whatever happens (an error, an interrupt), the progress line is erased before anything else
+  // is printed.
+  struct EraseProgress {
+    ValidationHarness& h;
+    ~EraseProgress() { h.finish(); }
+  } erase_progress{harness};
   RunOptions ro = run_options;
+  StepTimeFn base = ro.step_time ? ro.step_time : make_step_time(scenario);
+  // The survey: the same simulation without kernels or files, so the plan knows the run's steps.
+  std::vector<StepTraits> traits =
+      survey_run(scenario, base, harness.cost_model(), scenario.cache.sizing.block_size,
+                 ro.interrupt, options.progress);
+  SamplePlan plan = plan_samples(traits, sampling_rule(options, scenario.seed));
+  const std::string description = plan.description;
+  harness.set_plan(std::move(plan), std::move(traits));
+  if (options.announce) options.announce(description);
   // run_scenario has no observer list; its step-time hook sees the same StepView as
   // on_step_begin (after schedule(), block tables final), once per step, so the harness rides
   // on it and the run folder is exactly what `kvsim run` writes.
-  StepTimeFn base = ro.step_time ? ro.step_time : make_step_time(scenario);
   ro.step_time = [&harness, base](const StepView& v) {
     harness.on_step_begin(v);
     return base(v);
   };
   ValidationRunResult result;
   result.run = run_scenario(scenario, out_dir, ro);
+  harness.finish();
+  KVSIM_ASSERT(harness.steps_seen() == harness.plan().num_steps(),
+               "the validated run and its survey took different steps");
   result.setup = harness.setup();
   result.summary = summarize(harness);
   result.records = harness.records();

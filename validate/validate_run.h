@@ -30,15 +30,16 @@ struct ValidationRunResult {
 /// float. nullopt otherwise.
 [[nodiscard]] std::optional<kernels::DType> parse_dtype_name(std::string_view name);
 
-/// The options the scenario's `validate:` section asks for: backend, sampling (every step when
-/// neither sample_every_steps nor sample_prob is set), dtype ("auto": the KV cache dtype, i.e.
-/// cache.cache_dtype or else the model's dtype). Throws ConfigError for a dtype the kernels do
-/// not store (fp8).
+/// The options the scenario's `validate:` section asks for: backend, sampling (the bounded plan of
+/// sample_plan.h when neither sample_every_steps nor sample_prob is set), dtype ("auto": the KV
+/// cache dtype, i.e. cache.cache_dtype or else the model's dtype). Throws ConfigError for a dtype
+/// the kernels do not store (fp8).
 [[nodiscard]] ValidationOptions options_from_scenario(const Scenario& scenario);
 
-/// Simulates `scenario` into `<out_dir>/<name>/` with the harness attached, then writes the
-/// validation files there, and `calibration_csv` when not empty. Throws what run_scenario throws,
-/// and ConfigError from the harness's checks (before anything is written).
+/// Surveys `scenario` (survey_run), plans the steps to check (plan_samples; announced through
+/// options.announce), then simulates it into `<out_dir>/<name>/` with the harness attached and
+/// writes the validation files there, and `calibration_csv` when not empty. Throws what
+/// run_scenario throws, and ConfigError from the harness's checks (before anything is written).
 ValidationRunResult run_validation(const Scenario& scenario, const std::filesystem::path& out_dir,
                                    const ValidationOptions& options,
                                    const RunOptions& run_options = {},

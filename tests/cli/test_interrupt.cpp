@@ -110,7 +110,7 @@ TEST_CASE("kvsim validate stopped by SIGTERM leaves no folder and exits 143", "[
   const fs::path out = tmp.path / "out";
   const std::string scenario = std::string(KVSIM_SOURCE_DIR) + "/scenarios/validate-small.yaml";
   const auto [status, err] = interrupt({"validate", scenario, "--backend", "cpu", "-o",
-                                        out.string(), "--set", "workload.num_requests=1000000"},
+                                        out.string(), "--set", "workload.num_requests=100000"},
                                        out, tmp.path, SIGTERM);
   CHECK(status == 128 + SIGTERM);
   CHECK_THAT(err, Catch::Contains("interrupted"));

@@ -198,3 +198,69 @@ TEST_CASE("the cpu backend starts from a NaN pool and round-trips writes", "[ker
 }
 
 }  // namespace kvsim::kernels::testing
+
+namespace kvsim::kernels::testing {
+
+TEST_CASE("the cpu backend holds only written blocks, reads others as NaN, releases and clears", "[kernels]") {
+  auto backend = make_attention_backend(BackendKind::kCpu);
+  const kv_pool_shape shape{DType::kBF16, 1000, 8, 2, 64};
+  const std::int64_t block_bytes = 2 * 8 * 2 * 64 * 2;
+  backend->init_pool(shape);
+  CHECK(backend->pool_resident_bytes() == 0);
+  // Two tokens in block 7, one in block 900: two blocks held, whatever the pool's size.
+  std::vector<float> kv(3 * 2 * 64, 0.25f);
+  const auto enc = encode(kv, shape.dtype);
+  const std::int64_t slots[] = {7 * 8 + 0, 7 * 8 + 1, 900 * 8 + 5};
+  backend->write_kv(enc.data(), enc.data(), slots, 3);
+  CHECK(backend->pool_resident_bytes() == 2 * block_bytes);
+  backend->write_kv(enc.data(), enc.data(), slots, 2);  // the same block again: nothing new
+  CHECK(backend->pool_resident_bytes() == 2 * block_bytes);
+  const std::int64_t past_end = 1000 * 8;
+  CHECK_THROWS_AS(backend->write_kv(enc.data(), enc.data(), &past_end, 1), std::invalid_argument);
+
+  // Attention over [block 7] sees the 2 written tokens; over [block 7, block 8] its third token
+  // (slot 8 * 8, never written) is NaN and poisons the output.
+  const auto run = [&](std::vector<std::int32_t> table, std::int32_t len) {
+    const std::int32_t lens[] = {len};
+    const attention_batch batch{table.data(), static_cast<std::int32_t>(table.size()), lens, 1,
+                                nullptr, 4, 0.125f};
+    const auto q = encode(std::vector<float>(4 * 64, 1.0f), shape.dtype);
+    std::vector<std::byte> out(q.size());
+    backend->attention(batch, q.data(), out.data());
+    return decode_floats(out.data(), shape.dtype, 4 * 64);
+  };
+  for (const float x : run({7}, 2)) CHECK(x == 0.25f);
+  for (const float x : run({7, 8}, 9)) CHECK(std::isnan(x));
+  CHECK(backend->pool_resident_bytes() == 2 * block_bytes);  // reading holds nothing
+
+  std::vector<std::byte> pool(static_cast<std::size_t>(shape.num_elements()) * 2);
+  backend->read_pool(pool.data());
+  const auto dense = decode_floats(pool.data(), shape.dtype, shape.num_elements());
+  std::int64_t written = 0;
+  for (const float x : dense) written += std::isnan(x) ? 0 : 1;
+  CHECK(written == 3 * 2 * 2 * 64);  // 3 tokens x K and V x 2 heads x 64
+
+  // Releasing block 900 frees it alone: block 7 still reads its tokens, 900 reads NaN again.
+  backend->release_block(900);
+  CHECK(backend->pool_resident_bytes() == block_bytes);
+  backend->release_block(900);  // not held: nothing
+  CHECK(backend->pool_resident_bytes() == block_bytes);
+  for (const float x : run({7}, 2)) CHECK(x == 0.25f);
+  for (const float x : run({900}, 6)) CHECK(std::isnan(x));
+  CHECK_THROWS_AS(backend->release_block(1000), std::invalid_argument);
+  CHECK_THROWS_AS(backend->release_block(-1), std::invalid_argument);
+  const std::int64_t first_of_900 = 900 * 8;
+  backend->write_kv(enc.data(), enc.data(), &first_of_900, 1);  // written again: held again
+  CHECK(backend->pool_resident_bytes() == 2 * block_bytes);
+  for (const float x : run({900}, 1)) CHECK(x == 0.25f);
+  for (const float x : run({900}, 6)) CHECK(std::isnan(x));  // slot 5's old token is gone
+
+  backend->clear_pool();
+  CHECK(backend->pool_resident_bytes() == 0);
+  for (const float x : run({7}, 2)) CHECK(std::isnan(x));
+  backend->load_pool(pool.data());  // every block held, the 3 tokens back
+  CHECK(backend->pool_resident_bytes() == 1000 * block_bytes);
+  for (const float x : run({7}, 2)) CHECK(x == 0.25f);
+}
+
+}  // namespace kvsim::kernels::testing

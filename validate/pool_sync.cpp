@@ -1,0 +1,178 @@
+#include "validate/pool_sync.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/common/assert.h"
+#include "sim/common/errors.h"
+
+namespace kvsim::validate::detail {
+namespace {
+constexpr std::int64_t kFlushRows = 1024;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+}  // namespace
+
+PoolSync::PoolSync(const StepBatch& batch, kernels::AttentionBackend& backend,
+                   CudaAttentionTimer* timer, const KvContentModel& content,
+                   std::int64_t block_bytes, std::int64_t bookkeeping_bytes,
+                   std::int64_t limit_bytes, bool keep_all)
+    : batch_(batch),
+      backend_(backend),
+      timer_(timer),
+      content_(content),
+      block_size_(batch.block_size),
+      block_bytes_(block_bytes),
+      bookkeeping_bytes_(bookkeeping_bytes),
+      limit_bytes_(limit_bytes),
+      keep_all_(keep_all),
+      state_(static_cast<std::size_t>(batch.num_slots() / batch.block_size), 0),
+      seen_(state_.size(), 0),
+      kgen_(static_cast<std::size_t>(content.kv_elems())),
+      vgen_(kgen_.size()) {
+  usage_.peak_bytes = bookkeeping_bytes_ + backend_.pool_resident_bytes();
+}
+
+template <typename Drop>
+void PoolSync::release_held(Drop drop) {
+  flush();
+  std::size_t kept = 0;
+  for (const std::int32_t b : held_) {
+    std::uint8_t& state = state_[static_cast<std::size_t>(b)];
+    if (!drop(b, state)) {
+      held_[kept++] = b;
+      continue;
+    }
+    backend_.release_block(b);
+    // The pool reads NaN there now: stale if the shadow holds any key in it.
+    state = kStale;
+    ++usage_.blocks_released;
+  }
+  held_.resize(kept);
+}
+
+void PoolSync::reserve(std::int64_t step) {
+  if (backend_.kind() != kernels::BackendKind::kCpu) return;  // dense, checked up front
+  if (++epoch_ == 0) {                                        // wrapped: forget every stamp
+    std::fill(seen_.begin(), seen_.end(), 0);
+    epoch_ = 2;
+  }
+  std::int64_t distinct = 0, not_held = 0;
+  for (std::size_t i = 0; i < batch_.num_seqs; ++i)
+    for (const std::int32_t b : batch_.seqs[i].table) {
+      const auto bi = static_cast<std::size_t>(b);
+      if (seen_[bi] == epoch_) continue;
+      seen_[bi] = epoch_;
+      ++distinct;
+      not_held += (state_[bi] & kHeld) ? 0 : 1;
+    }
+  if (keep_all_) return;
+  // Not read now: let go when stale, or when the previous checked step did not read it either.
+  release_held([&](std::int32_t b, std::uint8_t state) {
+    const std::uint32_t seen = seen_[static_cast<std::size_t>(b)];
+    return seen != epoch_ && ((state & kStale) || seen + 1 < epoch_);
+  });
+  const std::int64_t held = backend_.pool_resident_bytes();
+  if (bookkeeping_bytes_ + held + not_held * block_bytes_ > limit_bytes_ && held > 0) {
+    release_held(
+        [&](std::int32_t b, std::uint8_t) { return seen_[static_cast<std::size_t>(b)] != epoch_; });
+    ++usage_.clears;
+  }
+  if (bookkeeping_bytes_ + distinct * block_bytes_ > limit_bytes_)
+    throw ConfigError(fmt::format(
+        "step {} reads {} blocks of the validation KV pool ({:.2f} GiB, one layer), which with "
+        "{:.2f} GiB of bookkeeping is over the {:.2f} GiB limit; validate a smaller model or fewer "
+        "concurrent requests (scheduler.max_num_seqs)",
+        step, distinct, static_cast<double>(distinct * block_bytes_) / kGiB,
+        static_cast<double>(bookkeeping_bytes_) / kGiB, static_cast<double>(limit_bytes_) / kGiB));
+}
+
+void PoolSync::push_row(std::int64_t slot, const float* k, const float* v) {
+  const std::int64_t elems = content_.kv_elems();
+  const auto row = static_cast<std::int64_t>(slots_.size());
+  const std::size_t row_bytes =
+      static_cast<std::size_t>(elems) * kernels::dtype_size_bytes(content_.dtype());
+  kbuf_.resize(kbuf_.size() + row_bytes);
+  vbuf_.resize(vbuf_.size() + row_bytes);
+  std::byte* kdst = kbuf_.data() + static_cast<std::size_t>(row) * row_bytes;
+  std::byte* vdst = vbuf_.data() + static_cast<std::size_t>(row) * row_bytes;
+  switch (content_.dtype()) {  // the values are exact in the dtype: the stores only narrow
+    case kernels::DType::kF32:
+      std::memcpy(kdst, k, row_bytes);
+      std::memcpy(vdst, v, row_bytes);
+      break;
+    case kernels::DType::kBF16:
+      for (std::int64_t e = 0; e < elems; ++e) {
+        reinterpret_cast<kernels::bf16_bits*>(kdst)[e] = kernels::float_to_bf16(k[e]);
+        reinterpret_cast<kernels::bf16_bits*>(vdst)[e] = kernels::float_to_bf16(v[e]);
+      }
+      break;
+    case kernels::DType::kF16:
+      for (std::int64_t e = 0; e < elems; ++e) {
+        reinterpret_cast<kernels::half_bits*>(kdst)[e] = kernels::float_to_half(k[e]);
+        reinterpret_cast<kernels::half_bits*>(vdst)[e] = kernels::float_to_half(v[e]);
+      }
+      break;
+  }
+  slots_.push_back(slot);
+  ++usage_.rows_written;
+  if (static_cast<std::int64_t>(slots_.size()) >= kFlushRows) flush();
+}
+
+void PoolSync::flush() {
+  if (slots_.empty()) return;
+  const auto n = static_cast<std::int64_t>(slots_.size());
+  backend_.write_kv(kbuf_.data(), vbuf_.data(), slots_.data(), n);
+  if (timer_) timer_->write_kv(kbuf_.data(), vbuf_.data(), slots_.data(), n);
+  kbuf_.clear();
+  vbuf_.clear();
+  slots_.clear();
+  usage_.peak_bytes =
+      std::max(usage_.peak_bytes, bookkeeping_bytes_ + backend_.pool_resident_bytes());
+}
+
+template <typename Own>
+void PoolSync::refresh_block(std::int64_t b, Own own) {
+  std::uint8_t& state = state_[static_cast<std::size_t>(b)];
+  if (!(state & kStale)) return;
+  state = static_cast<std::uint8_t>(state & ~kStale);
+  ++usage_.blocks_refreshed;
+  for (std::int64_t o = 0; o < block_size_; ++o) {
+    const std::int64_t slot = b * block_size_ + o;
+    const std::uint64_t key = batch_.shadow[static_cast<std::size_t>(slot)];
+    if (key == 0) continue;  // never written: the pool's NaN stays
+    const auto [k, v] = own(o, key);
+    if (k != nullptr) {
+      push_row(slot, k, v);
+    } else {
+      content_.values(key, KvPart::kKey, kgen_.data());
+      content_.values(key, KvPart::kValue, vgen_.data());
+      push_row(slot, kgen_.data(), vgen_.data());
+    }
+    if (!(state & kHeld)) held_.push_back(static_cast<std::int32_t>(b));
+    state |= kHeld;
+  }
+}
+
+void PoolSync::refresh(const SeqWork& s, const float* kf, const float* vf) {
+  const std::int64_t elems = content_.kv_elems();
+  for (std::size_t j = 0; j < s.table.size(); ++j) {
+    const std::int64_t first = static_cast<std::int64_t>(j) * block_size_;
+    refresh_block(s.table[j], [&](std::int64_t o, std::uint64_t key) {
+      const std::int64_t p = first + o;
+      if (kf != nullptr && p < s.context && s.keys[static_cast<std::size_t>(p)] == key)
+        return std::pair<const float*, const float*>(kf + p * elems, vf + p * elems);
+      return std::pair<const float*, const float*>(nullptr, nullptr);
+    });
+  }
+}
+
+void PoolSync::refresh_blocks(std::span<const std::int64_t> blocks) {
+  for (const std::int64_t b : blocks)
+    refresh_block(b, [](std::int64_t, std::uint64_t) {
+      return std::pair<const float*, const float*>(nullptr, nullptr);
+    });
+}
+
+}  // namespace kvsim::validate::detail

@@ -1,0 +1,90 @@
+#pragma once
+// Internal to validate/: the backend's pool follows the harness's shadow lazily.
+//
+// A K/V write of the run only records, in StepBatch::shadow, the content key of the token whose
+// K/V the slot now holds, and marks the slot's block stale. Before a checked step reads the pool,
+// each stale block among those it reads is rewritten from the shadow: every slot holding a key
+// gets that key's K/V (kv_content.h) through the backend's write_kv (reshape_and_cache), and the
+// timing mirror's. K/V being a function of the key alone, every slot the step can read then holds
+// exactly what writing at every step would have left there (validate/README.md, "Lazy writes").
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "validate/cuda_timer.h"
+#include "validate/harness.h"
+#include "validate/kv_content.h"
+#include "validate/step_batch.h"
+
+namespace kvsim::validate::detail {
+
+class PoolSync {
+ public:
+  /// Bookkeeping bytes per block beside the shadow (state, epoch and a held-list entry here, two
+  /// pointers in the CPU backend).
+  static constexpr std::int64_t kBytesPerBlock = 1 + 4 + 4 + 16;
+
+  /// `batch` (its shadow), `backend`, `timer` (may be null) and `content` must outlive this.
+  /// `limit_bytes` caps held pool bytes + `bookkeeping_bytes` (CPU backend; the CUDA pool is
+  /// dense and checked up front). `keep_all`: never let go of a block (the write-every-step
+  /// mode, whose pool must hold every write).
+  PoolSync(const StepBatch& batch, kernels::AttentionBackend& backend, CudaAttentionTimer* timer,
+           const KvContentModel& content, std::int64_t block_bytes, std::int64_t bookkeeping_bytes,
+           std::int64_t limit_bytes, bool keep_all);
+
+  /// The shadow entry of `slot` changed: its block must be rewritten before its next read. O(1).
+  void mark_stale(std::int64_t slot) {
+    state_[static_cast<std::size_t>(slot / block_size_)] |= kStale;
+  }
+
+  /// Makes room for the blocks the batch's (possibly faulted) tables read. Held blocks this step
+  /// does not read are let go when stale (they are rewritten in full when read again, so holding
+  /// them saves nothing) or not read by the previous checked step either; and all of them when
+  /// holding the step's blocks beside them would pass the limit. So the pool holds about the
+  /// blocks of the last two checked steps. Throws ConfigError naming `step` when the step's blocks
+  /// alone pass the limit. O(blocks read + blocks held).
+  void reserve(std::int64_t step);
+
+  /// Rewrites the stale blocks of `s`'s table. `kf`/`vf` (may be null): K and V of `s`'s positions
+  /// [0, s.context) as floats ([context, Hkv * D]), reused for a slot that holds `s`'s own key of
+  /// that position; any other key's K/V is generated. Rows are buffered: flush() before reading.
+  void refresh(const SeqWork& s, const float* kf, const float* vf);
+  /// Rewrites the stale ones among `blocks` (the write-every-step mode). Buffered as refresh().
+  void refresh_blocks(std::span<const std::int64_t> blocks);
+  /// Hands the buffered rows to the backend (and the timer).
+  void flush();
+
+  const PoolUsage& usage() const { return usage_; }
+
+ private:
+  static constexpr std::uint8_t kStale = 1;  // the pool's copy may differ from the shadow
+  static constexpr std::uint8_t kHeld = 2;   // the backend holds storage for the block
+
+  /// Rewrites block `b` if stale; `own(o)` gives the floats of offset o's key, or null.
+  template <typename Own>
+  void refresh_block(std::int64_t b, Own own);
+  void push_row(std::int64_t slot, const float* k, const float* v);
+  /// Lets go of the held blocks `drop` says to (after sending the buffered rows).
+  template <typename Drop>
+  void release_held(Drop drop);
+
+  const StepBatch& batch_;
+  kernels::AttentionBackend& backend_;
+  CudaAttentionTimer* timer_;
+  const KvContentModel& content_;
+  std::int64_t block_size_, block_bytes_, bookkeeping_bytes_, limit_bytes_;
+  bool keep_all_;
+  std::vector<std::uint8_t> state_;  // [num_blocks] kStale | kHeld
+  std::vector<std::uint32_t> seen_;  // [num_blocks] epoch of the last reserve() that counted it
+  std::uint32_t epoch_ = 0;          // reserve() calls so far (checked steps)
+  std::vector<std::int32_t> held_;   // the blocks with kHeld, in no order
+  PoolUsage usage_;
+  // Buffered rows (pool dtype) and their slots; scratch for generated K/V.
+  std::vector<std::byte> kbuf_, vbuf_;
+  std::vector<std::int64_t> slots_;
+  std::vector<float> kgen_, vgen_;
+};
+
+}  // namespace kvsim::validate::detail
