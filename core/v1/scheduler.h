@@ -159,13 +159,14 @@ class Scheduler final : public EngineCore {
   std::size_t inflight_head_ = 0;
   std::size_t inflight_count_ = 0;
   std::vector<std::int32_t> common_prefix_;  // schedule_v020's scratch
-  /// v0.20: why the last schedule() stopped early (kOk normally; vLLM's exception escapes it).
-  AllocStatus schedule_error_ = AllocStatus::kOk;
+  /// v0.20: vLLM's exception in the last schedule() or update_from_output ("" if none).
+  const char* step_error_ = "";
 
  public:
-  /// v0.20: kOk, or the manager's error that ended the last schedule() (vLLM raises it out of
-  /// schedule(); the admission-cap defect of shared/spec/vllm-0.20-semantics.md §12).
-  AllocStatus schedule_error() const { return schedule_error_; }
+  /// v0.20: "" normally, else the exception vLLM raises out of the last schedule() or
+  /// update_from_output (the manager's admission-cap defect of shared/spec/vllm-0.20-semantics.md
+  /// §12; an output placeholder count going negative). The state after it is unspecified.
+  const char* step_error() const { return step_error_; }
 };
 
 }  // namespace kvsim

@@ -37,7 +37,7 @@ void Scheduler::add_scheduled_v020(SchedulerOutput& out, Request& req, std::int6
 }
 
 void Scheduler::schedule_v020(SchedulerOutput& out) {
-  schedule_error_ = AllocStatus::kOk;
+  step_error_ = "";
   kv_.coordinator()->new_step_starts();
   const std::int64_t max_budget = config_.max_num_scheduled_tokens > 0
                                       ? config_.max_num_scheduled_tokens
@@ -47,8 +47,7 @@ void Scheduler::schedule_v020(SchedulerOutput& out) {
                                      : std::numeric_limits<std::int64_t>::max();
   std::int64_t budget = max_budget;
   schedule_running_v020(out, budget, max_chunk);
-  if (out.preempted.empty() && schedule_error_ == AllocStatus::kOk)
-    schedule_waiting_v020(out, budget, max_chunk);
+  if (out.preempted.empty() && step_error_[0] == 0) schedule_waiting_v020(out, budget, max_chunk);
   out.total_num_scheduled_tokens = max_budget - budget;
 
   // The common prefix of every group, asked for the first running request.
@@ -150,7 +149,7 @@ void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget
     }
     if (!scheduled) break;
     if (st != AllocStatus::kOk) {  // vLLM raises out of schedule()
-      schedule_error_ = st;
+      step_error_ = alloc_status_message(st);
       return;
     }
     add_scheduled_v020(out, req, n, req.num_computed_tokens, ScheduledRequest::Kind::kRunning);
@@ -169,7 +168,7 @@ void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget
     if (req.num_computed_tokens == 0) {
       hits = kv_.get_computed_blocks(req, group_hits_, st);
       if (st != AllocStatus::kOk) {
-        schedule_error_ = st;
+        step_error_ = alloc_status_message(st);
         return;
       }
       if (kv_.config().enable_caching && !req.wants_prompt_logprobs) {
@@ -188,7 +187,7 @@ void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget
     if (config_.scheduler_reserve_full_isl) {  // the whole sequence must fit
       const bool fits = kv_.coordinator()->can_fit_full_sequence(req, hits, group_hits_, st);
       if (st != AllocStatus::kOk) {
-        schedule_error_ = st;
+        step_error_ = alloc_status_message(st);
         return;
       }
       if (!fits) break;
@@ -197,7 +196,7 @@ void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget
     st = kv_.allocate_slots(req, n, hits, group_hits_, 0);
     if (st == AllocStatus::kNoFreeBlocks) break;
     if (st != AllocStatus::kOk) {
-      schedule_error_ = st;
+      step_error_ = alloc_status_message(st);
       return;
     }
     waiting_.pop_front();
@@ -223,6 +222,7 @@ void Scheduler::drop_in_flight(const Request& request) {
 }
 
 void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) {
+  step_error_ = "";
   outputs.clear();
   if (inflight_count_ == 0) return;
   std::vector<InFlightRequest>& step = inflight_[inflight_head_];
@@ -243,13 +243,15 @@ void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) 
     RequestStatus final_status;
     const bool stopped = stops(r, final_status);
     if (async) {
-      --r.num_output_placeholders;
-      KVSIM_ASSERT(r.num_output_placeholders >= 0);
+      if (--r.num_output_placeholders < 0) {  // vLLM's assertion (a reset's dropped token)
+        r.num_output_placeholders = 0;
+        step_error_ = "AssertionError: request.num_output_placeholders >= 0";
+      }
       // Output blocks are cached one step late (not for a preempted request).
       if (before == RequestStatus::kRunning) {
         const AllocStatus st =
             kv_.coordinator()->cache_blocks(r, r.num_computed_tokens - r.num_output_placeholders);
-        KVSIM_ASSERT(st == AllocStatus::kOk, "caching an output's blocks failed");
+        if (st != AllocStatus::kOk) step_error_ = alloc_status_message(st);
       }
     }
     if (stopped) {  // freed right away, in scheduling order

@@ -31,8 +31,7 @@ void V1Replayer::op_schedule(JsonWriter& w) {
   for (std::size_t k = 0; k < sched_->running().size(); ++k)
     running_pos_[static_cast<std::size_t>(sched_->running()[k]->index())] = k;
   sched_->schedule(sched_out_);
-  if (v020_ && sched_->schedule_error() != AllocStatus::kOk)
-    throw OpError{alloc_status_message(sched_->schedule_error())};
+  if (v020_ && sched_->step_error()[0] != 0) throw OpError{sched_->step_error()};
   schedule_pending_ = true;
   const auto groups = static_cast<std::size_t>(sched_->num_kv_cache_groups());
   w.begin_object().key("new").begin_array();
@@ -151,6 +150,11 @@ void V1Replayer::op_update(JsonWriter& w) {
   }
   sched_->update_from_output(outputs_);
   schedule_pending_ = false;
+  if (v020_ && sched_->step_error()[0] != 0) {
+    for (const RequestOutput& o : outputs_)
+      if (o.finished) forget(o.request->index());
+    throw OpError{sched_->step_error()};
+  }
   w.begin_object().key("outputs").begin_array();
   for (const RequestOutput& o : outputs_) {
     const Request& r = *o.request;

@@ -101,11 +101,34 @@ void V1Replayer::read_group_hits(const KVCacheManager& kv) {
       out.push_back(BlockId{static_cast<std::int32_t>(b)});
     }
   };
-  if (!grouped_) return read_list(hits, group_hits_[0]);
-  if (json_[hits].size != groups)
-    throw OpError{"ValueError: new_computed_blocks needs one list per KV cache group"};
-  Index e = JsonLine::first_child(hits);
-  for (std::size_t g = 0; g < groups; ++g, e = json_.next(e)) read_list(e, group_hits_[g]);
+  if (!grouped_) {
+    read_list(hits, group_hits_[0]);
+  } else {
+    if (json_[hits].size != groups)
+      throw OpError{"ValueError: new_computed_blocks needs one list per KV cache group"};
+    Index e = JsonLine::first_child(hits);
+    for (std::size_t g = 0; g < groups; ++g, e = json_.next(e)) read_list(e, group_hits_[g]);
+  }
+  // Only what a lookup can return (traces carry the hits vLLM's lookup just gave): blocks cached
+  // under the group's key, each once, after the null blocks of a group that skips positions.
+  const BlockPool& pool = kv.pool();
+  scratch_blocks_.clear();
+  for (std::size_t g = 0; g < groups; ++g) {
+    const bool skips = kv.coordinator()->manager(static_cast<std::int32_t>(g)).skips_blocks();
+    bool nulls = skips;
+    for (BlockId b : group_hits_[g]) {
+      if (b == pool.null_block() && nulls) continue;
+      nulls = false;
+      const HashId key = pool.block(b).block_hash;
+      if (key == kNoHash || pool.group_of_key(key) != static_cast<std::int32_t>(g))
+        throw OpError{"ValueError: new_computed_blocks: block " + std::to_string(to_int(b)) +
+                      " is not a cached block of KV cache group " + std::to_string(g)};
+      scratch_blocks_.push_back(b);
+    }
+  }
+  std::sort(scratch_blocks_.begin(), scratch_blocks_.end());
+  if (std::adjacent_find(scratch_blocks_.begin(), scratch_blocks_.end()) != scratch_blocks_.end())
+    throw OpError{"ValueError: new_computed_blocks names a block twice"};
 }
 
 void V1Replayer::write_group_lists(JsonWriter& w, const GroupBlockLists& lists) const {
