@@ -2,6 +2,7 @@
 // Request: vLLM v1's Request (vllm/v1/request.py) as the core needs it: tokens, progress, sampling
 // limits, multimodal placeholders, the per-request block-hash list and the block table.
 
+#include <boost/container/small_vector.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -91,8 +92,16 @@ class Request {
 
   // ---- vLLM v0.20 (policy kv_cache_coordinator) ----------------------------------------------
   /// One table per KV cache group (sized by the manager; `blocks` and `num_cached_block` above
-  /// are unused). Only KVCacheManager mutates them.
-  std::vector<KVGroupTable> kv_groups;
+  /// are unused). Only KVCacheManager mutates them. Two groups live inside the request (one
+  /// cache miss less per request and step).
+  boost::container::small_vector<KVGroupTable, 2> kv_groups;
+  /// AsyncScheduler: outputs scheduled but not yet received; set when a reset of the prefix
+  /// cache preempted the request while its token was in flight (that token is dropped).
+  std::int64_t num_output_placeholders = 0;
+  bool discard_latest_async_tokens = false;
+  /// Scheduled in the step in flight as a chunk that does not reach its last token (the model
+  /// samples nothing for it).
+  bool is_prefill_chunk = false;
   /// Extra keys of its block hashes: the LoRA adapter's name (every block) and the cache salt
   /// (block 0 only, when not empty); multimodal items come from mm_positions.
   std::optional<std::string> lora_name;
@@ -102,13 +111,6 @@ class Request {
   std::int64_t priority = 0;
   double arrival_time = 0;
   std::string request_id;
-  /// AsyncScheduler: outputs scheduled but not yet received; set when a reset of the prefix
-  /// cache preempted the request while its token was in flight (that token is dropped).
-  std::int64_t num_output_placeholders = 0;
-  bool discard_latest_async_tokens = false;
-  /// Scheduled in the step in flight as a chunk that does not reach its last token (the model
-  /// samples nothing for it).
-  bool is_prefill_chunk = false;
 
   /// Scheduler bookkeeping for the step in flight: tokens scheduled (0 = not scheduled) and the
   /// token the model sampled for it, set by the caller before Scheduler::update_from_output.

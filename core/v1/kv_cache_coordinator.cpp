@@ -156,6 +156,17 @@ void KVCacheCoordinator::update_block_hashes(Request& request) {
   HashId parent = request.block_hashes.empty() ? kNoHash : request.block_hashes.back();
   std::int64_t mm_idx = start == 0 ? 0 : -1;
   const bool salted = request.cache_salt && !request.cache_salt->empty();
+  if (request.mm_positions.empty() && !request.lora_name && !(start == 0 && salted) &&
+      start + 2 * bs > n) {
+    // Text only, one block completed (every decode step's case): no extra keys.
+    for (; start + bs <= n; start += bs) {
+      parent = hashes_.intern(
+          parent, std::span<const Token>(tokens.data() + start, static_cast<std::size_t>(bs)),
+          kExtraNone);
+      request.block_hashes.push_back(parent);
+    }
+    return;
+  }
   if (request.mm_positions.empty() && !(start == 0 && salted)) {
     // Every block has the same extra keys (the LoRA name or none): one chain.
     const ExtraKeysId extra = extra_keys(request, start, start + bs, mm_idx);
@@ -269,6 +280,9 @@ std::int64_t KVCacheCoordinator::num_blocks_to_allocate(const Request& request,
                                                         const GroupBlockLists& hits,
                                                         std::int64_t total_computed,
                                                         AllocStatus& status) const {
+  if (managers_.size() == 1 && !hits.empty())
+    return managers_[0].num_blocks_to_allocate(request, num_tokens, hits[0], total_computed,
+                                               status);
   std::int64_t n = 0;
   for (std::size_t g = 0; g < managers_.size(); ++g) {
     const std::vector<BlockId>& h = g < hits.size() ? hits[g] : no_blocks_;
@@ -300,7 +314,8 @@ AllocStatus KVCacheCoordinator::allocate_slots(Request& request, std::int64_t nu
   const std::int64_t main = total + num_new_tokens;
   const std::int64_t need = std::min(main + num_lookahead_tokens, config_.max_model_len);
   // Blocks that left a window are freed first, whether or not this allocation succeeds.
-  for (SingleTypeManager& m : managers_) m.remove_skipped_blocks(request, total);
+  for (SingleTypeManager& m : managers_)
+    if (m.skips_blocks()) m.remove_skipped_blocks(request, total);
   AllocStatus st = AllocStatus::kOk;
   const std::int64_t n = num_blocks_to_allocate(request, need, hits, local, st);
   if (st != AllocStatus::kOk) return st;
@@ -325,6 +340,8 @@ AllocStatus KVCacheCoordinator::allocate_slots(Request& request, std::int64_t nu
 AllocStatus KVCacheCoordinator::cache_blocks(Request& request, std::int64_t num_computed_tokens) {
   if (!config_.enable_caching) return AllocStatus::kOk;
   for (SingleTypeManager& m : managers_) {
+    const KVGroupTable& t = request.kv_groups[static_cast<std::size_t>(m.group_id())];
+    if (t.num_cached_block >= num_computed_tokens / m.block_size()) continue;  // nothing new
     const AllocStatus st =
         m.cache_blocks(request, num_computed_tokens, view(request, m.block_size()));
     if (st != AllocStatus::kOk) return st;

@@ -10,6 +10,7 @@
 // of the block sizes). Hashes are kept at hash_block_size granularity on the request; a group of
 // k times that block size keys its block by the last of its k hashes.
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -52,6 +53,7 @@ class KVCacheCoordinator {
   const SingleTypeManager& manager(std::int32_t g) const {
     return managers_[static_cast<std::size_t>(g)];
   }
+  SingleTypeManager& manager(std::int32_t g) { return managers_[static_cast<std::size_t>(g)]; }
   std::int32_t hash_block_size() const { return hash_block_size_; }
   /// The token alignment of hits and of the scheduler (lcm of the group block sizes).
   std::int64_t lcm_block_size() const { return lcm_block_size_; }
@@ -74,6 +76,8 @@ class KVCacheCoordinator {
   AllocStatus allocate_slots(Request& request, std::int64_t num_new_tokens,
                              std::int64_t num_new_computed_tokens, const GroupBlockLists& hits,
                              std::int64_t num_lookahead_tokens, bool delay_cache_blocks);
+  /// Zeroes new_blocks() (an allocation that needed none).
+  void clear_new_blocks() { std::fill(new_blocks_.begin(), new_blocks_.end(), 0); }
   /// New blocks per group of the last allocate_slots.
   std::int32_t new_blocks(std::int32_t g) const { return new_blocks_[static_cast<std::size_t>(g)]; }
   /// cache_blocks(request, num_computed_tokens) in every group (with caching).

@@ -35,9 +35,14 @@ KVCacheManager::KVCacheManager(const KVCacheConfig& config, const V1Policy& poli
   KVSIM_ASSERT(!config.use_eagle || policy.lookahead_slots, "this release has no use_eagle");
   KVSIM_ASSERT(policy.kv_cache_coordinator || config.kv_cache_groups.empty(),
                "this release has one KV cache group");
-  if (policy.kv_cache_coordinator)
+  if (policy.kv_cache_coordinator) {
     coordinator_ =
         std::make_unique<KVCacheCoordinator>(config, pool_, hashes_, policy.admission_cap);
+    const SingleTypeManager& m = coordinator_->manager(0);
+    single_full_group_ = coordinator_->num_groups() == 1 &&
+                         m.spec().kind == KVGroupKind::kFullAttention &&
+                         m.block_size() == config.block_size;
+  }
 }
 
 ExtraKeysId KVCacheManager::extra_keys(const Request& request, std::int64_t start, std::int64_t end,
@@ -88,6 +93,7 @@ void KVCacheManager::hash_request_tokens(Request& request) {
 }
 
 std::int64_t KVCacheManager::get_computed_blocks(Request& request, std::vector<BlockId>& hits) {
+  KVSIM_ASSERT(!coordinator_, "a KV cache coordinator's lookup is per group");
   hits.clear();
   if (!config_.enable_caching) return 0;
   if (request.block_hashes.empty()) hash_request_tokens(request);
@@ -105,6 +111,7 @@ std::int64_t KVCacheManager::get_computed_blocks(Request& request, std::vector<B
 AllocResult KVCacheManager::allocate_slots_full(Request& request, std::int64_t num_tokens,
                                                 std::span<const BlockId> new_computed_blocks,
                                                 std::int64_t num_lookahead_tokens) {
+  KVSIM_ASSERT(!coordinator_, "a KV cache coordinator allocates per group");
   if (num_tokens == 0) return {AllocStatus::kZeroTokens, 0};
   std::vector<BlockId>& table = request.blocks;
   // Blocks that left the window are freed first, whether or not this allocation succeeds.

@@ -104,6 +104,21 @@ class KVCacheManager {
   AllocStatus allocate_slots(Request& request, std::int64_t num_new_tokens,
                              std::int64_t num_new_computed_tokens, const GroupBlockLists& hits,
                              std::int64_t num_lookahead_tokens, bool delay_cache_blocks = false) {
+    // One full-attention group, a decode step inside the table with nothing to cache: exactly
+    // what the full path does for it (no block skipped, none allocated, none cached).
+    if (single_full_group_ && num_new_tokens > 0 && num_new_computed_tokens == 0 &&
+        (hits.empty() || hits[0].empty())) {
+      const KVGroupTable& t = request.kv_groups[0];
+      const std::int64_t total = std::min(request.num_computed_tokens, config_.max_model_len);
+      const std::int64_t main = total + num_new_tokens;
+      if (blocks_for(std::min(main + num_lookahead_tokens, config_.max_model_len)) <=
+              static_cast<std::int64_t>(t.blocks.size()) &&
+          (!config_.enable_caching || delay_cache_blocks ||
+           t.num_cached_block >= full_blocks(std::min(main, request.num_tokens())))) {
+        coordinator_->clear_new_blocks();
+        return AllocStatus::kOk;
+      }
+    }
     return coordinator_->allocate_slots(request, num_new_tokens, num_new_computed_tokens, hits,
                                         num_lookahead_tokens, delay_cache_blocks);
   }
@@ -166,6 +181,7 @@ class KVCacheManager {
   BlockPool pool_;
   SpecializedManager specialized_;
   std::unique_ptr<KVCacheCoordinator> coordinator_;  // policy kv_cache_coordinator
+  bool single_full_group_ = false;  // the coordinator's one group is full attention of block_size
   std::vector<std::string> mm_scratch_;
 };
 

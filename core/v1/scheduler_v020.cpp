@@ -51,12 +51,18 @@ void Scheduler::schedule_v020(SchedulerOutput& out) {
   out.total_num_scheduled_tokens = max_budget - budget;
 
   // The common prefix of every group, asked for the first running request.
-  if (running_.empty())
-    out.group_common_prefix_blocks.assign(static_cast<std::size_t>(kv_.num_groups()), 0);
-  else
-    kv_.coordinator()->num_common_prefix_blocks(*running_.front(), out.group_common_prefix_blocks);
-  out.num_common_prefix_blocks = out.group_common_prefix_blocks[0];
-  if (kv_.num_groups() == 1) out.group_common_prefix_blocks.clear();
+  KVCacheCoordinator& c = *kv_.coordinator();
+  if (c.num_groups() == 1) {
+    out.num_common_prefix_blocks = running_.empty() || !kv_.config().enable_caching
+                                       ? 0
+                                       : c.manager(0).num_common_prefix_blocks(*running_.front());
+  } else {
+    if (running_.empty())
+      out.group_common_prefix_blocks.assign(static_cast<std::size_t>(c.num_groups()), 0);
+    else
+      c.num_common_prefix_blocks(*running_.front(), out.group_common_prefix_blocks);
+    out.num_common_prefix_blocks = out.group_common_prefix_blocks[0];
+  }
 
   // _update_after_schedule (and the AsyncScheduler's placeholders); the step goes in flight.
   if (inflight_count_ == inflight_.size()) {  // grow the ring, keeping its order
@@ -225,7 +231,10 @@ void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) 
   step_error_ = "";
   outputs.clear();
   if (inflight_count_ == 0) return;
+  // Out of the ring first: a request finishing below is then looked for in the later steps only.
   std::vector<InFlightRequest>& step = inflight_[inflight_head_];
+  inflight_head_ = (inflight_head_ + 1) % inflight_.size();
+  --inflight_count_;
   const bool async = config_.async_scheduling;
   bool stopped_waiting = false;
   bool stopped_running = false;
@@ -261,8 +270,6 @@ void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) 
     outputs.push_back({&r, r.all_token_ids().back(), stopped});
   }
   step.clear();
-  inflight_head_ = (inflight_head_ + 1) % inflight_.size();
-  --inflight_count_;
   if (stopped_running)
     running_.erase(std::remove_if(running_.begin(), running_.end(),
                                   [](const Request* r) { return is_finished(r->status); }),

@@ -1,6 +1,7 @@
 #include "core/v1/single_type_manager.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "core/common/assert.h"
 
@@ -57,7 +58,13 @@ const char* alloc_status_message(AllocStatus s) {
 
 SingleTypeManager::SingleTypeManager(const KVGroupSpec& spec, std::int32_t group_id,
                                      std::int64_t admission_cap_blocks, BlockPool& pool)
-    : spec_(spec), group_id_(group_id), admission_cap_(admission_cap_blocks), pool_(pool) {
+    : spec_(spec),
+      block_shift_(std::has_single_bit(static_cast<std::uint32_t>(spec.block_size))
+                       ? std::countr_zero(static_cast<std::uint32_t>(spec.block_size))
+                       : -1),
+      group_id_(group_id),
+      admission_cap_(admission_cap_blocks),
+      pool_(pool) {
   KVSIM_ASSERT(spec.block_size > 0 && admission_cap_blocks >= 0);
   KVSIM_ASSERT(spec.kind == KVGroupKind::kFullAttention || pool.null_block() != kNoBlock,
                "a group that skips blocks needs a pool with a null block");
@@ -90,6 +97,18 @@ AllocStatus SingleTypeManager::find_longest_cache_hit(const GroupHashView& hashe
   switch (spec_.kind) {
     case KVGroupKind::kFullAttention: {
       const auto n = std::min<std::int64_t>(max_blocks, static_cast<std::int64_t>(hashes.size()));
+      if (group_ids.size() == 1) {  // one group: its keys directly
+        const std::int32_t g = group_ids[0];
+        for (std::int64_t i = 0; i < n; ++i) {
+          const BlockId b =
+              pool_.get_cached_block(pool_.key_of(hashes[static_cast<std::size_t>(i)], g));
+          if (b == kNoBlock) break;
+          first.push_back(b);
+        }
+        if (use_eagle && !first.empty()) first.pop_back();
+        while (misaligned()) first.pop_back();
+        return AllocStatus::kOk;
+      }
       for (std::int64_t i = 0; i < n; ++i) {  // a chain: after the first miss nothing can hit
         if (!lookup(hashes[static_cast<std::size_t>(i)], group_ids, found)) break;
         for (std::size_t j = 0; j < group_ids.size(); ++j)
@@ -182,11 +201,9 @@ std::int64_t SingleTypeManager::num_skipped_tokens(std::int64_t num_computed_tok
   return 0;
 }
 
-std::int64_t SingleTypeManager::num_blocks_to_allocate(const Request& request,
-                                                       std::int64_t num_tokens,
-                                                       std::span<const BlockId> new_computed_blocks,
-                                                       std::int64_t total_computed_tokens,
-                                                       AllocStatus& status) const {
+std::int64_t SingleTypeManager::num_blocks_to_allocate_skipping(
+    const Request& request, std::int64_t num_tokens, std::span<const BlockId> new_computed_blocks,
+    std::int64_t total_computed_tokens, AllocStatus& status) const {
   const std::int64_t bs = spec_.block_size;
   if (spec_.kind == KVGroupKind::kMamba) {
     // A hit cached by another request in this step is not usable before the next one: ask for
@@ -199,7 +216,7 @@ std::int64_t SingleTypeManager::num_blocks_to_allocate(const Request& request,
     }
     num_tokens += bs * spec_.num_speculative_blocks;
   }
-  std::int64_t required = cdiv(num_tokens, bs);
+  std::int64_t required = blocks_for(num_tokens);
   if (admission_cap_ > 0) required = std::min(required, admission_cap_);
   const KVGroupTable& t = request.kv_groups[static_cast<std::size_t>(group_id_)];
   const auto num_req = static_cast<std::int64_t>(t.blocks.size());
@@ -252,8 +269,7 @@ AllocStatus SingleTypeManager::allocate_new_blocks(Request& request, std::int64_
   num_new = 0;
   if (spec_.kind == KVGroupKind::kMamba)
     num_tokens += spec_.block_size * spec_.num_speculative_blocks;
-  const std::int64_t n =
-      cdiv(num_tokens, spec_.block_size) - static_cast<std::int64_t>(t.blocks.size());
+  const std::int64_t n = blocks_for(num_tokens) - static_cast<std::int64_t>(t.blocks.size());
   if (n <= 0) return AllocStatus::kOk;
   if (n > pool_.num_free_blocks()) return AllocStatus::kPoolExhausted;
   num_new = static_cast<std::int32_t>(n);

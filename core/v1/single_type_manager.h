@@ -14,6 +14,7 @@
 //                    a hit cached by another request in this step cannot be used yet
 // Errors are vLLM's assertion and ValueError paths (AllocStatus); kvsim never throws from here.
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -102,7 +103,24 @@ class SingleTypeManager {
   std::int64_t num_blocks_to_allocate(const Request& request, std::int64_t num_tokens,
                                       std::span<const BlockId> new_computed_blocks,
                                       std::int64_t total_computed_tokens,
-                                      AllocStatus& status) const;
+                                      AllocStatus& status) const {
+    if (spec_.kind != KVGroupKind::kFullAttention)
+      return num_blocks_to_allocate_skipping(request, num_tokens, new_computed_blocks,
+                                             total_computed_tokens, status);
+    // Full attention skips nothing and has no cap.
+    const KVGroupTable& t = request.kv_groups[static_cast<std::size_t>(group_id_)];
+    const auto held = static_cast<std::int64_t>(t.blocks.size());
+    const std::int64_t required = blocks_for(num_tokens);
+    if (t.num_cached_block >= 0) {  // a request the group tracks gets no new hits
+      if (!new_computed_blocks.empty()) status = AllocStatus::kHitsForKnownRequest;
+      return std::max<std::int64_t>(required - held, 0);
+    }
+    std::int64_t n = std::max<std::int64_t>(
+        required - static_cast<std::int64_t>(new_computed_blocks.size()) - held, 0);
+    for (BlockId b : new_computed_blocks)  // hits in the free queue leave it when touched
+      n += b != pool_.null_block() && pool_.block(b).ref_cnt == 0;
+    return n;
+  }
 
   /// allocate_new_computed_blocks: a new request's hits enter its table (touched), the skipped
   /// ones as null blocks; a request the group already tracks takes none.
@@ -136,6 +154,15 @@ class SingleTypeManager {
   std::int64_t num_entries() const { return num_entries_; }
 
  private:
+  std::int64_t num_blocks_to_allocate_skipping(const Request& request, std::int64_t num_tokens,
+                                               std::span<const BlockId> new_computed_blocks,
+                                               std::int64_t total_computed_tokens,
+                                               AllocStatus& status) const;
+  /// cdiv(tokens, block_size), a shift for a power-of-two block size.
+  std::int64_t blocks_for(std::int64_t tokens) const {
+    return block_shift_ >= 0 ? (tokens + spec_.block_size - 1) >> block_shift_
+                             : cdiv(tokens, spec_.block_size);
+  }
   KVGroupTable& table_of(Request& r) const {
     return r.kv_groups[static_cast<std::size_t>(group_id_)];
   }
@@ -149,6 +176,7 @@ class SingleTypeManager {
   bool lookup(HashId hash, std::span<const std::int32_t> group_ids, BlockId* found) const;
 
   KVGroupSpec spec_;
+  int block_shift_;  // log2(block_size), or -1
   std::int32_t group_id_;
   std::int64_t admission_cap_;  // 0: none
   BlockPool& pool_;
