@@ -7,13 +7,17 @@
 namespace kvsim {
 namespace {
 
-constexpr std::array<ProfileInfo, 6> kProfiles = {{
+constexpr std::array<ProfileInfo, 7> kProfiles = {{
     {Profile::kVllm072, "vllm-0.7.2", EngineFamily::kV1,
      "vLLM v0.7.2 V1: KVCacheManager + Scheduler (preallocation, chunked prefill, recompute "
      "preemption)"},
     {Profile::kVllm085, "vllm-0.8.5", EngineFamily::kV1,
      "vLLM v0.8.5.post1 V1: null block 0, no preallocation, last-block rule in the lookup, "
      "sliding-window manager, long_prefill_token_threshold"},
+    {Profile::kVllm020, "vllm-0.20", EngineFamily::kV1,
+     "vLLM v0.20.1 V1: KV cache coordinator with hybrid groups (full, sliding window, chunked "
+     "local), full-sequence admission, stop tokens before length, priority policy, async "
+     "scheduling"},
     {Profile::kVllm072V0, "vllm-0.7.2-v0", EngineFamily::kV0,
      "vLLM v0.7.2 V0: block space manager with GPU+CPU allocators, swapped queue, swap or "
      "recompute preemption, copy-on-write, watermark"},

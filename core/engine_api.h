@@ -30,6 +30,7 @@ namespace kvsim {
 enum class Profile : std::uint8_t {
   kVllm072,     // vLLM v0.7.2 V1 (the default)
   kVllm085,     // vLLM v0.8.5.post1 V1
+  kVllm020,     // vLLM v0.20.1 V1
   kVllm072V0,   // vLLM v0.7.2 V0 (block space manager, swapped queue)
   kOrcaMax,     // contiguous: each request reserves max_model_len slots
   kOrcaPow2,    // contiguous: prompt + true output rounded up to a power of two
@@ -69,6 +70,8 @@ struct ScheduledRequest {
   std::int64_t num_computed_tokens = 0;  // before this step (the hits for new/resumed requests)
   std::int32_t num_new_blocks = 0;       // running requests: the last num_new_blocks of its table
   enum class Kind : std::uint8_t { kNew, kResumed, kRunning } kind = Kind::kRunning;
+  /// The step computes none of the request's last tokens: the model samples nothing for it.
+  bool prefill_chunk = false;
 };
 
 /// What schedule() decided (vLLM's SchedulerOutput, family-neutral). Reused across steps: its
@@ -78,7 +81,11 @@ struct SchedulerOutput {
   std::vector<Request*> preempted;          // in preemption order
   std::vector<std::int64_t> finished;       // request indices finished since the previous step
   std::int64_t total_num_scheduled_tokens = 0;
-  std::int32_t num_common_prefix_blocks = 0;
+  std::int32_t num_common_prefix_blocks = 0;  // the first KV cache group's
+  /// Engines with several KV cache groups (vLLM v0.20): the common prefix of every group, and the
+  /// new blocks of scheduled entry i in group g at [i * groups + g] (num_new_blocks is group 0's).
+  std::vector<std::int32_t> group_common_prefix_blocks;
+  std::vector<std::int32_t> group_new_blocks;
   std::int64_t prefix_queries_tokens = 0;  // this step's prefix-cache lookups, in tokens
   std::int64_t prefix_hits_tokens = 0;     // hit tokens of those lookups
 
@@ -181,8 +188,18 @@ class EngineCore {
   /// The breakdown of the pool now. `final_kv_tokens[Request::index()]` is the number of positions
   /// the request will ever hold K/V for (prompt + outputs - 1). O(running + shared blocks).
   virtual KVBreakdown kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const = 0;
-  /// The block table a scheduled request's kernels read (ids into the GPU pool).
+  /// The block table a scheduled request's kernels read (ids into the GPU pool): the first KV
+  /// cache group's.
   virtual std::span<const BlockId> block_table(const Request& request) const = 0;
+  /// KV cache groups: sets of layers with one block table per request each (1 for every family
+  /// but an engine of several groups, vLLM v0.20 with a hybrid model).
+  virtual std::int32_t num_kv_cache_groups() const { return 1; }
+  /// The block table of KV cache group `group` (0 <= group < num_kv_cache_groups()); block 0 is
+  /// the null block where a window skipped positions.
+  virtual std::span<const BlockId> group_block_table(const Request& request,
+                                                     std::int32_t group) const {
+    return group == 0 ? block_table(request) : std::span<const BlockId>{};
+  }
   /// The GPU blocks that hold a cached prefix, into `out` (replaced): the free ones in eviction
   /// order first, then those in use, by id. Empty for a family without a prefix cache.
   virtual void cached_blocks(std::vector<BlockId>& out) const { out.clear(); }

@@ -39,7 +39,21 @@ std::optional<SettingError> check_engine_params(const EngineParams& params) {
                             release + " (vLLM's release) has no such setting"};
       // A window no longer than a block lets the sliding-window manager null the block before
       // the first one to cache, and caching then fails vLLM's assertion on its parent's hash.
+      const SchedulerConfig& sc = params.scheduler;
+      if (!policy.v020_scheduler_settings) {
+        const auto lacks = [&](std::string_view key) {
+          return SettingError{key, release + " (vLLM's release) has no such setting"};
+        };
+        if (sc.async_scheduling) return lacks("scheduler.async_scheduling");
+        if (sc.scheduler_reserve_full_isl) return lacks("scheduler.scheduler_reserve_full_isl");
+        if (sc.priority_policy) return lacks("scheduler.policy");
+        if (!sc.enable_chunked_prefill) return lacks("scheduler.enable_chunked_prefill");
+        if (sc.max_num_scheduled_tokens > 0) return lacks("scheduler.max_num_scheduled_tokens");
+      }
       const KVCacheConfig& c = params.cache;
+      if (!policy.kv_cache_coordinator && !c.kv_cache_groups.empty())
+        return SettingError{"model", release + " (vLLM's release) manages one KV cache group"};
+      if (policy.kv_cache_coordinator) return std::nullopt;  // v0.20 handles any window
       if (policy.sliding_window_manager && c.enable_caching && c.sliding_window > 0 &&
           c.sliding_window <= c.block_size)
         return SettingError{"cache.block_size",

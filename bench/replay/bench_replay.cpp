@@ -7,6 +7,9 @@
 // Modes: V1's kvm and sched traces (per V1 profile), and vLLM V0's sched-mode traces with
 // recompute (v0-rc) and swap (v0-sw) preemption (--write-v0-traces DIR saves those two files, for
 // replaying the same traces in vLLM's own code).
+//
+// vllm-0.20 also runs with a hybrid layout ("vllm-0.20+sw": a sliding-window group, then a full
+// one, as gpt-oss: window 128 in the kvm trace, 32 in the sched trace's shorter requests).
 
 #include <chrono>
 #include <cstdio>
@@ -56,12 +59,22 @@ double time_end_to_end(const std::string& text, Profile profile, std::int64_t& e
   return s;
 }
 
+/// A profile and a KV cache group layout to bench.
+struct Bench {
+  Profile profile;
+  BenchLayout kvm_layout, sched_layout;
+  std::string label;
+};
+
 double time_core_kvm(const KvmTrace& t, Profile profile) {
   const auto t0 = Clock::now();
-  KVCacheManager kv(KVCacheConfig{t.block_size, t.num_gpu_blocks, t.max_model_len, true, 64},
+  KVCacheManager kv(bench_kv_config(t.block_size, t.num_gpu_blocks, t.max_model_len, t.layout),
                     v1_policy(profile));
+  const bool v020 = kv.coordinator() != nullptr;
   std::vector<std::unique_ptr<Request>> reqs;
   std::vector<BlockId> hits, given;
+  GroupBlockLists group_hits(static_cast<std::size_t>(kv.num_groups()));
+  AllocStatus st;
   for (const KvmOp& op : t.ops) {
     switch (op.kind) {
       case KvmOp::Kind::kAdd:
@@ -69,11 +82,30 @@ double time_core_kvm(const KvmTrace& t, Profile profile) {
           reqs.resize(static_cast<std::size_t>(op.req) + 1);
         reqs[static_cast<std::size_t>(op.req)] =
             std::make_unique<Request>(op.req, op.data, SamplingLimits{});
+        if (v020) kv.add_request(*reqs[static_cast<std::size_t>(op.req)]);
         break;
       case KvmOp::Kind::kLookup:
-        kv.get_computed_blocks(*reqs[static_cast<std::size_t>(op.req)], hits);
+        if (v020)
+          kv.get_computed_blocks(*reqs[static_cast<std::size_t>(op.req)], group_hits, st);
+        else
+          kv.get_computed_blocks(*reqs[static_cast<std::size_t>(op.req)], hits);
         break;
       case KvmOp::Kind::kAlloc:
+        if (v020) {  // the groups' lists, each ended by -1
+          std::size_t g = 0;
+          for (auto& h : group_hits) h.clear();
+          for (std::int32_t b : op.data) {
+            if (b < 0)
+              ++g;
+            else
+              group_hits[g].push_back(BlockId{b});
+          }
+          const std::int64_t hit_tokens =
+              static_cast<std::int64_t>(group_hits[0].size()) * t.block_size;
+          (void)kv.allocate_slots(*reqs[static_cast<std::size_t>(op.req)], op.n, hit_tokens,
+                                  group_hits, 0);
+          break;
+        }
         given.clear();
         for (std::int32_t b : op.data) given.push_back(BlockId{b});
         (void)kv.allocate_slots(*reqs[static_cast<std::size_t>(op.req)], op.n, given);
@@ -84,6 +116,7 @@ double time_core_kvm(const KvmTrace& t, Profile profile) {
       case KvmOp::Kind::kAppend:
         for (std::int32_t tok : op.data)
           reqs[static_cast<std::size_t>(op.req)]->append_output_token(tok);
+        if (v020) kv.update_block_hashes(*reqs[static_cast<std::size_t>(op.req)]);
         break;
       case KvmOp::Kind::kFree:
         kv.free(*reqs[static_cast<std::size_t>(op.req)]);
@@ -104,8 +137,10 @@ double time_core_kvm(const KvmTrace& t, Profile profile) {
 
 double time_core_sched(const SchedTrace& t, Profile profile) {
   const auto t0 = Clock::now();
-  Scheduler sched(SchedulerConfig{t.max_num_seqs, t.max_num_batched_tokens, t.max_model_len},
-                  KVCacheConfig{t.block_size, t.num_gpu_blocks, t.max_model_len, true, 64},
+  SchedulerConfig sc{t.max_num_seqs, t.max_num_batched_tokens, t.max_model_len};
+  // vllm-0.20's sched_init default (the replayer's too).
+  sc.scheduler_reserve_full_isl = v1_policy(profile).v020_scheduler_settings;
+  Scheduler sched(sc, bench_kv_config(t.block_size, t.num_gpu_blocks, t.max_model_len, t.layout),
                   profile);
   std::vector<std::unique_ptr<Request>> reqs;
   SchedulerOutput out;
@@ -128,6 +163,10 @@ double time_core_sched(const SchedTrace& t, Profile profile) {
         for (Request* r : sched.running())
           r->sampled_token =
               static_cast<Token>((r->num_tokens() * t.rule_mul + t.rule_add) % t.rule_mod);
+        for (const InFlightRequest& e : sched.oldest_in_flight())  // a preempted one, too
+          if (e.request)
+            e.request->sampled_token = static_cast<Token>(
+                (e.request->num_tokens() * t.rule_mul + t.rule_add) % t.rule_mod);
         sched.update_from_output(outputs);
         for (const RequestOutput& o : outputs)
           if (o.finished) reqs[static_cast<std::size_t>(o.request->index())].reset();
@@ -231,7 +270,7 @@ int main(int argc, char** argv) {
   std::int64_t num_ops = 1000000;
   std::uint64_t seed = 1;
   int reps = 5;
-  std::vector<Profile> profs;
+  std::vector<Profile> chosen;
   std::string v0_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view a = argv[i];
@@ -250,45 +289,55 @@ int main(int argc, char** argv) {
                      profile_names().c_str());
         return 2;
       }
-      profs.push_back(*p);
+      chosen.push_back(*p);
     }
   }
   if (reps < 1 || num_ops < 1) {
     std::fprintf(stderr, "bench_replay: --reps and --ops need positive counts\n");
     return 2;
   }
-  if (profs.empty())
+  if (chosen.empty())
     for (const ProfileInfo& p : profiles())
-      if (p.family == EngineFamily::kV1) profs.push_back(p.profile);
+      if (p.family == EngineFamily::kV1) chosen.push_back(p.profile);
+  std::vector<Bench> profs;
+  for (Profile p : chosen) {
+    profs.push_back({p, {}, {}, profile_name(p)});
+    if (v1_policy(p).kv_cache_coordinator)
+      profs.push_back({p, BenchLayout{128}, BenchLayout{32}, std::string(profile_name(p)) + "+sw"});
+  }
   std::vector<KvmTrace> kvm;
-  for (Profile p : profs) kvm.push_back(generate_kvm_trace(seed, num_ops, p));
-  const SchedTrace sch = generate_sched_trace(seed, num_ops);
+  std::vector<SchedTrace> sch;
+  for (const Bench& b : profs) {
+    kvm.push_back(generate_kvm_trace(seed, num_ops, b.profile, b.kvm_layout));
+    sch.push_back(generate_sched_trace(seed, num_ops, b.sched_layout));
+  }
   std::printf("bench_replay: seed %llu, best of %d runs (profiles interleaved), one core\n",
               static_cast<unsigned long long>(seed), reps);
-  std::printf("%-13s %-6s %10s %8s %14s %14s %14s\n", "profile", "mode", "ops", "MB", "e2e ops/s",
+  std::printf("%-14s %-6s %10s %8s %14s %14s %14s\n", "profile", "mode", "ops", "MB", "e2e ops/s",
               "cli ops/s", "core ops/s");
   for (int mode = 0; mode < 2; ++mode) {
     const auto text = [&](std::size_t p) -> const std::string& {
-      return mode == 0 ? kvm[p].text : sch.text;
+      return mode == 0 ? kvm[p].text : sch[p].text;
     };
     std::vector<std::int64_t> errors(profs.size(), 0);
     const auto e2e = best_of(reps, profs.size(), [&](std::size_t p) {
-      return time_end_to_end(text(p), profs[p], errors[p]);
+      return time_end_to_end(text(p), profs[p].profile, errors[p]);
     });
     const auto cli = best_of(reps, profs.size(), [&](std::size_t p) {
-      return time_cli(text(p), profs[p], mode == 0 ? "kvm" : "sched");
+      return time_cli(text(p), profs[p].profile, mode == 0 ? "kvm" : "sched");
     });
     const auto core = best_of(reps, profs.size(), [&](std::size_t p) {
-      return mode == 0 ? time_core_kvm(kvm[p], profs[p]) : time_core_sched(sch, profs[p]);
+      return mode == 0 ? time_core_kvm(kvm[p], profs[p].profile)
+                       : time_core_sched(sch[p], profs[p].profile);
     });
     for (std::size_t p = 0; p < profs.size(); ++p) {
       if (cli[p] < 0) {
         std::fprintf(stderr, "bench_replay: kvsim replay failed on the %s trace (%s)\n",
-                     mode == 0 ? "kvm" : "sched", profile_name(profs[p]));
+                     mode == 0 ? "kvm" : "sched", profs[p].label.c_str());
         return 1;
       }
-      const auto ops = static_cast<double>(mode == 0 ? kvm[p].ops.size() : sch.ops.size());
-      std::printf("%-13s %-6s %10.0f %8.1f %14.0f %14.0f %14.0f%s\n", profile_name(profs[p]),
+      const auto ops = static_cast<double>(mode == 0 ? kvm[p].ops.size() : sch[p].ops.size());
+      std::printf("%-14s %-6s %10.0f %8.1f %14.0f %14.0f %14.0f%s\n", profs[p].label.c_str(),
                   mode == 0 ? "kvm" : "sched", ops, static_cast<double>(text(p).size()) / 1e6,
                   ops / e2e[p], ops / cli[p], ops / core[p], errors[p] ? "  (ERROR LINES!)" : "");
       if (errors[p]) return 1;
@@ -314,7 +363,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_replay: kvsim replay failed on the %s trace\n", tag);
       return 1;
     }
-    std::printf("%-13s %-6s %10.0f %8.1f %14.0f %14.0f %14.0f%s\n", profile_name(v0p), tag, ops,
+    std::printf("%-14s %-6s %10.0f %8.1f %14.0f %14.0f %14.0f%s\n", profile_name(v0p), tag, ops,
                 static_cast<double>(v0t.text.size()) / 1e6, ops / e2e, ops / cli, ops / core,
                 errors ? "  (ERROR LINES!)" : "");
     if (errors) return 1;

@@ -38,15 +38,37 @@ std::vector<std::int32_t> make_prompt(Rng& rng,
 
 }  // namespace
 
-KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops, Profile profile) {
+KVCacheConfig bench_kv_config(std::int32_t block_size, std::int32_t num_gpu_blocks,
+                              std::int64_t max_model_len, BenchLayout layout) {
+  KVCacheConfig c{block_size, num_gpu_blocks, max_model_len, true, 64};
+  if (layout.sliding_window > 0) {
+    KVGroupSpec sw, full;
+    sw.kind = KVGroupKind::kSlidingWindow;
+    sw.sliding_window = layout.sliding_window;
+    sw.block_size = full.block_size = block_size;
+    c.kv_cache_groups = {sw, full};
+  }
+  return c;
+}
+
+std::string groups_field(const BenchLayout& layout) {
+  if (layout.sliding_window <= 0) return "";
+  return fmt::format(
+      R"(,"kv_cache_groups":[{{"type":"sliding_window","sliding_window":{}}},{{"type":"full"}}])",
+      layout.sliding_window);
+}
+
+KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops, Profile profile,
+                            BenchLayout layout) {
   Rng rng(seed);
-  KvmTrace t{16, 512, 4096, {}, {}};
+  KvmTrace t{16, 512, 4096, layout, {}, {}};
   const V1Policy& policy = v1_policy(profile);
-  KVCacheManager kv(KVCacheConfig{t.block_size, t.num_gpu_blocks, t.max_model_len, true, 64},
+  const bool v020 = policy.kv_cache_coordinator;
+  KVCacheManager kv(bench_kv_config(t.block_size, t.num_gpu_blocks, t.max_model_len, layout),
                     policy);
-  t.text = fmt::format(R"({{"op":"init","block_size":{},"num_gpu_blocks":{},"max_model_len":{}}})"
+  t.text = fmt::format(R"({{"op":"init","block_size":{},"num_gpu_blocks":{},"max_model_len":{}{}}})"
                        "\n",
-                       t.block_size, t.num_gpu_blocks, t.max_model_len);
+                       t.block_size, t.num_gpu_blocks, t.max_model_len, groups_field(layout));
   std::vector<std::vector<std::int32_t>> prefixes;
   for (int i = 0; i < 6; ++i) {
     std::vector<std::int32_t> p(static_cast<std::size_t>(rng.uniform(16, 96)));
@@ -61,6 +83,7 @@ KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops, Profile pr
   };
   std::vector<Live> live;
   std::vector<BlockId> hits;
+  GroupBlockLists group_hits(static_cast<std::size_t>(kv.num_groups()));
   std::int32_t next_slot = 0;
   auto id = [](std::int32_t slot) { return "\"r" + std::to_string(slot) + "\""; };
   auto emit = [&](KvmOp op, const std::string& line) {
@@ -77,6 +100,7 @@ KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops, Profile pr
       line += '}';
       live.push_back({std::make_unique<Request>(slot, prompt, SamplingLimits{}), slot, false,
                       rng.uniform(4, 48)});
+      if (v020) kv.add_request(*live.back().req);
       emit({KvmOp::Kind::kAdd, slot, 0, std::move(prompt)}, line);
       continue;
     }
@@ -84,6 +108,36 @@ KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops, Profile pr
     const std::size_t pick = rng.g() % live.size();
     Live& l = live[pick];
     Request& r = *l.req;
+    if (!l.running && v020) {  // the lookup and allocation of vLLM v0.20's manager, per group
+      AllocStatus st;
+      const std::int64_t hit_tokens = kv.get_computed_blocks(r, group_hits, st);
+      emit({KvmOp::Kind::kLookup, l.slot, 0, {}},
+           "{\"op\":\"get_computed_blocks\",\"id\":" + id(l.slot) + "}");
+      const std::int64_t n = r.num_tokens() - hit_tokens;
+      std::vector<std::int32_t> flat;  // group after group, each ended by -1
+      std::string lists;
+      for (const auto& g : group_hits) {
+        std::vector<std::int32_t> ids;
+        for (BlockId b : g) ids.push_back(to_int(b));
+        if (!lists.empty()) lists += ',';
+        append_list(lists, ids);
+        flat.insert(flat.end(), ids.begin(), ids.end());
+        flat.push_back(-1);
+      }
+      if (layout.sliding_window > 0) lists = '[' + lists + ']';
+      const bool ok = kv.allocate_slots(r, n, hit_tokens, group_hits, 0) == AllocStatus::kOk;
+      emit({KvmOp::Kind::kAlloc, l.slot, n, flat},
+           "{\"op\":\"allocate_slots\",\"id\":" + id(l.slot) +
+               ",\"num_tokens\":" + std::to_string(n) + ",\"new_computed_blocks\":" + lists + "}");
+      if (ok) {
+        r.num_computed_tokens = hit_tokens + n;
+        emit({KvmOp::Kind::kSetComputed, l.slot, r.num_computed_tokens, {}},
+             "{\"op\":\"set_num_computed_tokens\",\"id\":" + id(l.slot) +
+                 ",\"n\":" + std::to_string(r.num_computed_tokens) + "}");
+        l.running = true;
+      }
+      continue;
+    }
     if (!l.running) {
       const std::int64_t hit_tokens = kv.get_computed_blocks(r, hits);
       emit({KvmOp::Kind::kLookup, l.slot, 0, {}},
@@ -132,11 +186,14 @@ KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops, Profile pr
     // Decode one token.
     const auto tok = static_cast<std::int32_t>(rng.g() % 50);
     r.append_output_token(tok);
+    if (v020) kv.update_block_hashes(r);
     --l.outputs_left;
     emit({KvmOp::Kind::kAppend, l.slot, 0, {tok}},
          "{\"op\":\"append_output\",\"id\":" + id(l.slot) + ",\"tokens\":[" + std::to_string(tok) +
              "]}");
-    const bool ok = kv.allocate_slots(r, 1).ok();
+    for (auto& g : group_hits) g.clear();
+    const bool ok = v020 ? kv.allocate_slots(r, 1, 0, group_hits, 0) == AllocStatus::kOk
+                         : kv.allocate_slots(r, 1).ok();
     emit({KvmOp::Kind::kAlloc, l.slot, 1, {}},
          "{\"op\":\"allocate_slots\",\"id\":" + id(l.slot) + ",\"num_tokens\":1}");
     if (ok) {
@@ -155,14 +212,15 @@ KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops, Profile pr
   return t;
 }
 
-SchedTrace generate_sched_trace(std::uint64_t seed, std::int64_t num_ops) {
+SchedTrace generate_sched_trace(std::uint64_t seed, std::int64_t num_ops, BenchLayout layout) {
   Rng rng(seed);
-  SchedTrace t{8, 96, 256, 16, 96, 96, 42, 50, {}, {}};
-  t.text = fmt::format(
-      R"({{"op":"sched_init","block_size":{},"num_gpu_blocks":{},"max_model_len":{},)"
-      R"("max_num_seqs":{},"max_num_batched_tokens":{}}})"
-      "\n",
-      t.block_size, t.num_gpu_blocks, t.max_model_len, t.max_num_seqs, t.max_num_batched_tokens);
+  SchedTrace t{8, 96, 256, 16, 96, layout, 96, 42, 50, {}, {}};
+  t.text =
+      fmt::format(R"({{"op":"sched_init","block_size":{},"num_gpu_blocks":{},"max_model_len":{},)"
+                  R"("max_num_seqs":{},"max_num_batched_tokens":{}{}}})"
+                  "\n",
+                  t.block_size, t.num_gpu_blocks, t.max_model_len, t.max_num_seqs,
+                  t.max_num_batched_tokens, groups_field(layout));
   std::vector<std::vector<std::int32_t>> prefixes;
   for (int i = 0; i < 4; ++i) {
     std::vector<std::int32_t> p(static_cast<std::size_t>(rng.uniform(8, 40)));

@@ -2,6 +2,7 @@
 // Request: vLLM v1's Request (vllm/v1/request.py) as the core needs it: tokens, progress, sampling
 // limits, multimodal placeholders, the per-request block-hash list and the block table.
 
+#include <boost/container/small_vector.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -36,9 +37,20 @@ struct MMPlaceholder {
 /// Sampling limits checked after each generated token (vLLM's SamplingParams subset).
 struct SamplingLimits {
   std::int64_t max_tokens = 16;
+  /// vLLM v0.20's check_stop: no stop of any kind before this many outputs (earlier V1 releases
+  /// kvsim reproduces have no min_tokens in their scheduler).
+  std::int64_t min_tokens = 0;
   std::optional<Token> eos_token_id;
   bool ignore_eos = false;
   std::vector<Token> stop_token_ids;
+};
+
+/// One KV cache group's part of a request under vLLM v0.9+'s KV cache coordinator: the group's
+/// single-type manager's req_to_blocks[request_id] and num_cached_block[request_id] entries.
+struct KVGroupTable {
+  std::vector<BlockId> blocks;         // the group's block table (block 0 = the null block)
+  std::int64_t num_cached_block = -1;  // -1: no num_cached_block entry
+  bool has_entry = false;  // req_to_blocks has an entry (a defaultdict: an empty table counts)
 };
 
 class Request {
@@ -77,6 +89,28 @@ class Request {
   /// The request asks for prompt logprobs (sampling_params.prompt_logprobs is not None): vLLM
   /// v0.8.5 gives it no prefix-cache hit.
   bool wants_prompt_logprobs = false;
+
+  // ---- vLLM v0.20 (policy kv_cache_coordinator) ----------------------------------------------
+  /// One table per KV cache group (sized by the manager; `blocks` and `num_cached_block` above
+  /// are unused). Only KVCacheManager mutates them. Two groups live inside the request (one
+  /// cache miss less per request and step).
+  boost::container::small_vector<KVGroupTable, 2> kv_groups;
+  /// AsyncScheduler: outputs scheduled but not yet received; set when a reset of the prefix
+  /// cache preempted the request while its token was in flight (that token is dropped).
+  std::int64_t num_output_placeholders = 0;
+  bool discard_latest_async_tokens = false;
+  /// Scheduled in the step in flight as a chunk that does not reach its last token (the model
+  /// samples nothing for it).
+  bool is_prefill_chunk = false;
+  /// Extra keys of its block hashes: the LoRA adapter's name (every block) and the cache salt
+  /// (block 0 only, when not empty); multimodal items come from mm_positions.
+  std::optional<std::string> lora_name;
+  std::optional<std::string> cache_salt;
+  /// The priority policy's order: lower (priority, arrival_time, request_id) first, then the
+  /// index. request_id is the caller's name of the request (the replayer's id; may stay empty).
+  std::int64_t priority = 0;
+  double arrival_time = 0;
+  std::string request_id;
 
   /// Scheduler bookkeeping for the step in flight: tokens scheduled (0 = not scheduled) and the
   /// token the model sampled for it, set by the caller before Scheduler::update_from_output.

@@ -1,17 +1,19 @@
 #include "core/v1/block_pool.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "core/common/assert.h"
 
 namespace kvsim {
 
 BlockPool::BlockPool(std::int32_t num_blocks, bool enable_caching, bool null_block,
-                     BlockHashTable& hashes)
+                     BlockHashTable& hashes, std::int32_t num_groups)
     : enable_caching_(enable_caching),
+      group_shift_(std::bit_width(static_cast<std::uint32_t>(num_groups - 1))),
       hashes_(hashes),
       blocks_(static_cast<std::size_t>(num_blocks)) {
-  KVSIM_ASSERT(num_blocks > 0);
+  KVSIM_ASSERT(num_blocks > 0 && num_groups > 0 && num_groups <= 256);
   for (std::int32_t i = 0; i < num_blocks; ++i) {
     free_queue_.push_back(blocks_[static_cast<std::size_t>(i)]);
   }
@@ -24,7 +26,7 @@ BlockPool::BlockPool(std::int32_t num_blocks, bool enable_caching, bool null_blo
 BlockPool::~BlockPool() {
   free_queue_.clear();
   for (KVCacheBlock& b : blocks_)
-    if (b.block_hash != kNoHash) hashes_.release(b.block_hash);
+    if (b.block_hash != kNoHash) hashes_.release(hash_of_key(b.block_hash));
 }
 
 BlockId BlockPool::get_cached_block(HashId h) const {
@@ -50,11 +52,11 @@ void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
     blk.ref_cnt = 1;
     out.push_back(id_of(blk));
     if (!enable_caching_) continue;
-    if (blk.block_hash != kNoHash) hashes_.prefetch_node(blk.block_hash);
+    if (blk.block_hash != kNoHash) hashes_.prefetch_node(hash_of_key(blk.block_hash));
     const std::size_t k = out.size() - 1;
     if (k >= first + kLag / 2)
       if (const HashId h = block(out[k - kLag / 2]).block_hash; h != kNoHash)
-        hashes_.prefetch_bucket(h);
+        hashes_.prefetch_bucket(hash_of_key(h));
     if (k >= first + kLag) evict_at(k - kLag);
   }
   if (enable_caching_) {  // the last min(n, kLag) popped blocks
@@ -82,12 +84,12 @@ void BlockPool::free_block(BlockId b) {
   if (--blk.ref_cnt == 0) free_queue_.push_back(blk);
 }
 
-void BlockPool::cache_block(BlockId b, HashId h) {
+void BlockPool::cache_block(BlockId b, HashId key) {
   KVCacheBlock& blk = block(b);
   KVSIM_ASSERT(blk.block_hash == kNoHash, "block already has a hash");
-  hashes_.retain(h);
-  blk.block_hash = h;
-  const std::size_t s = head_slot(h);
+  hashes_.retain(hash_of_key(key));
+  blk.block_hash = key;
+  const std::size_t s = head_slot(key);
   if (s >= hash_head_.size()) {
     hash_head_.resize(s + 1 + s / 2, kNoBlock);
     hash_tail_.resize(hash_head_.size(), kNoBlock);
@@ -118,7 +120,7 @@ void BlockPool::evict(KVCacheBlock& blk) {
   if (hash_head_[s] == kNoBlock) --num_cached_hashes_;
   --num_cached_blocks_;
   blk.hash_prev = blk.hash_next = kNoBlock;
-  const HashId h = blk.block_hash;
+  const HashId h = hash_of_key(blk.block_hash);
   blk.block_hash = kNoHash;
   hashes_.release(h);
   ++stats_.evictions;
@@ -131,7 +133,7 @@ bool BlockPool::reset_prefix_cache() {
     const std::size_t s = head_slot(blk.block_hash);
     hash_head_[s] = hash_tail_[s] = kNoBlock;
     blk.hash_prev = blk.hash_next = kNoBlock;
-    const HashId h = blk.block_hash;
+    const HashId h = hash_of_key(blk.block_hash);
     blk.block_hash = kNoHash;
     hashes_.release(h);
   }
@@ -140,8 +142,8 @@ bool BlockPool::reset_prefix_cache() {
   return true;
 }
 
-void BlockPool::cached_blocks_of(HashId h, std::vector<BlockId>& out) const {
-  for (BlockId b = get_cached_block(h); b != kNoBlock; b = block(b).hash_next) out.push_back(b);
+void BlockPool::cached_blocks_of(HashId key, std::vector<BlockId>& out) const {
+  for (BlockId b = get_cached_block(key); b != kNoBlock; b = block(b).hash_next) out.push_back(b);
 }
 
 std::string BlockPool::find_violation() const {
@@ -172,7 +174,8 @@ std::string BlockPool::find_violation() const {
       continue;
     }
     KVSIM_CHECK(enable_caching_, "a block has a hash while caching is disabled");
-    KVSIM_CHECK(hashes_.ref_count(blk.block_hash) > 0, "cached block with a dead hash");
+    KVSIM_CHECK(hashes_.ref_count(hash_of_key(blk.block_hash)) > 0,
+                "cached block with a dead hash");
     ++cached_blocks;
     const std::size_t s = head_slot(blk.block_hash);
     if (blk.hash_prev == kNoBlock) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/assert.h"
 #include "core/common/block_hash.h"
 #include "core/common/types.h"
 
@@ -25,7 +26,9 @@ struct alignas(32) KVCacheBlock {
   boost::intrusive::list_member_hook<FreeListLinkMode>
       free_hook;  // in the free queue iff ref_cnt == 0
   std::int32_t ref_cnt = 0;
-  HashId block_hash = kNoHash;  // set once the block is full and cached; holds a table reference
+  // Set once the block is full and cached; holds a table reference. The pool's cache key: the
+  // block hash, and in a pool shared by several KV cache groups also the group (see key_of).
+  HashId block_hash = kNoHash;
   // Neighbours among the cached blocks that share block_hash, in insertion order.
   BlockId hash_prev = kNoBlock;
   BlockId hash_next = kNoBlock;
@@ -52,8 +55,10 @@ class BlockPool {
 
   /// All `num_blocks` blocks start free, queued in id order; with `null_block` (vLLM v0.8.3+)
   /// block 0 is then taken out as the null block (never handed out, never queued again). `hashes`
-  /// must outlive the pool.
-  BlockPool(std::int32_t num_blocks, bool enable_caching, bool null_block, BlockHashTable& hashes);
+  /// must outlive the pool. With `num_groups` > 1 (vLLM v0.9+'s KV cache groups sharing the pool)
+  /// a cached block is keyed by (hash, group), as vLLM's BlockHashWithGroupId.
+  BlockPool(std::int32_t num_blocks, bool enable_caching, bool null_block, BlockHashTable& hashes,
+            std::int32_t num_groups = 1);
   ~BlockPool();
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
@@ -76,8 +81,22 @@ class BlockPool {
   void prefetch_block(BlockId b) const { __builtin_prefetch(&block(b)); }
   const Stats& stats() const { return stats_; }
 
-  /// vLLM's _get_cached_block: the first-inserted live block carrying `h`, or kNoBlock. O(1).
-  BlockId get_cached_block(HashId h) const;
+  /// The cache key of hash `h` in KV cache group `group` (h itself for a one-group pool).
+  HashId key_of(HashId h, std::int32_t group) const {
+    KVSIM_ASSERT(std::int64_t{to_int(h)} < (std::int64_t{1} << (31 - group_shift_)),
+                 "too many block hashes for the KV cache groups' cache keys");
+    return HashId{(to_int(h) << group_shift_) | group};
+  }
+  /// The block hash inside a cache key.
+  HashId hash_of_key(HashId key) const { return HashId{to_int(key) >> group_shift_}; }
+  /// The KV cache group inside a cache key.
+  std::int32_t group_of_key(HashId key) const {
+    return to_int(key) & ((std::int32_t{1} << group_shift_) - 1);
+  }
+
+  /// vLLM's _get_cached_block: the first-inserted live block carrying cache key `key`, or
+  /// kNoBlock. O(1).
+  BlockId get_cached_block(HashId key) const;
 
   /// Pops `n` blocks from the head of the free queue, evicting any cached hash, ref_cnt = 1 each,
   /// and appends their ids to `out` in pop order. Precondition: n <= num_free_blocks(). O(n).
@@ -91,9 +110,10 @@ class BlockPool {
   /// null block's count just drops (vLLM does not maintain it; it may go negative). O(1).
   void free_block(BlockId b);
 
-  /// Marks a full block as cached under `h` (takes a new reference on `h`) and appends it to the
-  /// index behind any block already cached with the same hash. Precondition: block has no hash.
-  void cache_block(BlockId b, HashId h);
+  /// Marks a full block as cached under cache key `key` (takes a new reference on its hash) and
+  /// appends it to the index behind any block already cached with the same key. Precondition:
+  /// the block has no hash.
+  void cache_block(BlockId b, HashId key);
 
   /// vLLM's reset_prefix_cache: false (and no change) if any block but the null block is in use;
   /// else every hash is dropped and the free-queue order is kept.
@@ -102,8 +122,8 @@ class BlockPool {
   /// Number of distinct hashes in the index, and of blocks in it (>= hashes when duplicated).
   std::int64_t num_cached_hashes() const { return num_cached_hashes_; }
   std::int64_t num_cached_blocks() const { return num_cached_blocks_; }
-  /// Blocks of one hash in insertion order (for snapshots and tests).
-  void cached_blocks_of(HashId h, std::vector<BlockId>& out) const;
+  /// Blocks of one cache key in insertion order (for snapshots and tests).
+  void cached_blocks_of(HashId key, std::vector<BlockId>& out) const;
 
   /// Verifies: every block either free (ref 0, queued once) or used (ref > 0, not queued), the null
   /// block never queued (its count is not maintained); queue length agrees; the index holds exactly
@@ -118,6 +138,7 @@ class BlockPool {
   std::size_t head_slot(HashId h) const { return static_cast<std::size_t>(to_int(h)); }
 
   bool enable_caching_;
+  int group_shift_ = 0;  // bits of the group in a cache key
   BlockId null_block_ = kNoBlock;
   BlockHashTable& hashes_;
   std::vector<KVCacheBlock> blocks_;

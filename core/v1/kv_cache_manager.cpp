@@ -19,13 +19,30 @@ KVCacheManager::KVCacheManager(const KVCacheConfig& config, const V1Policy& poli
               ? static_cast<std::int32_t>(cdiv(config.num_preallocate_tokens, config.block_size))
               : 0),
       max_num_blocks_per_req_(cdiv(config.max_model_len, config.block_size)),
-      hashes_(config.block_size, hash_fn),
-      pool_(config.num_gpu_blocks, config.enable_caching, policy.null_block, hashes_),
-      specialized_(config.block_size, policy.sliding_window_manager ? config.sliding_window : 0,
-                   pool_) {
+      hashes_(policy.kv_cache_coordinator ? KVCacheCoordinator::hash_block_size_of(config)
+                                          : config.block_size,
+              hash_fn),
+      pool_(config.num_gpu_blocks, config.enable_caching, policy.null_block, hashes_,
+            policy.kv_cache_coordinator
+                ? static_cast<std::int32_t>(KVCacheCoordinator::groups_of(config).size())
+                : 1),
+      specialized_(
+          config.block_size,
+          policy.sliding_window_manager && !policy.kv_cache_coordinator ? config.sliding_window : 0,
+          pool_) {
   KVSIM_ASSERT(config.block_size > 0 && config.num_gpu_blocks > 0 && config.max_model_len > 0);
   KVSIM_ASSERT(config.num_preallocate_tokens >= 0 && config.sliding_window >= 0);
   KVSIM_ASSERT(!config.use_eagle || policy.lookahead_slots, "this release has no use_eagle");
+  KVSIM_ASSERT(policy.kv_cache_coordinator || config.kv_cache_groups.empty(),
+               "this release has one KV cache group");
+  if (policy.kv_cache_coordinator) {
+    coordinator_ =
+        std::make_unique<KVCacheCoordinator>(config, pool_, hashes_, policy.admission_cap);
+    const SingleTypeManager& m = coordinator_->manager(0);
+    single_full_group_ = coordinator_->num_groups() == 1 &&
+                         m.spec().kind == KVGroupKind::kFullAttention &&
+                         m.block_size() == config.block_size;
+  }
 }
 
 ExtraKeysId KVCacheManager::extra_keys(const Request& request, std::int64_t start, std::int64_t end,
@@ -76,6 +93,7 @@ void KVCacheManager::hash_request_tokens(Request& request) {
 }
 
 std::int64_t KVCacheManager::get_computed_blocks(Request& request, std::vector<BlockId>& hits) {
+  KVSIM_ASSERT(!coordinator_, "a KV cache coordinator's lookup is per group");
   hits.clear();
   if (!config_.enable_caching) return 0;
   if (request.block_hashes.empty()) hash_request_tokens(request);
@@ -93,6 +111,7 @@ std::int64_t KVCacheManager::get_computed_blocks(Request& request, std::vector<B
 AllocResult KVCacheManager::allocate_slots_full(Request& request, std::int64_t num_tokens,
                                                 std::span<const BlockId> new_computed_blocks,
                                                 std::int64_t num_lookahead_tokens) {
+  KVSIM_ASSERT(!coordinator_, "a KV cache coordinator allocates per group");
   if (num_tokens == 0) return {AllocStatus::kZeroTokens, 0};
   std::vector<BlockId>& table = request.blocks;
   // Blocks that left the window are freed first, whether or not this allocation succeeds.
@@ -202,6 +221,7 @@ constexpr std::size_t kWalkAhead = 8;
 }  // namespace
 
 void KVCacheManager::free(Request& request) {
+  if (coordinator_) return coordinator_->free(request);
   std::vector<BlockId>& table = request.blocks;
   const std::size_t n = table.size();
   if (config_.enable_caching) {
@@ -229,6 +249,10 @@ void KVCacheManager::release_request(Request& request) {
 }
 
 double KVCacheManager::usage() const {
+  if (policy_.usage_excludes_null_block) {  // the null block is not part of the pool
+    if (config_.num_gpu_blocks == 1) return 0.0;
+    return 1.0 - static_cast<double>(pool_.num_free_blocks()) / (config_.num_gpu_blocks - 1);
+  }
   return 1.0 - static_cast<double>(pool_.num_free_blocks()) / config_.num_gpu_blocks;
 }
 
@@ -245,6 +269,7 @@ std::int32_t KVCacheManager::get_num_common_prefix_blocks(const Request& request
 std::string KVCacheManager::find_violation(std::span<const Request* const> live) const {
   if (std::string v = pool_.find_violation(); !v.empty()) return v;
   if (std::string v = hashes_.find_violation(); !v.empty()) return v;
+  if (coordinator_) return coordinator_->find_violation(live);
   std::vector<std::int32_t> block_refs(static_cast<std::size_t>(pool_.num_blocks()), 0);
   std::vector<std::int32_t> hash_refs(hashes_.capacity(), 0);
   for (const Request* r : live) {
@@ -262,7 +287,8 @@ std::string KVCacheManager::find_violation(std::span<const Request* const> live)
     KVSIM_CHECK(
         BlockId{i} == pool_.null_block() || blk.ref_cnt == block_refs[static_cast<std::size_t>(i)],
         "a block's ref count differs from the number of tables holding it");
-    if (blk.block_hash != kNoHash) ++hash_refs[static_cast<std::size_t>(to_int(blk.block_hash))];
+    if (blk.block_hash != kNoHash)
+      ++hash_refs[static_cast<std::size_t>(to_int(pool_.hash_of_key(blk.block_hash)))];
   }
   return hashes_.find_ref_count_violation(hash_refs);
 }

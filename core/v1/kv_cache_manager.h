@@ -3,9 +3,12 @@
 // shared/spec/vllm-kv-cache-semantics.md §1-§8) or at v0.8.5.post1 (§11), as its V1Policy says:
 // prefix-cache lookup (through the SpecializedManager of the model's attention type), slot
 // allocation (with preallocation, lookahead slots), caching of newly full blocks, tail-first
-// freeing, usage, prefix-cache reset.
+// freeing, usage, prefix-cache reset. With the policy kv_cache_coordinator (vLLM v0.20.1,
+// shared/spec/vllm-0.20-semantics.md) it drives a KVCacheCoordinator instead: one table per KV
+// cache group, the grouped calls below; the single-table calls are then not used.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,27 +18,12 @@
 #include "core/common/request.h"
 #include "core/common/types.h"
 #include "core/v1/block_pool.h"
+#include "core/v1/kv_cache_coordinator.h"
+#include "core/v1/single_type_manager.h"
 #include "core/v1/specialized_manager.h"
 #include "core/v1/v1_policy.h"
 
 namespace kvsim {
-
-/// Outcome of allocate_slots. kOk and kNoFreeBlocks are the expected results; the others mirror
-/// the assertion/ValueError paths of vLLM (state may be partly changed, exactly as in vLLM).
-enum class AllocStatus : std::uint8_t {
-  kOk,
-  kNoFreeBlocks,      // vLLM returns None; nothing changed
-  kZeroTokens,        // ValueError: num_tokens must be greater than 0; nothing changed
-  kHitsWithoutCache,  // assertion: computed blocks given while caching is disabled; nothing changed
-  kBeyondMaxBlocks,   // assertion num_new_blocks > 0 (request beyond max_model_len); hits touched
-  kMissingTokens,     // assertion: a block to cache has fewer than block_size tokens
-  kBadPrevBlock,      // assertion in _cache_full_blocks: the previous block has no hash, or a
-                      // block after the first unhashed candidate already has one
-  kBadCachedCount,    // v0.8.5: num_cached_block beyond the hash list or the table (assertion /
-                      // IndexError in cache_full_blocks)
-  kSkippedBeyondTable,  // v0.8.5 sliding window: remove_skipped_blocks indexes past the table
-                        // (IndexError); nothing changed
-};
 
 struct AllocResult {
   AllocStatus status = AllocStatus::kOk;
@@ -87,17 +75,64 @@ class KVCacheManager {
   }
 
   /// free(request): releases the block table, tail first when caching, and forgets the request's
-  /// num_cached_block. The hash list is kept.
+  /// num_cached_block. The hash list is kept. (Coordinator: every group's table, last first.)
   void free(Request& request);
+
+  // ---- vLLM v0.20 (policy kv_cache_coordinator) -------------------------------------------
+  /// The coordinator (nullptr for the releases before it).
+  KVCacheCoordinator* coordinator() { return coordinator_.get(); }
+  const KVCacheCoordinator* coordinator() const { return coordinator_.get(); }
+  std::int32_t num_groups() const { return coordinator_ ? coordinator_->num_groups() : 1; }
+  /// A new request: sizes its per-group tables and hashes its prompt (with caching). O(prompt).
+  void add_request(Request& request) {
+    coordinator_->init_request(request);
+    coordinator_->update_block_hashes(request);
+  }
+  /// Tokens were appended: hashes the blocks they completed. O(1) unless a block completed.
+  void update_block_hashes(Request& request) {
+    const std::int64_t hbs = coordinator_->hash_block_size();
+    if (static_cast<std::int64_t>(request.block_hashes.size() + 1) * hbs <= request.num_tokens())
+      coordinator_->update_block_hashes(request);
+  }
+  /// get_computed_blocks: hits per group (replaced) and the hit tokens; the lookup is recorded in
+  /// the prefix-cache stats.
+  std::int64_t get_computed_blocks(Request& request, GroupBlockLists& hits, AllocStatus& status) {
+    return coordinator_->get_computed_blocks(request, hits, status);
+  }
+  /// allocate_slots with per-group hits (all empty: no hits); the new blocks of group g are the
+  /// last coordinator()->new_blocks(g) of its table. Allocation-free once the tables are sized.
+  AllocStatus allocate_slots(Request& request, std::int64_t num_new_tokens,
+                             std::int64_t num_new_computed_tokens, const GroupBlockLists& hits,
+                             std::int64_t num_lookahead_tokens, bool delay_cache_blocks = false) {
+    // One full-attention group, a decode step inside the table with nothing to cache: exactly
+    // what the full path does for it (no block skipped, none allocated, none cached).
+    if (single_full_group_ && num_new_tokens > 0 && num_new_computed_tokens == 0 &&
+        (hits.empty() || hits[0].empty())) {
+      const KVGroupTable& t = request.kv_groups[0];
+      const std::int64_t total = std::min(request.num_computed_tokens, config_.max_model_len);
+      const std::int64_t main = total + num_new_tokens;
+      if (blocks_for(std::min(main + num_lookahead_tokens, config_.max_model_len)) <=
+              static_cast<std::int64_t>(t.blocks.size()) &&
+          (!config_.enable_caching || delay_cache_blocks ||
+           t.num_cached_block >= full_blocks(std::min(main, request.num_tokens())))) {
+        coordinator_->clear_new_blocks();
+        return AllocStatus::kOk;
+      }
+    }
+    return coordinator_->allocate_slots(request, num_new_tokens, num_new_computed_tokens, hits,
+                                        num_lookahead_tokens, delay_cache_blocks);
+  }
 
   /// Drops the request's hash-list references; call when the request object is forgotten
   /// (after free). The request must not be used with this manager afterwards.
   void release_request(Request& request);
 
   /// 1 - num_free_blocks / num_gpu_blocks (cached-but-free blocks count as free; the null block
-  /// counts as used).
+  /// counts as used; policy usage_excludes_null_block: 1 - free / (num_gpu_blocks - 1)).
   double usage() const;
-  bool reset_prefix_cache() { return pool_.reset_prefix_cache(); }
+  bool reset_prefix_cache() {
+    return coordinator_ ? coordinator_->reset_prefix_cache() : pool_.reset_prefix_cache();
+  }
   /// Leading blocks of the request's table whose ref_cnt == num_running.
   std::int32_t get_num_common_prefix_blocks(const Request& request, std::int64_t num_running) const;
 
@@ -145,6 +180,8 @@ class KVCacheManager {
   BlockHashTable hashes_;
   BlockPool pool_;
   SpecializedManager specialized_;
+  std::unique_ptr<KVCacheCoordinator> coordinator_;  // policy kv_cache_coordinator
+  bool single_full_group_ = false;  // the coordinator's one group is full attention of block_size
   std::vector<std::string> mm_scratch_;
 };
 

@@ -7,13 +7,31 @@
 
 namespace kvsim {
 
+namespace {
+// The manager's view of the scheduler's settings: vLLM v0.20's Scheduler passes its
+// max_num_batched_tokens (the admission cap of sliding-window and chunked-local groups).
+KVCacheConfig manager_config(const SchedulerConfig& config, KVCacheConfig kv, Profile profile) {
+  if (v1_policy(profile).kv_cache_coordinator)
+    kv.max_num_batched_tokens = config.max_num_batched_tokens;
+  return kv;
+}
+}  // namespace
+
 Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_config, Profile profile,
                      BlockHashTable::BucketHashFn hash_fn)
-    : config_(config), profile_(profile), kv_(kv_config, v1_policy(profile), hash_fn) {
+    : config_(config),
+      profile_(profile),
+      kv_(manager_config(config, kv_config, profile), v1_policy(profile), hash_fn) {
   KVSIM_ASSERT(config.max_num_seqs > 0 && config.max_num_batched_tokens > 0);
   KVSIM_ASSERT(config.long_prefill_token_threshold >= 0 && config.num_lookahead_tokens >= 0);
   KVSIM_ASSERT(config.num_lookahead_tokens == 0 || kv_.policy().lookahead_slots,
                "this release has no lookahead slots");
+  KVSIM_ASSERT(kv_.policy().v020_scheduler_settings ||
+                   (config.enable_chunked_prefill && !config.scheduler_reserve_full_isl &&
+                    !config.priority_policy && !config.async_scheduling &&
+                    config.max_num_scheduled_tokens == 0),
+               "this release has none of vLLM v0.20's scheduler settings");
+  if (kv_.coordinator()) group_hits_.resize(static_cast<std::size_t>(kv_.num_groups()));
   // At most max_num_seqs requests finish in one step (aborts aside): no growth on the hot path.
   const auto seqs = static_cast<std::size_t>(std::min<std::int64_t>(config.max_num_seqs, 1 << 16));
   finished_ids_.reserve(seqs);
@@ -22,7 +40,37 @@ Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_conf
 
 void Scheduler::add_request(Request& request) {
   request.status = RequestStatus::kWaiting;
+  if (!kv_.coordinator()) {
+    waiting_.push_back(&request);
+    return;
+  }
+  kv_.add_request(request);  // v0.20: the request's tables, its prompt's hashes
+  enqueue_waiting(request, /*front=*/false);
+}
+
+namespace {
+// The priority policy's order (vLLM's Request.__lt__): (priority, arrival_time, request_id).
+bool runs_before(const Request& a, const Request& b) {
+  if (a.priority != b.priority) return a.priority < b.priority;
+  if (a.arrival_time != b.arrival_time) return a.arrival_time < b.arrival_time;
+  if (a.request_id != b.request_id) return a.request_id < b.request_id;
+  return a.index() < b.index();
+}
+}  // namespace
+
+void Scheduler::enqueue_waiting(Request& request, bool front) {
+  if (!config_.priority_policy) {
+    if (front)
+      waiting_.push_front(&request);
+    else
+      waiting_.push_back(&request);
+    return;
+  }
+  // A heap in vLLM; a sorted queue here, which pops, peeks and lists in the same order.
   waiting_.push_back(&request);
+  for (std::size_t j = waiting_.size() - 1; j > 0 && runs_before(*waiting_[j], *waiting_[j - 1]);
+       --j)
+    std::swap(waiting_[j], waiting_[j - 1]);
 }
 
 void Scheduler::preempt_last(SchedulerOutput& out) {
@@ -58,11 +106,13 @@ void Scheduler::schedule(SchedulerOutput& out) {
   out.finished.assign(finished_ids_.begin(), finished_ids_.end());
   finished_ids_.clear();
   out.prefix_queries_tokens = out.prefix_hits_tokens = 0;
+  out.group_new_blocks.clear();
+  out.group_common_prefix_blocks.clear();
+  if (kv_.policy().outputs_in_scheduling_order) return schedule_v020(out);
   if (scheduled_unconsumed_)  // a schedule() without update(): its counts do not carry over
     for (Request* r : running_) r->num_scheduled_tokens = 0;
   scheduled_unconsumed_ = true;
   const V1Policy& policy = kv_.policy();
-  const std::int64_t bs = kv_.block_size();
   const std::int64_t lookahead = config_.num_lookahead_tokens;
   // v0.8.5: a chunk is at most long_prefill_token_threshold tokens (when > 0).
   const std::int64_t max_chunk =
@@ -106,7 +156,25 @@ void Scheduler::schedule(SchedulerOutput& out) {
   }
 
   // 2. Waiting requests (FCFS), only when nothing was preempted in this step.
-  if (out.preempted.empty()) {
+  if (out.preempted.empty()) schedule_waiting(out, budget, max_chunk);
+
+  out.total_num_scheduled_tokens = config_.max_num_batched_tokens - budget;
+  out.num_common_prefix_blocks =
+      running_.empty() ? 0
+                       : kv_.get_num_common_prefix_blocks(
+                             *running_.front(), static_cast<std::int64_t>(running_.size()));
+  // v0.8.3+: the scheduled tokens count as computed from now on (out keeps the counts before).
+  if (policy.advance_computed_in_schedule)
+    for (const ScheduledRequest& s : out.scheduled) s.request->num_computed_tokens += s.num_tokens;
+  ++stats_.num_steps;
+}
+
+void Scheduler::schedule_waiting(SchedulerOutput& out, std::int64_t& budget,
+                                 std::int64_t max_chunk) {
+  const V1Policy& policy = kv_.policy();
+  const std::int64_t bs = kv_.block_size();
+  const std::int64_t lookahead = config_.num_lookahead_tokens;
+  {
     while (!waiting_.empty() && budget > 0) {
       if (static_cast<std::int64_t>(running_.size()) >= config_.max_num_seqs) break;
       Request& req = *waiting_.front();
@@ -139,36 +207,33 @@ void Scheduler::schedule(SchedulerOutput& out) {
       budget -= n;
     }
   }
+}
 
-  out.total_num_scheduled_tokens = config_.max_num_batched_tokens - budget;
-  out.num_common_prefix_blocks =
-      running_.empty() ? 0
-                       : kv_.get_num_common_prefix_blocks(
-                             *running_.front(), static_cast<std::int64_t>(running_.size()));
-  // v0.8.3+: the scheduled tokens count as computed from now on (out keeps the counts before).
-  if (policy.advance_computed_in_schedule)
-    for (const ScheduledRequest& s : out.scheduled) s.request->num_computed_tokens += s.num_tokens;
-  ++stats_.num_steps;
+bool Scheduler::stops(Request& req, RequestStatus& status) const {
+  const bool v020 = kv_.policy().stop_tokens_before_length;
+  if (v020 && req.num_output_tokens() < req.limits.min_tokens) return false;
+  const bool at_length =
+      req.num_tokens() >= config_.max_model_len || req.num_output_tokens() >= req.limits.max_tokens;
+  status = RequestStatus::kFinishedLengthCapped;
+  if (!v020 && at_length) return true;
+  const Token last = req.all_token_ids().back();
+  status = RequestStatus::kFinishedStopped;
+  if (!req.limits.ignore_eos && req.limits.eos_token_id && last == *req.limits.eos_token_id)
+    return true;
+  const auto& stop_ids = req.limits.stop_token_ids;
+  if (std::find(stop_ids.begin(), stop_ids.end(), last) != stop_ids.end()) {
+    req.stop_reason = last;
+    return true;
+  }
+  status = RequestStatus::kFinishedLengthCapped;
+  return v020 && at_length;  // v0.20: stop tokens before the length limits
 }
 
 bool Scheduler::check_stop(Request& req) {
-  if (req.num_tokens() >= config_.max_model_len ||
-      req.num_output_tokens() >= req.limits.max_tokens) {
-    finish(req, RequestStatus::kFinishedLengthCapped);
-    return true;
-  }
-  const Token last = req.all_token_ids().back();
-  if (!req.limits.ignore_eos && req.limits.eos_token_id && last == *req.limits.eos_token_id) {
-    finish(req, RequestStatus::kFinishedStopped);
-    return true;
-  }
-  const auto& stops = req.limits.stop_token_ids;
-  if (std::find(stops.begin(), stops.end(), last) != stops.end()) {
-    req.stop_reason = last;
-    finish(req, RequestStatus::kFinishedStopped);
-    return true;
-  }
-  return false;
+  RequestStatus status;
+  if (!stops(req, status)) return false;
+  finish(req, status);
+  return true;
 }
 
 void Scheduler::finish(Request& req, RequestStatus status) {
@@ -176,9 +241,11 @@ void Scheduler::finish(Request& req, RequestStatus status) {
   kv_.free(req);
   kv_.release_request(req);
   finished_ids_.push_back(req.index());
+  if (inflight_count_ > 0) drop_in_flight(req);
 }
 
 void Scheduler::update_from_output(std::vector<RequestOutput>& outputs) {
+  if (kv_.policy().outputs_in_scheduling_order) return update_in_scheduling_order(outputs);
   scheduled_unconsumed_ = false;
   outputs.clear();
   next_running_.clear();
@@ -215,168 +282,6 @@ bool Scheduler::abort_request(Request& req) {
   req.num_scheduled_tokens = 0;
   finish(req, RequestStatus::kFinishedAborted);
   return true;
-}
-
-std::string Scheduler::find_violation() const {
-  std::vector<const Request*> live;
-  live.reserve(running_.size() + waiting_.size());
-  for (const Request* r : running_) {
-    KVSIM_CHECK(r->status == RequestStatus::kRunning, "a running request is not RUNNING");
-    live.push_back(r);
-  }
-  for (const Request* r : waiting_) {
-    KVSIM_CHECK(r->status == RequestStatus::kWaiting || r->status == RequestStatus::kPreempted ||
-                    r->status == RequestStatus::kRunning,
-                "a waiting request has a finished status");
-    KVSIM_CHECK(r->blocks.empty(), "a waiting request holds blocks");
-    KVSIM_CHECK(r->num_computed_tokens == 0, "a waiting request has computed tokens");
-    live.push_back(r);
-  }
-  std::vector<const Request*> sorted = live;
-  std::sort(sorted.begin(), sorted.end());
-  KVSIM_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
-              "a request is queued twice");
-  KVSIM_CHECK(static_cast<std::int64_t>(running_.size()) <= config_.max_num_seqs,
-              "more running requests than max_num_seqs");
-  return kv_.find_violation(live);
-}
-
-std::int64_t Scheduler::cache_only_request(Request& req) {
-  const std::int64_t bs = kv_.block_size();
-  std::int64_t computed = kv_.get_computed_blocks(req, hits_);
-  std::int64_t todo = req.num_tokens() - computed;
-  if (todo == 0 && !kv_.policy().last_block_excluded_from_lookup) {
-    // v0.7.2's scheduler full-hit rule: recompute the last block
-    computed -= bs;
-    todo = bs;
-    hits_.pop_back();
-  }
-  AllocResult res = kv_.allocate_slots(req, todo, hits_);
-  if (res.status == AllocStatus::kNoFreeBlocks) {
-    // Larger than the pool: allocate the longest prefix that fits beside its hits.
-    std::int64_t evictable_hits = 0;
-    for (BlockId b : hits_)
-      if (kv_.pool().block(b).ref_cnt == 0) ++evictable_hits;
-    const std::int64_t fit = (kv_.pool().num_free_blocks() - evictable_hits) * bs;
-    const std::int64_t part = std::min(todo, fit);
-    if (part > 0) res = kv_.allocate_slots(req, part, hits_);
-    KVSIM_ASSERT(part <= 0 || res.ok(), "cache_only: partial allocation failed");
-  } else {
-    KVSIM_ASSERT(res.ok(), "cache_only: allocate_slots failed");
-  }
-  kv_.free(req);
-  kv_.release_request(req);
-  return computed;
-}
-
-void Scheduler::reserve_request(Request& req, std::int64_t max_total_tokens) {
-  const auto max_blocks = static_cast<std::size_t>(
-      cdiv(max_total_tokens + config_.num_lookahead_tokens, kv_.block_size()) +
-      kv_.num_preallocate_blocks());
-  req.blocks.reserve(max_blocks);
-  req.block_hashes.reserve(max_blocks);
-}
-
-KVPoolStats Scheduler::pool_stats() const {
-  const BlockPool& pool = kv_.pool();
-  KVPoolStats s;
-  s.block_size = kv_.block_size();
-  s.num_blocks = pool.num_blocks();
-  s.num_free_blocks = pool.num_free_blocks();
-  s.usage = kv_.usage();
-  s.evictions = pool.stats().evictions;
-  s.blocks_allocated = pool.stats().blocks_allocated;
-  return s;
-}
-
-void Scheduler::cached_blocks(std::vector<BlockId>& out) const {
-  const BlockPool& pool = kv_.pool();
-  out.clear();
-  for (const KVCacheBlock& blk : pool.free_queue())
-    if (blk.block_hash != kNoHash) out.push_back(pool.id_of(blk));
-  for (std::int32_t b = 0; b < pool.num_blocks(); ++b)
-    if (pool.block(BlockId{b}).ref_cnt > 0 && pool.block(BlockId{b}).block_hash != kNoHash)
-      out.push_back(BlockId{b});
-}
-
-KVBreakdown Scheduler::kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const {
-  const BlockPool& pool = kv_.pool();
-  const std::int64_t bs = kv_.block_size();
-  if (stamp_.size() < static_cast<std::size_t>(pool.num_blocks()))
-    stamp_.assign(static_cast<std::size_t>(pool.num_blocks()), 0);
-  if (++epoch_ == 0) {  // wrapped: clear the stamps once every 2^32 calls
-    std::fill(stamp_.begin(), stamp_.end(), 0);
-    epoch_ = 1;
-  }
-  KVBreakdown b;
-  std::int64_t used_blocks = 0, used_hashed = 0;
-  const bool caching = pool.enable_caching();
-  const BlockId null = pool.null_block();
-  if (null != kNoBlock) {  // reserved, counted as used, never filled
-    b.internal_fragmentation += bs;
-    ++used_blocks;
-  }
-  // Counts a shared block (ref_cnt > 1: full and computed) once over all tables.
-  const auto count_shared = [&](BlockId blk) {
-    std::uint32_t& st = stamp_[static_cast<std::size_t>(to_int(blk))];
-    if (st == epoch_) return;
-    st = epoch_;
-    b.token_states += bs;
-    ++used_blocks;
-    ++used_hashed;
-  };
-  const bool window = kv_.specialized_manager().skips_blocks();
-  for (const Request* r : running_) {
-    const auto nb = static_cast<std::int64_t>(r->blocks.size());
-    const std::int64_t idx = r->index();
-    const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()
-                                 ? final_kv_tokens[static_cast<std::size_t>(idx)]
-                                 : r->num_tokens();
-    if (window) {
-      // Sliding window: null entries (positions that left the window) hold nothing, and a hit
-      // run may share blocks anywhere in the table: block by block.
-      for (std::int64_t k = 0; k < nb; ++k) {
-        const BlockId blk = r->blocks[static_cast<std::size_t>(k)];
-        if (blk == null) continue;
-        if (pool.block(blk).ref_cnt > 1) {
-          count_shared(blk);
-          continue;
-        }
-        const std::int64_t c = std::clamp<std::int64_t>(r->num_computed_tokens - k * bs, 0, bs);
-        const std::int64_t f = std::clamp<std::int64_t>(fin - k * bs, c, bs);
-        b.token_states += c;
-        b.reservation += f - c;
-        b.internal_fragmentation += bs - f;
-        ++used_blocks;
-        used_hashed += pool.block(blk).block_hash != kNoHash;
-      }
-      continue;
-    }
-    // Shared blocks (ref_cnt > 1) are a prefix of the table, full and computed: count each once.
-    std::int64_t ks = 0;
-    while (ks < nb && pool.block(r->blocks[static_cast<std::size_t>(ks)]).ref_cnt > 1) {
-      count_shared(r->blocks[static_cast<std::size_t>(ks)]);
-      ++ks;
-    }
-    const std::int64_t base = ks * bs;
-    const std::int64_t own = (nb - ks) * bs;
-    const std::int64_t c = std::clamp<std::int64_t>(r->num_computed_tokens - base, 0, own);
-    const std::int64_t f = std::clamp<std::int64_t>(fin - base, c, own);
-    b.token_states += c;
-    b.reservation += f - c;
-    b.internal_fragmentation += own - f;
-    used_blocks += nb - ks;
-    if (caching)
-      used_hashed += std::max<std::int64_t>(0, std::min(r->num_computed_tokens / bs, nb) - ks);
-  }
-  const std::int64_t num_free = pool.num_free_blocks();
-  KVSIM_ASSERT(used_blocks == pool.num_blocks() - num_free,
-               "KV breakdown: blocks in running tables disagree with the free count");
-  const std::int64_t cached_free_blocks = caching ? pool.num_cached_blocks() - used_hashed : 0;
-  b.cached_free = cached_free_blocks * bs;
-  b.free = (num_free - cached_free_blocks) * bs;
-  b.external_fragmentation = 0;
-  return b;
 }
 
 }  // namespace kvsim

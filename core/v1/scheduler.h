@@ -1,9 +1,13 @@
 #pragma once
-// Scheduler: vLLM V1's scheduler, exactly, at v0.7.2 (vllm/v1/core/scheduler.py, spec §9) or at
-// v0.8.5.post1 (vllm/v1/core/sched/scheduler.py, §11), as the profile's V1Policy says: running
-// requests first under a token budget (and v0.8.5's chunk caps), preemption of the last running
-// request, FCFS admission of waiting requests with prefix-cache hits (the full-hit last-block
-// rule), no admission in a step that preempted, and update_from_output with vLLM's stop checks.
+// Scheduler: vLLM V1's scheduler, exactly, at v0.7.2 (vllm/v1/core/scheduler.py, spec §9), at
+// v0.8.5.post1 (vllm/v1/core/sched/scheduler.py, §11) or at v0.20.1 (the same file, and
+// async_scheduler.py; shared/spec/vllm-0.20-semantics.md §8-§9), as the profile's V1Policy says:
+// running requests first under a token budget (and the release's chunk caps), preemption of the
+// last running request (v0.20's priority policy: of the largest (priority, arrival time)), FCFS or
+// priority admission of waiting requests with prefix-cache hits (v0.20: only when the whole
+// sequence fits, with scheduler_reserve_full_isl), no admission in a step that preempted, and
+// update_from_output with the release's stop checks. At v0.20 the outputs of several steps may be
+// in flight (EngineCore's batch queue): update_from_output applies the oldest.
 
 #include <cstdint>
 #include <span>
@@ -27,6 +31,13 @@ struct SchedulerStats {
   std::int64_t num_steps = 0;
 };
 
+/// One request of a step in flight (vLLM v0.20): what update_from_output needs of it.
+struct InFlightRequest {
+  Request* request = nullptr;  // nullptr once the request finished
+  std::int64_t num_tokens = 0;
+  bool prefill_chunk = false;  // the model samples no token for it
+};
+
 class Scheduler final : public EngineCore {
  public:
   /// The scheduler of `profile` (a V1 profile: its V1Policy is v1_policy(profile)).
@@ -36,8 +47,9 @@ class Scheduler final : public EngineCore {
   Profile profile() const override { return profile_; }
   const V1Policy& policy() const { return kv_.policy(); }
 
-  /// Queues a new request (status WAITING) at the back of waiting. The caller owns `request` and
-  /// keeps it alive until it is reported finished (update_from_output or finish_requests).
+  /// Queues a new request (status WAITING) at the back of waiting (priority policy: in order).
+  /// The caller owns `request` and keeps it alive until it is reported finished
+  /// (update_from_output or finish_requests).
   void add_request(Request& request) override;
 
   /// One scheduling step into `out` (cleared first). O(running + admitted); no heap allocation
@@ -47,10 +59,20 @@ class Scheduler final : public EngineCore {
   /// Advances every scheduled request by its scheduled tokens; a request that caught up appends
   /// its `sampled_token` and is checked for stop (length, EOS, stop tokens). Finished requests
   /// are freed, dropped from running and reported in the next schedule(). Replaces `outputs`.
+  /// v0.20: applies the oldest step in flight (nothing when none is).
   void update_from_output(std::vector<RequestOutput>& outputs) override;
 
   /// vLLM's finish_requests(id, FINISHED_ABORTED) for one request; false if it is not live.
   bool abort_request(Request& request) override;
+
+  /// vLLM v0.20's reset_prefix_cache(reset_running_requests): with the flag every running
+  /// request is preempted first (last first; an in-flight token of theirs is dropped by the
+  /// async scheduler). False when the cache could not be reset.
+  bool reset_prefix_cache(bool reset_running_requests);
+  /// Steps scheduled and not yet applied by update_from_output (v0.20), oldest first.
+  std::size_t num_steps_in_flight() const { return inflight_count_; }
+  /// The requests of the oldest step in flight, in scheduling order (empty when none).
+  std::span<const InFlightRequest> oldest_in_flight() const;
 
   /// The scheduler's full-hit rule on the manager, without a scheduler step: lookup, allocate and
   /// cache the rest of the prompt (a prompt larger than the pool: the longest prefix that fits
@@ -70,10 +92,15 @@ class Scheduler final : public EngineCore {
   /// Walks the running requests' tables: a shared prefix (ref_cnt > 1) counts once as token
   /// states; a request's own blocks split into computed, still-to-fill and never-filled slots;
   /// the null block is never-filled, once; null entries of sliding-window tables hold nothing.
+  /// Several KV cache groups: every group's tables, each block once.
   KVBreakdown kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const override;
   std::span<const BlockId> block_table(const Request& request) const override {
-    return request.blocks;
+    return kv_.coordinator() ? std::span<const BlockId>(request.kv_groups[0].blocks)
+                             : std::span<const BlockId>(request.blocks);
   }
+  std::int32_t num_kv_cache_groups() const override { return kv_.num_groups(); }
+  std::span<const BlockId> group_block_table(const Request& request,
+                                             std::int32_t group) const override;
   void cached_blocks(std::vector<BlockId>& out) const override;
   KVCacheManager& kv_cache_manager() { return kv_; }
   const KVCacheManager& kv_cache_manager() const { return kv_; }
@@ -85,9 +112,32 @@ class Scheduler final : public EngineCore {
   std::string find_violation() const override;
 
  private:
+  /// vLLM's check_stop: whether the request stops after its last token, and with which status
+  /// (sets its stop_reason for a stop token). v0.20: min_tokens first, then EOS and stop tokens,
+  /// then the length limits; before: the length limits first.
+  bool stops(Request& request, RequestStatus& status) const;
+  /// stops(), then finish() when it does.
   bool check_stop(Request& request);
   void finish(Request& request, RequestStatus status);
   void preempt_last(SchedulerOutput& out);
+  /// v0.20: frees `victim` (running, already out of running_) and queues it again.
+  void preempt(Request& victim, SchedulerOutput* out);
+  /// Puts a request into waiting: FCFS at the back (or the front), priority in order.
+  void enqueue_waiting(Request& request, bool front);
+  void schedule_waiting(SchedulerOutput& out, std::int64_t& budget, std::int64_t max_chunk);
+  /// vLLM v0.20's schedule(): running loop (priority preemption), waiting loop (reserve_full_isl,
+  /// chunked prefill off), then the step goes in flight.
+  void schedule_v020(SchedulerOutput& out);
+  void schedule_running_v020(SchedulerOutput& out, std::int64_t& budget, std::int64_t max_chunk);
+  void schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget, std::int64_t max_chunk);
+  /// Appends a scheduled entry with the manager's new blocks of every group.
+  void add_scheduled_v020(SchedulerOutput& out, Request& req, std::int64_t num_tokens,
+                          std::int64_t num_computed, ScheduledRequest::Kind kind);
+  void update_in_scheduling_order(std::vector<RequestOutput>& outputs);
+  std::int64_t cache_only_request_v020(Request& request);
+  KVBreakdown kv_breakdown_groups(std::span<const std::int64_t> final_kv_tokens) const;
+  /// Forgets a finished request in the steps in flight.
+  void drop_in_flight(const Request& request);
 
   SchedulerConfig config_;
   Profile profile_;
@@ -97,12 +147,26 @@ class Scheduler final : public EngineCore {
   std::vector<Request*> next_running_;      // scratch for update_from_output
   std::vector<std::int64_t> finished_ids_;  // since the last schedule()
   std::vector<BlockId> hits_;               // scratch for get_computed_blocks
+  GroupBlockLists group_hits_;              // v0.20: the same per group
   // kv_breakdown's scratch: a block's stamp == epoch once counted in this call.
   mutable std::vector<std::uint32_t> stamp_;
   mutable std::uint32_t epoch_ = 0;
   SchedulerStats stats_;
   // A schedule() whose num_scheduled_tokens no update_from_output has consumed (and reset) yet.
   bool scheduled_unconsumed_ = false;
+  // v0.20: the steps in flight, a ring of buffers (oldest at inflight_head_).
+  std::vector<std::vector<InFlightRequest>> inflight_;
+  std::size_t inflight_head_ = 0;
+  std::size_t inflight_count_ = 0;
+  std::vector<std::int32_t> common_prefix_;  // schedule_v020's scratch
+  /// v0.20: vLLM's exception in the last schedule() or update_from_output ("" if none).
+  const char* step_error_ = "";
+
+ public:
+  /// v0.20: "" normally, else the exception vLLM raises out of the last schedule() or
+  /// update_from_output (the manager's admission-cap defect of shared/spec/vllm-0.20-semantics.md
+  /// §12; an output placeholder count going negative). The state after it is unspecified.
+  const char* step_error() const { return step_error_; }
 };
 
 }  // namespace kvsim

@@ -10,6 +10,8 @@ const V1Policy& v1_policy(Profile p) {
       return kVllm072Policy;
     case Profile::kVllm085:
       return kVllm085Policy;
+    case Profile::kVllm020:
+      return kVllm020Policy;
     default:  // the other families' profiles
       break;
   }

@@ -32,7 +32,8 @@ ServerAdmission server_admission(Profile profile) {
       // The contiguous baselines have no server of their own: they are served as vLLM v0.7.2
       // serves, so a workload is refused alike under every profile it is compared across.
       return kRefuseOverflowAdmission;
-      // A release that clamps (vLLM v0.20: kClampOverflowAdmission) adds its case here.
+    case Profile::kVllm020:  // clamps (v0.20.1 entrypoints/utils.py:174-202)
+      return kClampOverflowAdmission;
   }
   KVSIM_ASSERT(false, "server_admission: a profile without a server rule");
   return kRefuseOverflowAdmission;

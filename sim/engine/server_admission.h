@@ -42,7 +42,7 @@ struct ServerAdmission {
 
 /// vLLM v0.7.2 (V1 and V0) and v0.8.5.post1: refuse prompt + max_tokens > max_model_len.
 inline constexpr ServerAdmission kRefuseOverflowAdmission{ServerAdmission::Overflow::kRefuse};
-/// vLLM v0.20 (no profile yet): clamp max_tokens to max_model_len - prompt.
+/// vLLM v0.20 (profile vllm-0.20): clamp max_tokens to max_model_len - prompt.
 inline constexpr ServerAdmission kClampOverflowAdmission{ServerAdmission::Overflow::kClamp};
 
 /// The server rule of `profile`'s release (every profile names one: a switch over Profile).

@@ -9,39 +9,17 @@ namespace {
 using Index = JsonLine::Index;
 using Type = JsonLine::Type;
 
-const char* alloc_error(AllocStatus s) {
-  switch (s) {
-    case AllocStatus::kZeroTokens:
-      return "ValueError: num_tokens must be greater than 0";
-    case AllocStatus::kHitsWithoutCache:
-      return "AssertionError: Computed blocks should be empty when prefix caching is disabled";
-    case AllocStatus::kBeyondMaxBlocks:
-      return "AssertionError: num_new_blocks > 0 (request beyond max_model_len)";
-    case AllocStatus::kMissingTokens:
-      return "AssertionError: a block to cache has fewer than block_size tokens";
-    case AllocStatus::kBadPrevBlock:
-      return "AssertionError: inconsistent block hashes in _cache_full_blocks";
-    case AllocStatus::kBadCachedCount:
-      return "AssertionError: num_cached_block beyond the request's hashes or blocks";
-    case AllocStatus::kSkippedBeyondTable:
-      return "IndexError: list index out of range (remove_skipped_blocks)";
-    default:
-      return "RuntimeError: allocation failed";
-  }
-}
-
 }  // namespace
 
 V1Replayer::V1Replayer(Profile profile, ReplayOptions options)
-    : Replayer(options), profile_(profile) {
-  (void)v1_policy(profile);  // asserts a V1 profile
-}
+    : Replayer(options), profile_(profile), v020_(v1_policy(profile).kv_cache_coordinator) {}
 V1Replayer::~V1Replayer() { reset(); }
 
 void V1Replayer::dispatch(std::string_view op, JsonWriter& w) {
-  if (op == "allocate_slots") return op_allocate_slots(w);
+  if (op == "allocate_slots") return v020_ ? op_allocate_slots_v020(w) : op_allocate_slots(w);
   if (op == "set_num_computed_tokens") return op_set_num_computed_tokens(w);
-  if (op == "get_computed_blocks") return op_get_computed_blocks(w);
+  if (op == "get_computed_blocks")
+    return v020_ ? op_get_computed_blocks_v020(w) : op_get_computed_blocks(w);
   if (op == "add_request") return op_add_request(w);
   if (op == "append_output") return op_append_output(w);
   if (op == "schedule") return op_schedule(w);
@@ -51,13 +29,20 @@ void V1Replayer::dispatch(std::string_view op, JsonWriter& w) {
   if (op == "abort") return op_abort(w);
   if (op == "snapshot") return op_snapshot(w);
   if (op == "req_info") return op_req_info(w);
-  if (op == "get_num_common_prefix_blocks") return op_common_prefix(w);
+  if (op == "get_num_common_prefix_blocks")
+    return v020_ ? op_common_prefix_v020(w) : op_common_prefix(w);
   if (op == "reset_prefix_cache") return op_reset_prefix_cache(w);
   if (op == "init") return op_init(w);
   if (op == "sched_init") return op_sched_init(w);
   if (op == "comment") {
     w.begin_object().end_object();
     return;
+  }
+  if (v020_) {
+    if (op == "prefix_cache_stats") return op_prefix_cache_stats(w);
+    if (op == "can_fit_full_sequence") return op_can_fit_full_sequence(w);
+    if (op == "cache_blocks") return op_cache_blocks(w);
+    if (op == "new_step") return op_new_step(w);
   }
   throw OpError{"ValueError: unknown op '" + std::string(op) + "'"};
 }
@@ -136,11 +121,16 @@ KVCacheConfig V1Replayer::read_kv_config() const {
   c.num_preallocate_tokens = prealloc;
   c.sliding_window = window;
   c.use_eagle = eagle;
+  if (v020_)
+    read_v020_kv_fields(c);
+  else if (!json_.is_null_or_absent(json_.find(JsonLine::root(), "kv_cache_groups")))
+    throw OpError{"TypeError: this release has one KV cache group (no kv_cache_groups)"};
   return c;
 }
 
 void V1Replayer::reset() {
   // Requests hold hash references into the manager: drop them before the manager goes.
+  num_added_ = 0;
   requests_.clear();
   names_.clear();
   live_.clear();
@@ -151,8 +141,15 @@ void V1Replayer::reset() {
 
 void V1Replayer::op_init(JsonWriter& w) {
   const KVCacheConfig c = read_kv_config();
+  KVCacheConfig kc = c;
+  if (v020_) {  // kvm mode: no admission cap unless the op gives the scheduler's budget
+    kc.max_num_batched_tokens = get_int_or("max_num_batched_tokens", 0);
+    if (kc.max_num_batched_tokens < 0)
+      throw OpError{"ValueError: max_num_batched_tokens must be > 0"};
+  }
   reset();
-  kvm_ = std::make_unique<KVCacheManager>(c, v1_policy(profile_));
+  grouped_ = v020_ && !json_.is_null_or_absent(json_.find(JsonLine::root(), "kv_cache_groups"));
+  kvm_ = std::make_unique<KVCacheManager>(kc, v1_policy(profile_));
   mode_ = Mode::kKvm;
   w.begin_object().end_object();
 }
@@ -174,10 +171,26 @@ void V1Replayer::op_sched_init(JsonWriter& w) {
     throw OpError{"TypeError: this release's scheduler has no lookahead tokens"};
   // vLLM's sliding-window manager fails an assertion inside schedule() once such a window nulls
   // the parent of a block to cache; kvsim's scheduler stops on it, so the op is refused here.
-  if (v1_policy(profile_).sliding_window_manager && c.enable_caching && c.sliding_window > 0 &&
-      c.sliding_window <= c.block_size)
+  if (v1_policy(profile_).sliding_window_manager && !v020_ && c.enable_caching &&
+      c.sliding_window > 0 && c.sliding_window <= c.block_size)
     throw OpError{"ValueError: sliding_window must exceed block_size in sched mode"};
+  if (v020_) {
+    sc.enable_chunked_prefill = get_bool_or("enable_chunked_prefill", true);
+    sc.scheduler_reserve_full_isl = get_bool_or("scheduler_reserve_full_isl", true);
+    sc.async_scheduling = get_bool_or("async_scheduling", false);
+    sc.max_num_scheduled_tokens = get_int_or("max_num_scheduled_tokens", 0);
+    if (sc.max_num_scheduled_tokens < 0)
+      throw OpError{"ValueError: max_num_scheduled_tokens must be > 0"};
+    const Index policy = json_.find(JsonLine::root(), "policy");
+    if (!json_.is_null_or_absent(policy)) {
+      const std::string_view p = get_string("policy");
+      if (p != "fcfs" && p != "priority")
+        throw OpError{"ValueError: Unknown scheduling policy: " + std::string(p)};
+      sc.priority_policy = p == "priority";
+    }
+  }
   reset();
+  grouped_ = v020_ && !json_.is_null_or_absent(json_.find(JsonLine::root(), "kv_cache_groups"));
   sched_ = std::make_unique<Scheduler>(sc, c, profile_);
   mode_ = Mode::kSched;
   w.begin_object().end_object();
@@ -215,22 +228,48 @@ void V1Replayer::op_add_request(JsonWriter& w) {
       mm.push_back({int_value(off, "offset"), int_value(len, "length"), {}});
     }
     const Index hashes = json_.find(JsonLine::root(), "mm_hashes");
-    if (json_.is_null_or_absent(hashes) || json_[hashes].type != Type::kArray ||
-        json_[hashes].size != mm.size())
+    if (v020_ && json_.is_null_or_absent(hashes)) {  // an item without identifier: hash_<index>
+      for (std::size_t k = 0; k < mm.size(); ++k) mm[k].hash = "hash_" + std::to_string(k);
+    } else if (json_.is_null_or_absent(hashes) || json_[hashes].type != Type::kArray ||
+               json_[hashes].size != mm.size()) {
       throw OpError{"ValueError: mm_positions and mm_hashes must have the same length"};
-    std::size_t k = 0;
+    }
+    std::size_t k = json_.is_null_or_absent(hashes) ? mm.size() : 0;
     for (Index e = JsonLine::first_child(hashes); k < mm.size(); ++k, e = json_.next(e)) {
       if (json_[e].type != Type::kString) throw OpError{"TypeError: mm_hashes must be strings"};
       mm[k].hash = std::string(json_[e].s);
     }
   }
+  if (v020_) {
+    lim.min_tokens = get_int_or("min_tokens", 0);
+    if (lim.min_tokens < 0) throw OpError{"ValueError: min_tokens must be >= 0"};
+  }
   const auto index = static_cast<std::int64_t>(requests_.size());
   requests_.push_back(
       std::make_unique<Request>(index, std::move(prompt), std::move(lim), std::move(mm)));
-  requests_.back()->wants_prompt_logprobs = prompt_logprobs;
+  Request& r = *requests_.back();
+  r.wants_prompt_logprobs = prompt_logprobs;
   names_.emplace_back(id);
   live_.emplace(names_.back(), index);
-  if (mode_ == Mode::kSched) sched_->add_request(*requests_.back());
+  if (v020_) {
+    r.request_id = std::string(id);
+    r.priority = get_int_or("priority", 0);
+    const Index at = json_.find(JsonLine::root(), "arrival_time");
+    r.arrival_time = static_cast<double>(num_added_);
+    if (!json_.is_null_or_absent(at)) {
+      if (json_[at].type == Type::kDouble)
+        r.arrival_time = json_[at].d;
+      else
+        r.arrival_time = static_cast<double>(int_value(at, "arrival_time"));
+    }
+    const Index salt = json_.find(JsonLine::root(), "cache_salt");
+    if (!json_.is_null_or_absent(salt)) r.cache_salt = std::string(get_string("cache_salt"));
+    const Index lora = json_.find(JsonLine::root(), "lora_name");
+    if (!json_.is_null_or_absent(lora)) r.lora_name = std::string(get_string("lora_name"));
+    if (mode_ == Mode::kKvm) kvm_->add_request(r);
+  }
+  ++num_added_;
+  if (mode_ == Mode::kSched) sched_->add_request(r);
   w.begin_object().end_object();
 }
 
@@ -272,7 +311,7 @@ void V1Replayer::op_allocate_slots(JsonWriter& w) {
     w.begin_object().key("blocks").null().end_object();
     return;
   }
-  if (!res.ok()) throw OpError{alloc_error(res.status)};
+  if (!res.ok()) throw OpError{alloc_status_message(res.status)};
   w.begin_object().key("blocks").begin_array();
   const auto& table = r.blocks;
   for (std::size_t i = table.size() - static_cast<std::size_t>(res.num_new_blocks);
@@ -286,6 +325,7 @@ void V1Replayer::op_append_output(JsonWriter& w) {
   Request& r = live_request(get_string("id"));
   read_tokens(field("tokens"), scratch_tokens_);
   for (Token t : scratch_tokens_) r.append_output_token(t);
+  if (v020_) kvm_->update_block_hashes(r);
   w.begin_object().end_object();
 }
 
@@ -320,7 +360,11 @@ void V1Replayer::op_common_prefix(JsonWriter& w) {
 }
 
 void V1Replayer::op_reset_prefix_cache(JsonWriter& w) {
-  const bool ok = manager().reset_prefix_cache();
+  const bool reset_running = get_bool_or("reset_running_requests", false);
+  if (reset_running && !(v020_ && mode_ == Mode::kSched))
+    throw OpError{"TypeError: reset_running_requests needs vllm-0.20's scheduler (sched mode)"};
+  const bool ok = mode_ == Mode::kSched && v020_ ? sched_->reset_prefix_cache(reset_running)
+                                                 : manager().reset_prefix_cache();
   w.begin_object().key("ok").value(ok).end_object();
 }
 
@@ -340,12 +384,22 @@ void V1Replayer::op_req_info(JsonWriter& w) {
       continue;
     }
     w.begin_array();
-    for (const std::string& s : kv.hashes().extra_strings(e)) w.value(std::string_view(s));
+    for (const std::string& s : kv.hashes().extra_strings(e)) {
+      if (!v020_) {
+        w.value(std::string_view(s));
+      } else if (s[0] == 's') {  // KVCacheCoordinator's encoding: "s<text>", "p<id>\0<offset>"
+        w.value(std::string_view(s).substr(1));
+      } else {
+        const std::size_t nul = s.find('\0');
+        w.begin_array().value(std::string_view(s).substr(1, nul - 1));
+        w.value(static_cast<std::int64_t>(std::stoll(s.substr(nul + 1)))).end_array();
+      }
+    }
     w.end_array();
   }
   w.end_array();
   w.key("blocks");
-  write_blocks(w, r.blocks);
+  write_tables(w, r);
   w.end_object();
 }
 
@@ -374,9 +428,12 @@ void V1Replayer::op_snapshot(JsonWriter& w) {
   w.end_array();
   w.key("req_blocks").begin_object();
   for (std::size_t i = 0; i < requests_.size(); ++i) {
-    if (!requests_[i] || requests_[i]->blocks.empty()) continue;
+    if (!requests_[i]) continue;
+    bool holds = !requests_[i]->blocks.empty();
+    for (const KVGroupTable& t : requests_[i]->kv_groups) holds = holds || !t.blocks.empty();
+    if (!holds) continue;
     w.key(names_[i]);
-    write_blocks(w, requests_[i]->blocks);
+    write_tables(w, *requests_[i]);
   }
   w.end_object();
   if (!brief) {
@@ -389,8 +446,10 @@ void V1Replayer::op_snapshot(JsonWriter& w) {
       if (pool.block(BlockId{b}).block_hash != kNoHash) w.value(std::int64_t{b});
     w.end_array();
     w.key("ref_cnts").begin_array();
-    for (std::int32_t b = 0; b < pool.num_blocks(); ++b)
-      w.value(std::int64_t{pool.block(BlockId{b}).ref_cnt});
+    for (std::int32_t b = 0; b < pool.num_blocks(); ++b)  // v0.20: the null block's is not kept
+      w.value(v020_ && BlockId{b} == pool.null_block()
+                  ? std::int64_t{0}
+                  : std::int64_t{pool.block(BlockId{b}).ref_cnt});
     w.end_array();
   }
   if (mode_ == Mode::kSched) {

@@ -10,12 +10,21 @@
 // config): `use_eagle` (init, sched_init) and `num_lookahead_tokens` (sched_init), v0.8.5 only.
 // Refused where vLLM would fail an assertion later inside schedule(): a sched_init whose
 // sliding_window is not longer than block_size (v0.8.5, with prefix caching).
+//
+// vllm-0.20 (shared/spec/ops-format-v0.20.md): `kv_cache_groups` switch block-id fields to one
+// list per group; the init ops' hash_algo, hash_block_size, max_num_batched_tokens and the
+// scheduler settings (enable_chunked_prefill, scheduler_reserve_full_isl, policy,
+// async_scheduling, max_num_scheduled_tokens); add_request's min_tokens, priority, arrival_time,
+// cache_salt, lora_name; allocate_slots' num_new_computed_tokens and delay_cache_blocks; the ops
+// can_fit_full_sequence, cache_blocks, new_step (kvm) and prefix_cache_stats; several schedule
+// outputs in flight, each update applying the oldest.
 
 #include <xxhash.h>
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -56,6 +65,26 @@ class V1Replayer final : public Replayer {
   void op_schedule(JsonWriter& w);
   void op_update(JsonWriter& w);
   void op_abort(JsonWriter& w);
+  // vllm-0.20 (v1_replayer_v020.cpp)
+  void op_get_computed_blocks_v020(JsonWriter& w);
+  void op_allocate_slots_v020(JsonWriter& w);
+  void op_can_fit_full_sequence(JsonWriter& w);
+  void op_cache_blocks(JsonWriter& w);
+  void op_new_step(JsonWriter& w);
+  void op_prefix_cache_stats(JsonWriter& w);
+  void op_common_prefix_v020(JsonWriter& w);
+  /// The v0.20 fields of init/sched_init (kv_cache_groups, hash_algo, hash_block_size) into `c`.
+  void read_v020_kv_fields(KVCacheConfig& c) const;
+  /// new_computed_blocks of the current op (flat or grouped) into group_hits_ (all empty when
+  /// absent or null).
+  void read_group_hits(const KVCacheManager& kv);
+  /// A request's tables: its one table (flat) or one list per group (grouped).
+  void write_tables(JsonWriter& w, const Request& r) const;
+  /// Per-group lists (grouped) or the first group's list (flat).
+  void write_group_lists(JsonWriter& w, const GroupBlockLists& lists) const;
+  /// Group g's last `n[g]` table entries (flat: group 0's), `n` indexed by group.
+  void write_new_blocks(JsonWriter& w, const Request& r, std::span<const std::int32_t> n) const;
+  void write_group_counts(JsonWriter& w, std::span<const std::int32_t> counts) const;
   void check_all_invariants() const override;
   KVCacheConfig read_kv_config() const;  // the fields init and sched_init share
   void reset();                          // drops every request, then the manager and the scheduler
@@ -71,7 +100,12 @@ class V1Replayer final : public Replayer {
     return names_[static_cast<std::size_t>(r.index())];
   }
 
+  bool v020() const { return v020_; }
+
   Profile profile_;
+  bool v020_ = false;           // the profile's manager is a KV cache coordinator (vllm-0.20)
+  bool grouped_ = false;        // the init op gave kv_cache_groups: block ids per group
+  std::int64_t num_added_ = 0;  // add_request ops since the init op (default arrival times)
   enum class Mode : std::uint8_t { kNone, kKvm, kSched } mode_ = Mode::kNone;
   std::unique_ptr<KVCacheManager> kvm_;
   std::unique_ptr<Scheduler> sched_;
@@ -83,6 +117,10 @@ class V1Replayer final : public Replayer {
   std::vector<RequestOutput> outputs_;
   std::vector<BlockId> scratch_blocks_;
   std::vector<Token> scratch_tokens_;
+  GroupBlockLists group_hits_;
+  std::vector<std::int32_t> scratch_counts_;
+  std::vector<Request*> scratch_requests_;
+  std::vector<std::size_t> running_pos_;  // op_schedule: running-list positions before the step
 };
 
 }  // namespace kvsim

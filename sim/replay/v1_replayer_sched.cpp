@@ -26,29 +26,51 @@ Int128 py_mod(Int128 a, Int128 m) {
 
 void V1Replayer::op_schedule(JsonWriter& w) {
   if (mode_ != Mode::kSched) throw OpError{"RuntimeError: schedule needs sched mode (sched_init)"};
+  // The running list before the step: victims are listed in its order.
+  running_pos_.resize(requests_.size());
+  for (std::size_t k = 0; k < sched_->running().size(); ++k)
+    running_pos_[static_cast<std::size_t>(sched_->running()[k]->index())] = k;
   sched_->schedule(sched_out_);
+  if (v020_ && sched_->step_error()[0] != 0) throw OpError{sched_->step_error()};
   schedule_pending_ = true;
+  const auto groups = static_cast<std::size_t>(sched_->num_kv_cache_groups());
   w.begin_object().key("new").begin_array();
   for (const ScheduledRequest& s : sched_out_.scheduled) {
     if (s.kind != ScheduledRequest::Kind::kNew) continue;
     w.begin_object().key("id").value(name_of(*s.request)).key("block_ids");
-    write_blocks(w, s.request->blocks);
+    write_tables(w, *s.request);
     w.key("num_computed_tokens").value(s.num_computed_tokens).end_object();
   }
   w.end_array().key("cached").begin_array();
-  for (int pass = 0; pass < 2; ++pass) {
-    const auto kind =
-        pass == 0 ? ScheduledRequest::Kind::kResumed : ScheduledRequest::Kind::kRunning;
-    for (const ScheduledRequest& s : sched_out_.scheduled) {
+  // v0.20 lists the running requests before the resumed ones; the older releases the reverse.
+  const ScheduledRequest::Kind order[2] = {
+      v020_ ? ScheduledRequest::Kind::kRunning : ScheduledRequest::Kind::kResumed,
+      v020_ ? ScheduledRequest::Kind::kResumed : ScheduledRequest::Kind::kRunning};
+  for (const ScheduledRequest::Kind kind : order) {
+    for (std::size_t i = 0; i < sched_out_.scheduled.size(); ++i) {
+      const ScheduledRequest& s = sched_out_.scheduled[i];
       if (s.kind != kind) continue;
-      w.begin_object().key("id").value(name_of(*s.request)).key("new_block_ids").begin_array();
-      const auto& table = s.request->blocks;
-      const std::size_t from = kind == ScheduledRequest::Kind::kResumed
-                                   ? 0
-                                   : table.size() - static_cast<std::size_t>(s.num_new_blocks);
-      for (std::size_t i = from; i < table.size(); ++i) w.value(std::int64_t{to_int(table[i])});
-      w.end_array().key("num_computed_tokens").value(s.num_computed_tokens);
-      w.key("resumed").value(kind == ScheduledRequest::Kind::kResumed).end_object();
+      const bool resumed = kind == ScheduledRequest::Kind::kResumed;
+      w.begin_object().key("id").value(name_of(*s.request)).key("new_block_ids");
+      if (resumed) {
+        write_tables(w, *s.request);
+      } else if (v020_) {
+        scratch_counts_.assign(1, s.num_new_blocks);
+        if (groups > 1)
+          scratch_counts_.assign(
+              sched_out_.group_new_blocks.begin() + static_cast<std::ptrdiff_t>(i * groups),
+              sched_out_.group_new_blocks.begin() + static_cast<std::ptrdiff_t>((i + 1) * groups));
+        write_new_blocks(w, *s.request, scratch_counts_);
+      } else {
+        const auto& table = s.request->blocks;
+        w.begin_array();
+        for (std::size_t k = table.size() - static_cast<std::size_t>(s.num_new_blocks);
+             k < table.size(); ++k)
+          w.value(std::int64_t{to_int(table[k])});
+        w.end_array();
+      }
+      w.key("num_computed_tokens").value(s.num_computed_tokens);
+      w.key("resumed").value(resumed).end_object();
     }
   }
   w.end_array().key("num_scheduled_tokens").begin_array();
@@ -56,17 +78,28 @@ void V1Replayer::op_schedule(JsonWriter& w) {
     w.begin_array().value(name_of(*s.request)).value(s.num_tokens).end_array();
   w.end_array();
   w.key("total").value(sched_out_.total_num_scheduled_tokens);
-  w.key("num_common_prefix_blocks").value(std::int64_t{sched_out_.num_common_prefix_blocks});
+  w.key("num_common_prefix_blocks");
+  if (v020_) {
+    if (groups > 1)
+      write_group_counts(w, sched_out_.group_common_prefix_blocks);
+    else
+      write_group_counts(w, std::span<const std::int32_t>(&sched_out_.num_common_prefix_blocks, 1));
+  } else {
+    w.value(std::int64_t{sched_out_.num_common_prefix_blocks});
+  }
   std::vector<std::string_view> finished;
   for (std::int64_t i : sched_out_.finished)
     finished.push_back(names_[static_cast<std::size_t>(i)]);
   std::sort(finished.begin(), finished.end());
   w.key("finished").begin_array();
   for (std::string_view f : finished) w.value(f);
-  // Victims leave from the back of the running list: running-list order is the reverse.
   w.end_array().key("preempted").begin_array();
-  for (auto it = sched_out_.preempted.rbegin(); it != sched_out_.preempted.rend(); ++it)
-    w.value(name_of(**it));
+  std::vector<const Request*> victims(sched_out_.preempted.begin(), sched_out_.preempted.end());
+  std::sort(victims.begin(), victims.end(), [&](const Request* a, const Request* b) {
+    return running_pos_[static_cast<std::size_t>(a->index())] <
+           running_pos_[static_cast<std::size_t>(b->index())];
+  });
+  for (const Request* v : victims) w.value(name_of(*v));
   w.end_array();
   write_queues(w);
   w.end_object();
@@ -74,7 +107,8 @@ void V1Replayer::op_schedule(JsonWriter& w) {
 
 void V1Replayer::op_update(JsonWriter& w) {
   if (mode_ != Mode::kSched) throw OpError{"RuntimeError: update needs sched mode (sched_init)"};
-  if (!schedule_pending_) throw OpError{"RuntimeError: update must follow a schedule"};
+  if (v020_ ? sched_->num_steps_in_flight() == 0 : !schedule_pending_)
+    throw OpError{"RuntimeError: update must follow a schedule"};
   const Index sampled = json_.find(JsonLine::root(), "sampled");
   const Index rule = json_.find(JsonLine::root(), "rule");
   if (!json_.is_null_or_absent(sampled) && json_[sampled].type != Type::kObject)
@@ -91,10 +125,18 @@ void V1Replayer::op_update(JsonWriter& w) {
     mod = int_value(d, "mod");
     if (mod == 0) throw OpError{"ZeroDivisionError: integer modulo by zero"};
   }
-  // Iterate the running list, not the step's output: a request aborted since schedule() is gone.
-  for (Request* rp : sched_->running()) {
+  // The requests of the step the update applies (v0.20: the oldest in flight; before: the
+  // running list, not the step's output, since a request aborted after schedule() is gone).
+  scratch_requests_.clear();
+  if (v020_) {
+    for (const InFlightRequest& e : sched_->oldest_in_flight())
+      if (e.request) scratch_requests_.push_back(e.request);
+  } else {
+    for (Request* rp : sched_->running())
+      if (rp->num_scheduled_tokens > 0) scratch_requests_.push_back(rp);
+  }
+  for (Request* rp : scratch_requests_) {
     Request& r = *rp;
-    if (r.num_scheduled_tokens == 0) continue;
     std::int64_t tok = 0;
     const Index given =
         json_.is_null_or_absent(sampled) ? JsonLine::kNone : json_.find(sampled, name_of(r));
@@ -108,6 +150,11 @@ void V1Replayer::op_update(JsonWriter& w) {
   }
   sched_->update_from_output(outputs_);
   schedule_pending_ = false;
+  if (v020_ && sched_->step_error()[0] != 0) {
+    for (const RequestOutput& o : outputs_)
+      if (o.finished) forget(o.request->index());
+    throw OpError{sched_->step_error()};
+  }
   w.begin_object().key("outputs").begin_array();
   for (const RequestOutput& o : outputs_) {
     const Request& r = *o.request;

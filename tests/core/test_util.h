@@ -5,8 +5,8 @@
 #include <numeric>
 #include <vector>
 
-#include "core/v1/kv_cache_manager.h"
 #include "core/common/request.h"
+#include "core/v1/kv_cache_manager.h"
 
 namespace kvsim::test {
 

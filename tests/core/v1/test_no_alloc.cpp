@@ -17,13 +17,34 @@ namespace {
 
 /// Steps a shared-prefix workload through `profile`'s scheduler (with a sliding window of
 /// `window_tokens` when > 0) and counts the heap allocations of the steps after the warm-up.
-void check_steps_allocate_nothing(Profile profile, std::int64_t window_tokens) {
-  INFO(profile_name(profile) << ", window " << window_tokens);
+/// vllm-0.20 variants: the async scheduler (two steps in flight), a hybrid layout (a
+/// sliding-window group and a full one, as gpt-oss).
+struct V020Setup {
+  bool async = false;
+  bool hybrid = false;
+};
+
+void check_steps_allocate_nothing(Profile profile, std::int64_t window_tokens,
+                                  V020Setup v020 = {}) {
+  INFO(profile_name(profile) << ", window " << window_tokens << ", async " << v020.async
+                             << ", hybrid " << v020.hybrid);
   constexpr std::int32_t kBlockSize = 16;
   KVCacheConfig kc{kBlockSize, 256, 4096, true, 64};
   kc.sliding_window = window_tokens;
   SchedulerConfig sc{32, 512, 4096};
-  if (profile == Profile::kVllm085) sc.long_prefill_token_threshold = 300;
+  if (profile != Profile::kVllm072) sc.long_prefill_token_threshold = 300;
+  if (profile == Profile::kVllm020) {
+    sc.scheduler_reserve_full_isl = true;
+    sc.async_scheduling = v020.async;
+    if (v020.hybrid) {
+      KVGroupSpec sw, full;
+      sw.kind = KVGroupKind::kSlidingWindow;
+      sw.sliding_window = 128;
+      sw.block_size = full.block_size = kBlockSize;
+      kc.kv_cache_groups = {sw, full};
+      kc.num_gpu_blocks = 512;
+    }
+  }
   Scheduler sched(sc, kc, profile);
   std::mt19937_64 rng(7);
   std::vector<Token> system_prompt(200);
@@ -50,13 +71,19 @@ void check_steps_allocate_nothing(Profile profile, std::int64_t window_tokens) {
       sched.add_request(*req);
       round.push_back(std::move(req));
     }
-    while (sched.num_unfinished_requests() > 0) {
+    while (sched.num_unfinished_requests() > 0 || sched.num_steps_in_flight() > 0) {
       g_allocations = 0;
       g_counting = measure;
-      sched.schedule(out);
-      for (Request* q : sched.running())
-        q->sampled_token = static_cast<Token>(q->num_tokens() % 1000);
-      sched.update_from_output(outputs);
+      if (sched.num_unfinished_requests() > 0) sched.schedule(out);
+      // Async: a batch queue of two (update the oldest once two are in flight).
+      if (!v020.async || sched.num_steps_in_flight() == 2 || sched.num_unfinished_requests() == 0) {
+        for (Request* q : sched.running())
+          q->sampled_token = static_cast<Token>(q->num_tokens() % 1000);
+        for (const InFlightRequest& e : sched.oldest_in_flight())
+          if (e.request)
+            e.request->sampled_token = static_cast<Token>(e.request->num_tokens() % 1000);
+        sched.update_from_output(outputs);
+      }
       g_counting = false;
       counted += g_allocations;
       steps_counted += measure;
@@ -73,6 +100,10 @@ TEST_CASE("once warm the scheduler step allocates nothing on the heap", "[core]"
   check_steps_allocate_nothing(Profile::kVllm072, 0);
   check_steps_allocate_nothing(Profile::kVllm085, 0);
   check_steps_allocate_nothing(Profile::kVllm085, 64);  // the sliding-window manager
+  check_steps_allocate_nothing(Profile::kVllm020, 0);
+  check_steps_allocate_nothing(Profile::kVllm020, 0, {.async = true});
+  check_steps_allocate_nothing(Profile::kVllm020, 0, {.hybrid = true});
+  check_steps_allocate_nothing(Profile::kVllm020, 0, {.async = true, .hybrid = true});
 }
 
 TEST_CASE("the allocation counter sees a request table growing without a reserve", "[core]") {

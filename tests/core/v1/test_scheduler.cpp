@@ -98,7 +98,8 @@ TEST_CASE("memory pressure preempts the last running request and admits nobody t
   CHECK(b.num_computed_tokens == 0);
   CHECK(h.sched.waiting().front() == &b);  // pushed to the front, ahead of c
   CHECK(h.out.scheduled.size() == 1);      // c is not admitted in a preempting step
-  CHECK(std::vector<Request*>(h.sched.running().begin(), h.sched.running().end()) == std::vector<Request*>{&a});
+  CHECK(std::vector<Request*>(h.sched.running().begin(), h.sched.running().end()) ==
+        std::vector<Request*>{&a});
   CHECK(c.status == RequestStatus::kWaiting);
   CHECK(h.sched.stats().num_preemptions == 1);
   CHECK(h.sched.find_violation().empty());

@@ -54,14 +54,16 @@ TEST_CASE("v0.7.2's server refuses by whether the client sent max_tokens", "[sim
 }
 
 TEST_CASE(
-    "every profile names its server's rule: v0.7.2's for every vLLM profile and the "
-    "contiguous baselines",
+    "every profile names its server's rule: v0.7.2's for every profile but vllm-0.20, which "
+    "clamps",
     "[sim]") {
   for (const ProfileInfo& p : profiles()) {
     INFO(p.name);
-    // None clamps yet (vLLM v0.20 will): every one refuses an oversized max_tokens.
-    CHECK(server_admission(p.profile).overflow == ServerAdmission::Overflow::kRefuse);
-    CHECK_FALSE(server_admission(p.profile).engine_max_tokens(60, 41, 100).has_value());
+    const bool clamps = p.profile == Profile::kVllm020;
+    CHECK(server_admission(p.profile).overflow ==
+          (clamps ? ServerAdmission::Overflow::kClamp : ServerAdmission::Overflow::kRefuse));
+    CHECK(server_admission(p.profile).engine_max_tokens(60, 41, 100) ==
+          (clamps ? std::optional<std::int64_t>(40) : std::nullopt));
     CHECK(server_admission(p.profile).engine_max_tokens(60, std::nullopt, 100) ==
           std::optional<std::int64_t>(40));
   }

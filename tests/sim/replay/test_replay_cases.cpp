@@ -1,13 +1,16 @@
 // The acceptance cases: every trace of a profile's case folder (tests/cases/vllm-0.7.2/ for
-// vllm-0.7.2, tests/cases/vllm-0.8.5.post1/ for vllm-0.8.5) replayed through that profile's
-// V1Replayer (with the invariant walk after every op) must equal vLLM's own expected output line
-// for line, under the structural comparison of the cases' README.
+// vllm-0.7.2, tests/cases/vllm-0.8.5.post1/ for vllm-0.8.5, tests/cases/vllm-0.20.1/ for
+// vllm-0.20) replayed through that profile's V1Replayer (with the invariant walk after every op)
+// must equal vLLM's own expected output line for line, under the structural comparison of the
+// cases' README. KVSIM_REPLAY_CASE=FOLDER/NAME runs one case (tests/sim/CMakeLists.txt registers
+// one ctest per case that way); without it the test runs them all.
 
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -33,6 +36,7 @@ struct CaseFolder {
 constexpr CaseFolder kCaseFolders[] = {
     {kvsim::Profile::kVllm072, "vllm-0.7.2", 29},
     {kvsim::Profile::kVllm085, "vllm-0.8.5.post1", 29},
+    {kvsim::Profile::kVllm020, "vllm-0.20.1", 59},
 };
 
 fs::path cases_dir(const char* folder) { return fs::path(KVSIM_CASES_DIR) / folder; }
@@ -102,11 +106,15 @@ std::vector<fs::path> case_traces(const fs::path& dir) {
 }  // namespace
 
 TEST_CASE("every acceptance case of every V1 profile replays line for line", "[sim][cases]") {
+  const char* one = std::getenv("KVSIM_REPLAY_CASE");  // FOLDER/NAME, or every case
+  std::size_t ran = 0;
   for (const CaseFolder& f : kCaseFolders) {
     INFO(kvsim::profile_name(f.profile) << " on " << f.folder);
     const auto traces = case_traces(cases_dir(f.folder));
     REQUIRE(traces.size() >= f.min_cases);
     for (const fs::path& t : traces) {
+      if (one && std::string(f.folder) + "/" + t.stem().string() != one) continue;
+      ++ran;
       fs::path expected = t;
       expected.replace_extension(".expected.jsonl");
       INFO(t.filename().string());
@@ -114,6 +122,7 @@ TEST_CASE("every acceptance case of every V1 profile replays line for line", "[s
       CHECK(replay_and_compare(f.profile, t, expected) == "");
     }
   }
+  CHECK(ran >= (one ? 1u : 29u + 29u + 59u));  // a named case must exist
 }
 
 TEST_CASE("each release's cases tell the two profiles apart", "[sim][cases]") {
@@ -129,6 +138,19 @@ TEST_CASE("each release's cases tell the two profiles apart", "[sim][cases]") {
     INFO(name);
     CHECK(run(kvsim::Profile::kVllm085, "vllm-0.7.2", name) != "");
     CHECK(run(kvsim::Profile::kVllm072, "vllm-0.8.5.post1", name) != "");
+    // The same traces with v0.20.1's answers: the older releases fail them, and vllm-0.20 fails
+    // theirs.
+    CHECK(run(kvsim::Profile::kVllm085, "vllm-0.20.1", name) != "");
+    CHECK(run(kvsim::Profile::kVllm020, "vllm-0.8.5.post1", name) != "");
+    CHECK(run(kvsim::Profile::kVllm020, "vllm-0.7.2", name) != "");
+  }
+  // v0.20.1's own features: a grouped init is refused by the older releases, and the flat ones
+  // answer differently (stop order, reserve_full_isl, cached order).
+  for (const char* name : {"v20_edge_sched_stop_order", "v20_edge_sched_reserve_full_isl",
+                           "v20_edge_sched_cached_order_running_then_resumed",
+                           "v20_edge_hybrid_sw_first_group_order", "gen_v20_sched_seed11"}) {
+    INFO(name);
+    CHECK(run(kvsim::Profile::kVllm085, "vllm-0.20.1", name) != "");
   }
 }
 
@@ -164,10 +186,10 @@ TEST_CASE("kvsim replay on the command line reproduces a generated sched case", 
   const kvsim::test::TempDir dir("replay-cli");
   const fs::path out = dir.path / "out.jsonl";
   // No --profile: the default, vllm-0.7.2; then each profile by name.
-  const std::pair<const char*, const char*> runs[] = {
-      {"", "vllm-0.7.2"},
-      {" --profile vllm-0.7.2", "vllm-0.7.2"},
-      {" --profile=vllm-0.8.5", "vllm-0.8.5.post1"}};
+  const std::pair<const char*, const char*> runs[] = {{"", "vllm-0.7.2"},
+                                                      {" --profile vllm-0.7.2", "vllm-0.7.2"},
+                                                      {" --profile=vllm-0.8.5", "vllm-0.8.5.post1"},
+                                                      {" --profile vllm-0.20", "vllm-0.20.1"}};
   for (const auto& [flag, folder] : runs) {
     INFO("flag '" << flag << "'");
     const std::string cmd = kvsim.string() + " replay" + flag + " " +

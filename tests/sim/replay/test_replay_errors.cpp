@@ -108,11 +108,22 @@ namespace {
 
 /// The lines of a few real traces of `folder`; with `window` > 0, every init op also asks for a
 /// sliding window of that many tokens (so the v0.8.5 fuzz reaches the sliding-window manager).
+/// The vllm-0.20.1 folder adds its own random traces (KV cache groups of every type, async
+/// scheduling, priority policy) and its edge cases.
 std::vector<std::string> fuzz_corpus(const char* folder, int window) {
   const fs::path dir = fs::path(KVSIM_CASES_DIR) / folder;
   std::vector<std::string> corpus;
-  for (const char* name :
-       {"gen_kvm_seed1.jsonl", "gen_sched_seed1.jsonl", "test_mm_prefix_caching.jsonl"}) {
+  std::vector<std::string> names = {"gen_kvm_seed1.jsonl", "gen_sched_seed1.jsonl",
+                                    "test_mm_prefix_caching.jsonl"};
+  if (std::string(folder) == "vllm-0.20.1")
+    for (const char* n :
+         {"gen_v20_kvm_seed11.jsonl", "gen_v20_sched_seed12.jsonl",
+          "v20_edge_mamba_hybrid_all_mode.jsonl", "v20_edge_chunked_local_attention.jsonl",
+          "v20_edge_swa_admission_cap_undercount_raises.jsonl", "v20_test_async_abort.jsonl",
+          "v20_test_cache_key_salting_and_lora.jsonl", "v20_edge_sched_prefix_cache_stats.jsonl",
+          "v20_test_priority_scheduling_preemption.jsonl"})
+      names.emplace_back(n);
+  for (const std::string& name : names) {
     std::ifstream in(dir / name);
     for (std::string line; std::getline(in, line);) {
       if (window > 0 && line.find("init\"") != std::string::npos)
@@ -130,15 +141,18 @@ TEST_CASE("randomly mutated real traces never crash and always answer one line p
     kvsim::Profile profile;
     const char* folder;
     int window;
+    int rounds = 20;
   };
   for (const Run& run : {Run{kvsim::Profile::kVllm072, "vllm-0.7.2", 0},
                          Run{kvsim::Profile::kVllm085, "vllm-0.8.5.post1", 0},
-                         Run{kvsim::Profile::kVllm085, "vllm-0.8.5.post1", 40}}) {
+                         Run{kvsim::Profile::kVllm085, "vllm-0.8.5.post1", 40},
+                         Run{kvsim::Profile::kVllm020, "vllm-0.20.1", 0, 5},
+                         Run{kvsim::Profile::kVllm020, "vllm-0.20.1", 40, 3}}) {
     INFO(kvsim::profile_name(run.profile) << " on " << run.folder << ", window " << run.window);
     const std::vector<std::string> corpus = fuzz_corpus(run.folder, run.window);
     REQUIRE(corpus.size() > 5000);
     std::mt19937_64 rng(12345);
-    for (int round = 0; round < 20; ++round) {
+    for (int round = 0; round < run.rounds; ++round) {
       kvsim::V1Replayer r(run.profile, kvsim::ReplayOptions{true});
       std::string out;
       std::int64_t nonblank = 0;

@@ -1,0 +1,136 @@
+#pragma once
+// KVCacheCoordinator: vLLM v0.20.1's KV cache coordinator (vllm/v1/core/kv_cache_coordinator.py)
+// with the parts of its KVCacheManager that drive it (kv_cache_manager.py get_computed_blocks,
+// can_fit_full_sequence, allocate_slots, free, usage, prefix-cache stats): one SingleTypeManager
+// per KV cache group over one shared BlockPool. The KVCacheManager of a profile with the policy
+// kv_cache_coordinator owns one and forwards to it (shared/spec/vllm-0.20-semantics.md §1-§7).
+//
+// Hits are searched across groups: groups with identical specs are looked up together, full
+// attention first, and the hit length shrinks until every group accepts it (a multiple of the lcm
+// of the block sizes). Hashes are kept at hash_block_size granularity on the request; a group of
+// k times that block size keys its block by the last of its k hashes.
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/common/block_hash.h"
+#include "core/common/engine_config.h"
+#include "core/common/request.h"
+#include "core/v1/block_pool.h"
+#include "core/v1/single_type_manager.h"
+
+namespace kvsim {
+
+/// vLLM's PrefixCacheStats: lookups since the last drain.
+struct PrefixCacheStats {
+  std::int64_t requests = 0, queries = 0, hits = 0;
+  std::int64_t preempted_requests = 0, preempted_queries = 0, preempted_hits = 0;
+  bool reset = false;
+};
+
+class KVCacheCoordinator {
+ public:
+  /// The groups of `config` (one full-attention or sliding-window group when it lists none) over
+  /// `pool`, hashes interned in `hashes` (whose block size is hash_block_size()); with
+  /// `admission_cap` (vLLM v0.20) sliding-window and chunked-local groups cap the blocks a request
+  /// is counted for. Precondition: a valid layout (check_layout() is empty).
+  KVCacheCoordinator(const KVCacheConfig& config, BlockPool& pool, BlockHashTable& hashes,
+                     bool admission_cap);
+
+  /// Why vLLM refuses `config`'s layout ("" if it is fine): group block sizes not multiples of the
+  /// hash block size, windows or chunks not positive, several groups of one spec with caching.
+  static std::string check_layout(const KVCacheConfig& config);
+  /// The groups a config describes (kv_cache_groups, or the one implied by block_size and
+  /// sliding_window).
+  static std::vector<KVGroupSpec> groups_of(const KVCacheConfig& config);
+  /// resolve_kv_cache_block_sizes: the hash block size (the one group's block size, or the gcd).
+  static std::int32_t hash_block_size_of(const KVCacheConfig& config);
+
+  std::int32_t num_groups() const { return static_cast<std::int32_t>(managers_.size()); }
+  const SingleTypeManager& manager(std::int32_t g) const {
+    return managers_[static_cast<std::size_t>(g)];
+  }
+  SingleTypeManager& manager(std::int32_t g) { return managers_[static_cast<std::size_t>(g)]; }
+  std::int32_t hash_block_size() const { return hash_block_size_; }
+  /// The token alignment of hits and of the scheduler (lcm of the group block sizes).
+  std::int64_t lcm_block_size() const { return lcm_block_size_; }
+
+  /// Sizes the request's per-group state (once, when it arrives). O(groups).
+  void init_request(Request& request) const;
+  /// Request.update_block_hashes: hashes the blocks its tokens completed since the last call
+  /// (with caching). O(new blocks).
+  void update_block_hashes(Request& request);
+
+  /// get_computed_blocks: the hits per group (replaced) and the hit tokens; records the lookup in
+  /// the prefix-cache stats. No state changes.
+  std::int64_t get_computed_blocks(const Request& request, GroupBlockLists& hits,
+                                   AllocStatus& status);
+  /// can_fit_full_sequence: would the blocks of the request's whole sequence fit.
+  bool can_fit_full_sequence(const Request& request, std::int64_t num_new_computed_tokens,
+                             const GroupBlockLists& hits, AllocStatus& status) const;
+  /// allocate_slots (kv_cache_manager.py:264). `hits` all empty stands for vLLM's shared empty
+  /// KVCacheBlocks. The new blocks of group g are the last new_blocks(g) of its table.
+  AllocStatus allocate_slots(Request& request, std::int64_t num_new_tokens,
+                             std::int64_t num_new_computed_tokens, const GroupBlockLists& hits,
+                             std::int64_t num_lookahead_tokens, bool delay_cache_blocks);
+  /// Zeroes new_blocks() (an allocation that needed none).
+  void clear_new_blocks() { std::fill(new_blocks_.begin(), new_blocks_.end(), 0); }
+  /// New blocks per group of the last allocate_slots.
+  std::int32_t new_blocks(std::int32_t g) const { return new_blocks_[static_cast<std::size_t>(g)]; }
+  /// cache_blocks(request, num_computed_tokens) in every group (with caching).
+  AllocStatus cache_blocks(Request& request, std::int64_t num_computed_tokens);
+  /// free: every group in order, each table last block first.
+  void free(Request& request);
+  /// new_step_starts of every group.
+  void new_step_starts();
+  /// get_num_common_prefix_blocks: one count per group into `out` (replaced).
+  void num_common_prefix_blocks(Request& request, std::vector<std::int32_t>& out);
+  /// 1 - free / (num_gpu_blocks - 1); 0 for a pool of the null block only.
+  double usage() const;
+  bool reset_prefix_cache();
+  /// The stats since the last call, then cleared.
+  PrefixCacheStats take_prefix_cache_stats();
+  const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
+
+  /// Consistency of the groups' tables over `live` (requests that may hold blocks): ids in range,
+  /// every non-null block in at most one group and counted exactly by its ref count, nulls only
+  /// as a prefix of a group that skips blocks, a cached block in a table keyed by that table's
+  /// group, entry counts. Returns the first violation ("" if none).
+  std::string find_violation(std::span<const Request* const> live) const;
+
+ private:
+  struct AttentionGroup {
+    std::int32_t manager;  // the first group's manager (all have the same spec)
+    std::vector<std::int32_t> group_ids;
+    bool eagle = false;
+  };
+  GroupHashView view(const Request& r, std::int32_t block_size) const;
+  std::int64_t find_longest_cache_hit(const Request& request, std::int64_t max_length,
+                                      GroupBlockLists& hits, AllocStatus& status);
+  /// Sum over groups of num_blocks_to_allocate.
+  std::int64_t num_blocks_to_allocate(const Request& request, std::int64_t num_tokens,
+                                      const GroupBlockLists& hits, std::int64_t total_computed,
+                                      AllocStatus& status) const;
+  ExtraKeysId extra_keys(const Request& request, std::int64_t start, std::int64_t end,
+                         std::int64_t& mm_idx);
+
+  KVCacheConfig config_;
+  BlockPool& pool_;
+  BlockHashTable& hashes_;
+  std::int32_t hash_block_size_;
+  std::int64_t lcm_block_size_;
+  std::vector<SingleTypeManager> managers_;
+  std::vector<AttentionGroup> attention_groups_;  // full attention first
+  std::vector<char> eagle_groups_;                // by group
+  PrefixCacheStats stats_;
+  std::vector<std::int32_t> new_blocks_;
+  std::vector<char> assigned_;        // find_longest_cache_hit's scratch
+  std::vector<char> eagle_verified_;  // the same
+  std::vector<std::string> extra_scratch_;
+  const std::vector<BlockId> no_blocks_;  // an empty hit list
+};
+
+}  // namespace kvsim

@@ -1,0 +1,296 @@
+// Scheduler at vLLM v0.20.1 (policy outputs_in_scheduling_order): schedule() with the priority
+// policy, scheduler_reserve_full_isl, chunked prefill off and async placeholders; the steps in
+// flight; update_from_output in scheduling order; reset_prefix_cache(reset_running_requests).
+// shared/spec/vllm-0.20-semantics.md §8-§9 (vllm/v1/core/sched/scheduler.py, async_scheduler.py).
+
+#include <algorithm>
+#include <limits>
+
+#include "core/common/assert.h"
+#include "core/v1/scheduler.h"
+
+namespace kvsim {
+
+void Scheduler::preempt(Request& victim, SchedulerOutput* out) {
+  KVSIM_ASSERT(victim.status == RequestStatus::kRunning, "only running requests are preempted");
+  kv_.free(victim);
+  victim.status = RequestStatus::kPreempted;
+  victim.num_computed_tokens = 0;
+  ++victim.num_preemptions;
+  enqueue_waiting(victim, /*front=*/true);
+  if (out) out->preempted.push_back(&victim);
+  ++stats_.num_preemptions;
+}
+
+void Scheduler::add_scheduled_v020(SchedulerOutput& out, Request& req, std::int64_t num_tokens,
+                                   std::int64_t num_computed, ScheduledRequest::Kind kind) {
+  const KVCacheCoordinator& c = *kv_.coordinator();
+  ScheduledRequest& s = out.scheduled.emplace_back();
+  s.request = &req;
+  s.num_tokens = num_tokens;
+  s.num_computed_tokens = num_computed;
+  s.num_new_blocks = c.new_blocks(0);
+  s.kind = kind;
+  if (c.num_groups() > 1)
+    for (std::int32_t g = 0; g < c.num_groups(); ++g)
+      out.group_new_blocks.push_back(c.new_blocks(g));
+}
+
+void Scheduler::schedule_v020(SchedulerOutput& out) {
+  step_error_ = "";
+  kv_.coordinator()->new_step_starts();
+  const std::int64_t max_budget = config_.max_num_scheduled_tokens > 0
+                                      ? config_.max_num_scheduled_tokens
+                                      : config_.max_num_batched_tokens;
+  const std::int64_t max_chunk = config_.long_prefill_token_threshold > 0
+                                     ? config_.long_prefill_token_threshold
+                                     : std::numeric_limits<std::int64_t>::max();
+  std::int64_t budget = max_budget;
+  schedule_running_v020(out, budget, max_chunk);
+  if (out.preempted.empty() && step_error_[0] == 0) schedule_waiting_v020(out, budget, max_chunk);
+  out.total_num_scheduled_tokens = max_budget - budget;
+
+  // The common prefix of every group, asked for the first running request.
+  KVCacheCoordinator& c = *kv_.coordinator();
+  if (c.num_groups() == 1) {
+    out.num_common_prefix_blocks = running_.empty() || !kv_.config().enable_caching
+                                       ? 0
+                                       : c.manager(0).num_common_prefix_blocks(*running_.front());
+  } else {
+    if (running_.empty())
+      out.group_common_prefix_blocks.assign(static_cast<std::size_t>(c.num_groups()), 0);
+    else
+      c.num_common_prefix_blocks(*running_.front(), out.group_common_prefix_blocks);
+    out.num_common_prefix_blocks = out.group_common_prefix_blocks[0];
+  }
+
+  // _update_after_schedule (and the AsyncScheduler's placeholders); the step goes in flight.
+  if (inflight_count_ == inflight_.size()) {  // grow the ring, keeping its order
+    std::vector<std::vector<InFlightRequest>> bigger(
+        std::max<std::size_t>(4, inflight_.size() * 2));
+    for (std::size_t k = 0; k < inflight_count_; ++k)
+      bigger[k].swap(inflight_[(inflight_head_ + k) % inflight_.size()]);
+    inflight_.swap(bigger);
+    inflight_head_ = 0;
+  }
+  std::vector<InFlightRequest>& step =
+      inflight_[(inflight_head_ + inflight_count_) % inflight_.size()];
+  ++inflight_count_;
+  step.clear();
+  for (ScheduledRequest& s : out.scheduled) {
+    Request& r = *s.request;
+    r.num_computed_tokens += s.num_tokens;
+    r.is_prefill_chunk = r.num_computed_tokens < r.num_tokens() + r.num_output_placeholders;
+    s.prefill_chunk = r.is_prefill_chunk;
+    if (config_.async_scheduling && !r.is_prefill_chunk) ++r.num_output_placeholders;
+    step.push_back({&r, s.num_tokens, r.is_prefill_chunk});
+  }
+  ++stats_.num_steps;
+}
+
+void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget,
+                                      std::int64_t max_chunk) {
+  const std::int64_t lookahead = config_.num_lookahead_tokens;
+  const GroupBlockLists& no_hits = group_hits_;  // cleared below: "no hits"
+  for (auto& h : group_hits_) h.clear();
+  std::size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    Request& req = *running_[i];
+    // Async: the steps in flight already produce its last allowed token.
+    if (req.num_output_placeholders > 0 &&
+        req.num_computed_tokens + 2 - req.num_output_placeholders >=
+            req.num_prompt_tokens() + req.limits.max_tokens) {
+      ++i;
+      continue;
+    }
+    std::int64_t n = req.num_tokens() + req.num_output_placeholders - req.num_computed_tokens;
+    n = std::min({n, max_chunk, budget});
+    n = std::min(n, config_.max_model_len - 1 - req.num_computed_tokens);
+    if (n <= 0) {  // nothing to compute now (vLLM: `continue`, the next request may run)
+      ++i;
+      continue;
+    }
+    AllocStatus st;
+    bool scheduled = true;
+    while (true) {
+      st = kv_.allocate_slots(req, n, 0, no_hits, lookahead);
+      if (st != AllocStatus::kNoFreeBlocks) break;
+      Request* victim;
+      if (config_.priority_policy) {
+        // The running request of the largest (priority, arrival time), the first such in the
+        // list, even one scheduled earlier in this step (its tokens go back to the budget).
+        std::size_t vi = 0;
+        for (std::size_t k = 1; k < running_.size(); ++k) {
+          const Request& a = *running_[k];
+          const Request& b = *running_[vi];
+          if (a.priority > b.priority ||
+              (a.priority == b.priority && a.arrival_time > b.arrival_time))
+            vi = k;
+        }
+        victim = running_[vi];
+        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(vi));
+        const auto it =
+            std::find_if(out.scheduled.begin(), out.scheduled.end(),
+                         [&](const ScheduledRequest& s) { return s.request == victim; });
+        if (it != out.scheduled.end()) {
+          budget += it->num_tokens;
+          const std::size_t pos = static_cast<std::size_t>(it - out.scheduled.begin());
+          if (!out.group_new_blocks.empty()) {
+            const auto g = static_cast<std::ptrdiff_t>(kv_.num_groups());
+            const auto at = out.group_new_blocks.begin() + static_cast<std::ptrdiff_t>(pos) * g;
+            out.group_new_blocks.erase(at, at + g);
+          }
+          out.scheduled.erase(it);
+          --i;
+        }
+      } else {
+        victim = running_.back();
+        running_.pop_back();
+      }
+      preempt(*victim, &out);
+      if (victim == &req) {
+        scheduled = false;
+        break;
+      }
+    }
+    if (!scheduled) break;
+    if (st != AllocStatus::kOk) {  // vLLM raises out of schedule()
+      step_error_ = alloc_status_message(st);
+      return;
+    }
+    add_scheduled_v020(out, req, n, req.num_computed_tokens, ScheduledRequest::Kind::kRunning);
+    budget -= n;
+    ++i;
+  }
+}
+
+void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget,
+                                      std::int64_t max_chunk) {
+  while (!waiting_.empty() && budget > 0) {
+    if (static_cast<std::int64_t>(running_.size()) >= config_.max_num_seqs) break;
+    Request& req = *waiting_.front();
+    std::int64_t hits = 0;
+    AllocStatus st = AllocStatus::kOk;
+    if (req.num_computed_tokens == 0) {
+      hits = kv_.get_computed_blocks(req, group_hits_, st);
+      if (st != AllocStatus::kOk) {
+        step_error_ = alloc_status_message(st);
+        return;
+      }
+      if (kv_.config().enable_caching && !req.wants_prompt_logprobs) {
+        stats_.prefix_queries_tokens += req.num_tokens();
+        stats_.prefix_hits_tokens += hits;
+        out.prefix_queries_tokens += req.num_tokens();
+        out.prefix_hits_tokens += hits;
+      }
+    } else {
+      for (auto& h : group_hits_) h.clear();
+    }
+    std::int64_t n = std::min(req.num_tokens() - hits, max_chunk);
+    if (!config_.enable_chunked_prefill && n > budget) break;  // no partial prompt: stop here
+    n = std::min(n, budget);
+    KVSIM_ASSERT(n > 0, "a waiting request has nothing to compute");
+    if (config_.scheduler_reserve_full_isl) {  // the whole sequence must fit
+      const bool fits = kv_.coordinator()->can_fit_full_sequence(req, hits, group_hits_, st);
+      if (st != AllocStatus::kOk) {
+        step_error_ = alloc_status_message(st);
+        return;
+      }
+      if (!fits) break;
+    }
+    // No lookahead slots for a request without computed tokens.
+    st = kv_.allocate_slots(req, n, hits, group_hits_, 0);
+    if (st == AllocStatus::kNoFreeBlocks) break;
+    if (st != AllocStatus::kOk) {
+      step_error_ = alloc_status_message(st);
+      return;
+    }
+    waiting_.pop_front();
+    running_.push_back(&req);
+    const auto kind = req.status == RequestStatus::kPreempted ? ScheduledRequest::Kind::kResumed
+                                                              : ScheduledRequest::Kind::kNew;
+    req.status = RequestStatus::kRunning;
+    req.num_computed_tokens = hits;
+    add_scheduled_v020(out, req, n, hits, kind);
+    budget -= n;
+  }
+}
+
+std::span<const InFlightRequest> Scheduler::oldest_in_flight() const {
+  if (inflight_count_ == 0) return {};
+  return inflight_[inflight_head_];
+}
+
+void Scheduler::drop_in_flight(const Request& request) {
+  for (std::size_t k = 0; k < inflight_count_; ++k)
+    for (InFlightRequest& e : inflight_[(inflight_head_ + k) % inflight_.size()])
+      if (e.request == &request) e.request = nullptr;
+}
+
+void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) {
+  step_error_ = "";
+  outputs.clear();
+  if (inflight_count_ == 0) return;
+  // Out of the ring first: a request finishing below is then looked for in the later steps only.
+  std::vector<InFlightRequest>& step = inflight_[inflight_head_];
+  inflight_head_ = (inflight_head_ + 1) % inflight_.size();
+  --inflight_count_;
+  const bool async = config_.async_scheduling;
+  bool stopped_waiting = false;
+  bool stopped_running = false;
+  for (const InFlightRequest& e : step) {
+    if (e.request == nullptr) continue;  // finished since it was scheduled
+    Request& r = *e.request;
+    if (e.prefill_chunk) continue;  // the model samples nothing for a partial prefill
+    if (async && r.discard_latest_async_tokens) {  // preempted by a reset: dropped
+      r.discard_latest_async_tokens = false;
+      continue;
+    }
+    const RequestStatus before = r.status;
+    r.append_output_token(r.sampled_token);
+    kv_.update_block_hashes(r);
+    RequestStatus final_status;
+    const bool stopped = stops(r, final_status);
+    if (async) {
+      if (--r.num_output_placeholders < 0) {  // vLLM's assertion (a reset's dropped token)
+        r.num_output_placeholders = 0;
+        step_error_ = "AssertionError: request.num_output_placeholders >= 0";
+      }
+      // Output blocks are cached one step late (not for a preempted request).
+      if (before == RequestStatus::kRunning) {
+        const AllocStatus st =
+            kv_.coordinator()->cache_blocks(r, r.num_computed_tokens - r.num_output_placeholders);
+        if (st != AllocStatus::kOk) step_error_ = alloc_status_message(st);
+      }
+    }
+    if (stopped) {  // freed right away, in scheduling order
+      finish(r, final_status);
+      (before == RequestStatus::kRunning ? stopped_running : stopped_waiting) = true;
+    }
+    outputs.push_back({&r, r.all_token_ids().back(), stopped});
+  }
+  step.clear();
+  if (stopped_running)
+    running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                  [](const Request* r) { return is_finished(r->status); }),
+                   running_.end());
+  if (stopped_waiting)
+    for (std::size_t i = waiting_.size(); i-- > 0;)
+      if (is_finished(waiting_[i]->status)) waiting_.erase_at(i);
+}
+
+bool Scheduler::reset_prefix_cache(bool reset_running_requests) {
+  if (reset_running_requests) {
+    // Last first, so that they come back in FIFO order; their token in flight is dropped.
+    while (!running_.empty()) {
+      Request& r = *running_.back();
+      running_.pop_back();
+      preempt(r, nullptr);
+      r.num_output_placeholders = 0;
+      r.discard_latest_async_tokens = true;
+    }
+  }
+  return kv_.reset_prefix_cache();
+}
+
+}  // namespace kvsim

@@ -1,0 +1,275 @@
+// Scheduler's read-only views and the requests' lifetime helpers: invariants, cache-only runs,
+// table reservations, pool statistics, cached blocks, the KV breakdown (see core/v1/scheduler.h).
+
+#include <algorithm>
+
+#include "core/common/assert.h"
+#include "core/v1/scheduler.h"
+
+namespace kvsim {
+
+std::string Scheduler::find_violation() const {
+  std::vector<const Request*> live;
+  live.reserve(running_.size() + waiting_.size());
+  for (const Request* r : running_) {
+    KVSIM_CHECK(r->status == RequestStatus::kRunning, "a running request is not RUNNING");
+    live.push_back(r);
+  }
+  for (const Request* r : waiting_) {
+    KVSIM_CHECK(r->status == RequestStatus::kWaiting || r->status == RequestStatus::kPreempted ||
+                    r->status == RequestStatus::kRunning,
+                "a waiting request has a finished status");
+    KVSIM_CHECK(r->blocks.empty(), "a waiting request holds blocks");
+    for (const KVGroupTable& t : r->kv_groups)
+      KVSIM_CHECK(t.blocks.empty(), "a waiting request holds blocks");
+    KVSIM_CHECK(r->num_computed_tokens == 0, "a waiting request has computed tokens");
+    live.push_back(r);
+  }
+  std::vector<const Request*> sorted = live;
+  std::sort(sorted.begin(), sorted.end());
+  KVSIM_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+              "a request is queued twice");
+  KVSIM_CHECK(static_cast<std::int64_t>(running_.size()) <= config_.max_num_seqs,
+              "more running requests than max_num_seqs");
+  return kv_.find_violation(live);
+}
+
+std::int64_t Scheduler::cache_only_request(Request& req) {
+  if (kv_.coordinator()) return cache_only_request_v020(req);
+  const std::int64_t bs = kv_.block_size();
+  std::int64_t computed = kv_.get_computed_blocks(req, hits_);
+  std::int64_t todo = req.num_tokens() - computed;
+  if (todo == 0 && !kv_.policy().last_block_excluded_from_lookup) {
+    // v0.7.2's scheduler full-hit rule: recompute the last block
+    computed -= bs;
+    todo = bs;
+    hits_.pop_back();
+  }
+  AllocResult res = kv_.allocate_slots(req, todo, hits_);
+  if (res.status == AllocStatus::kNoFreeBlocks) {
+    // Larger than the pool: allocate the longest prefix that fits beside its hits.
+    std::int64_t evictable_hits = 0;
+    for (BlockId b : hits_)
+      if (kv_.pool().block(b).ref_cnt == 0) ++evictable_hits;
+    const std::int64_t fit = (kv_.pool().num_free_blocks() - evictable_hits) * bs;
+    const std::int64_t part = std::min(todo, fit);
+    if (part > 0) res = kv_.allocate_slots(req, part, hits_);
+    KVSIM_ASSERT(part <= 0 || res.ok(), "cache_only: partial allocation failed");
+  } else {
+    KVSIM_ASSERT(res.ok(), "cache_only: allocate_slots failed");
+  }
+  kv_.free(req);
+  kv_.release_request(req);
+  return computed;
+}
+
+// v0.20: the lookup, then the longest prefix of the rest that fits (a binary search on
+// allocate_slots, which changes nothing when it fails for a request without blocks).
+std::int64_t Scheduler::cache_only_request_v020(Request& req) {
+  kv_.add_request(req);
+  AllocStatus st = AllocStatus::kOk;
+  const std::int64_t computed = kv_.get_computed_blocks(req, group_hits_, st);
+  KVSIM_ASSERT(st == AllocStatus::kOk, "cache_only: lookup failed");
+  const std::int64_t todo = req.num_tokens() - computed;
+  st = kv_.allocate_slots(req, todo, computed, group_hits_, 0);
+  if (st == AllocStatus::kNoFreeBlocks) {
+    std::int64_t lo = 0, hi = todo - 1;  // the largest part that fits is in [lo, hi]
+    while (lo < hi) {
+      const std::int64_t mid = lo + (hi - lo + 1) / 2;
+      const AllocStatus probe = kv_.allocate_slots(req, mid, computed, group_hits_, 0);
+      if (probe == AllocStatus::kOk) {
+        kv_.free(req);
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    if (lo > 0) st = kv_.allocate_slots(req, lo, computed, group_hits_, 0);
+    KVSIM_ASSERT(lo == 0 || st == AllocStatus::kOk, "cache_only: partial allocation failed");
+  } else {
+    KVSIM_ASSERT(st == AllocStatus::kOk, "cache_only: allocate_slots failed");
+  }
+  kv_.free(req);
+  kv_.release_request(req);
+  return computed;
+}
+
+void Scheduler::reserve_request(Request& req, std::int64_t max_total_tokens) {
+  if (const KVCacheCoordinator* c = kv_.coordinator()) {
+    c->init_request(req);
+    for (std::int32_t g = 0; g < c->num_groups(); ++g)
+      req.kv_groups[static_cast<std::size_t>(g)].blocks.reserve(static_cast<std::size_t>(
+          cdiv(max_total_tokens + config_.num_lookahead_tokens, c->manager(g).block_size())));
+    req.block_hashes.reserve(static_cast<std::size_t>(max_total_tokens / c->hash_block_size()));
+    return;
+  }
+  const auto max_blocks = static_cast<std::size_t>(
+      cdiv(max_total_tokens + config_.num_lookahead_tokens, kv_.block_size()) +
+      kv_.num_preallocate_blocks());
+  req.blocks.reserve(max_blocks);
+  req.block_hashes.reserve(max_blocks);
+}
+
+KVPoolStats Scheduler::pool_stats() const {
+  const BlockPool& pool = kv_.pool();
+  KVPoolStats s;
+  s.block_size = kv_.block_size();
+  s.num_blocks = pool.num_blocks();
+  s.num_free_blocks = pool.num_free_blocks();
+  s.usage = kv_.usage();
+  s.evictions = pool.stats().evictions;
+  s.blocks_allocated = pool.stats().blocks_allocated;
+  return s;
+}
+
+std::span<const BlockId> Scheduler::group_block_table(const Request& request,
+                                                      std::int32_t group) const {
+  if (kv_.coordinator()) return request.kv_groups[static_cast<std::size_t>(group)].blocks;
+  return group == 0 ? std::span<const BlockId>(request.blocks) : std::span<const BlockId>{};
+}
+
+void Scheduler::cached_blocks(std::vector<BlockId>& out) const {
+  const BlockPool& pool = kv_.pool();
+  out.clear();
+  for (const KVCacheBlock& blk : pool.free_queue())
+    if (blk.block_hash != kNoHash) out.push_back(pool.id_of(blk));
+  for (std::int32_t b = 0; b < pool.num_blocks(); ++b)
+    if (pool.block(BlockId{b}).ref_cnt > 0 && pool.block(BlockId{b}).block_hash != kNoHash)
+      out.push_back(BlockId{b});
+}
+
+KVBreakdown Scheduler::kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const {
+  const BlockPool& pool = kv_.pool();
+  const std::int64_t bs = kv_.block_size();
+  if (stamp_.size() < static_cast<std::size_t>(pool.num_blocks()))
+    stamp_.assign(static_cast<std::size_t>(pool.num_blocks()), 0);
+  if (++epoch_ == 0) {  // wrapped: clear the stamps once every 2^32 calls
+    std::fill(stamp_.begin(), stamp_.end(), 0);
+    epoch_ = 1;
+  }
+  if (kv_.coordinator()) return kv_breakdown_groups(final_kv_tokens);
+  KVBreakdown b;
+  std::int64_t used_blocks = 0, used_hashed = 0;
+  const bool caching = pool.enable_caching();
+  const BlockId null = pool.null_block();
+  if (null != kNoBlock) {  // reserved, counted as used, never filled
+    b.internal_fragmentation += bs;
+    ++used_blocks;
+  }
+  // Counts a shared block (ref_cnt > 1: full and computed) once over all tables.
+  const auto count_shared = [&](BlockId blk) {
+    std::uint32_t& st = stamp_[static_cast<std::size_t>(to_int(blk))];
+    if (st == epoch_) return;
+    st = epoch_;
+    b.token_states += bs;
+    ++used_blocks;
+    ++used_hashed;
+  };
+  const bool window = kv_.specialized_manager().skips_blocks();
+  for (const Request* r : running_) {
+    const auto nb = static_cast<std::int64_t>(r->blocks.size());
+    const std::int64_t idx = r->index();
+    const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()
+                                 ? final_kv_tokens[static_cast<std::size_t>(idx)]
+                                 : r->num_tokens();
+    if (window) {
+      // Sliding window: null entries (positions that left the window) hold nothing, and a hit
+      // run may share blocks anywhere in the table: block by block.
+      for (std::int64_t k = 0; k < nb; ++k) {
+        const BlockId blk = r->blocks[static_cast<std::size_t>(k)];
+        if (blk == null) continue;
+        if (pool.block(blk).ref_cnt > 1) {
+          count_shared(blk);
+          continue;
+        }
+        const std::int64_t c = std::clamp<std::int64_t>(r->num_computed_tokens - k * bs, 0, bs);
+        const std::int64_t f = std::clamp<std::int64_t>(fin - k * bs, c, bs);
+        b.token_states += c;
+        b.reservation += f - c;
+        b.internal_fragmentation += bs - f;
+        ++used_blocks;
+        used_hashed += pool.block(blk).block_hash != kNoHash;
+      }
+      continue;
+    }
+    // Shared blocks (ref_cnt > 1) are a prefix of the table, full and computed: count each once.
+    std::int64_t ks = 0;
+    while (ks < nb && pool.block(r->blocks[static_cast<std::size_t>(ks)]).ref_cnt > 1) {
+      count_shared(r->blocks[static_cast<std::size_t>(ks)]);
+      ++ks;
+    }
+    const std::int64_t base = ks * bs;
+    const std::int64_t own = (nb - ks) * bs;
+    const std::int64_t c = std::clamp<std::int64_t>(r->num_computed_tokens - base, 0, own);
+    const std::int64_t f = std::clamp<std::int64_t>(fin - base, c, own);
+    b.token_states += c;
+    b.reservation += f - c;
+    b.internal_fragmentation += own - f;
+    used_blocks += nb - ks;
+    if (caching)
+      used_hashed += std::max<std::int64_t>(0, std::min(r->num_computed_tokens / bs, nb) - ks);
+  }
+  const std::int64_t num_free = pool.num_free_blocks();
+  KVSIM_ASSERT(used_blocks == pool.num_blocks() - num_free,
+               "KV breakdown: blocks in running tables disagree with the free count");
+  const std::int64_t cached_free_blocks = caching ? pool.num_cached_blocks() - used_hashed : 0;
+  b.cached_free = cached_free_blocks * bs;
+  b.free = (num_free - cached_free_blocks) * bs;
+  b.external_fragmentation = 0;
+  return b;
+}
+
+// vLLM v0.20: every group's tables, block by block (a block of a group of block size bs_g counts
+// as the pool's block size B of slots, its tokens scaled by B / bs_g); a block held by several
+// tables (ref_cnt > 1) counts once as token states; a block counts as cached when it carries a
+// hash (output blocks are cached one step late with async scheduling).
+KVBreakdown Scheduler::kv_breakdown_groups(std::span<const std::int64_t> final_kv_tokens) const {
+  const BlockPool& pool = kv_.pool();
+  const KVCacheCoordinator& c = *kv_.coordinator();
+  const std::int64_t big_b = kv_.block_size();
+  const BlockId null = pool.null_block();
+  KVBreakdown b;
+  b.internal_fragmentation += big_b;  // the null block: reserved, never filled
+  std::int64_t used_blocks = 1, used_hashed = 0;
+  for (const Request* r : running_) {
+    const std::int64_t idx = r->index();
+    const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()
+                                 ? final_kv_tokens[static_cast<std::size_t>(idx)]
+                                 : r->num_tokens();
+    for (std::int32_t g = 0; g < c.num_groups(); ++g) {
+      const std::int64_t bs = c.manager(g).block_size();
+      const auto& table = r->kv_groups[static_cast<std::size_t>(g)].blocks;
+      for (std::size_t k = 0; k < table.size(); ++k) {
+        const BlockId blk = table[k];
+        if (blk == null) continue;
+        std::uint32_t& st = stamp_[static_cast<std::size_t>(to_int(blk))];
+        if (st == epoch_) continue;  // counted in another table
+        st = epoch_;
+        ++used_blocks;
+        used_hashed += pool.block(blk).block_hash != kNoHash;
+        if (pool.block(blk).ref_cnt > 1) {
+          b.token_states += big_b;
+          continue;
+        }
+        const auto start = static_cast<std::int64_t>(k) * bs;
+        const std::int64_t comp = std::clamp<std::int64_t>(r->num_computed_tokens - start, 0, bs);
+        const std::int64_t fill = std::clamp<std::int64_t>(fin - start, comp, bs);
+        const std::int64_t comp_slots = comp * big_b / bs;
+        const std::int64_t fill_slots = fill * big_b / bs;
+        b.token_states += comp_slots;
+        b.reservation += fill_slots - comp_slots;
+        b.internal_fragmentation += big_b - fill_slots;
+      }
+    }
+  }
+  const std::int64_t num_free = pool.num_free_blocks();
+  KVSIM_ASSERT(used_blocks == pool.num_blocks() - num_free,
+               "KV breakdown: blocks in running tables disagree with the free count");
+  const std::int64_t cached_free_blocks =
+      pool.enable_caching() ? pool.num_cached_blocks() - used_hashed : 0;
+  b.cached_free = cached_free_blocks * big_b;
+  b.free = (num_free - cached_free_blocks) * big_b;
+  return b;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,347 @@
+#include "core/v1/single_type_manager.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "core/common/assert.h"
+
+namespace kvsim {
+namespace {
+
+// Python's floor division (mamba's skipped-token count is -1 before the first token).
+std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+  const std::int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+void pop_all(GroupBlockLists& hits, std::span<const std::int32_t> group_ids) {
+  for (std::int32_t g : group_ids) hits[static_cast<std::size_t>(g)].pop_back();
+}
+
+}  // namespace
+
+const char* alloc_status_message(AllocStatus s) {
+  switch (s) {
+    case AllocStatus::kOk:
+    case AllocStatus::kNoFreeBlocks:
+      return "";
+    case AllocStatus::kZeroTokens:
+      return "ValueError: num_tokens must be greater than 0";
+    case AllocStatus::kHitsWithoutCache:
+      return "AssertionError: Computed blocks should be empty when prefix caching is disabled";
+    case AllocStatus::kBeyondMaxBlocks:
+      return "AssertionError: num_new_blocks > 0 (request beyond max_model_len)";
+    case AllocStatus::kMissingTokens:
+      return "AssertionError: a block to cache has fewer than block_size tokens";
+    case AllocStatus::kBadPrevBlock:
+      return "AssertionError: inconsistent block hashes in _cache_full_blocks";
+    case AllocStatus::kBadCachedCount:
+      return "AssertionError: num_cached_block beyond the request's hashes or blocks";
+    case AllocStatus::kSkippedBeyondTable:
+      return "IndexError: list index out of range (remove_skipped_blocks)";
+    case AllocStatus::kPoolExhausted:
+      return "ValueError: Cannot get the free blocks from the pool";
+    case AllocStatus::kHitsForKnownRequest:
+      return "AssertionError: len(new_computed_blocks) == 0 for a running request";
+    case AllocStatus::kTableNotEmpty:
+      return "AssertionError: len(req_blocks) == 0 for new computed blocks";
+    case AllocStatus::kBlockAlreadyCached:
+      return "AssertionError: blk.block_hash is None (cache_full_blocks)";
+    case AllocStatus::kHashesMissing:
+      return "AssertionError: len(request.block_hashes) >= num_full_blocks";
+    case AllocStatus::kLookupUnsupported:
+      return "AssertionError: unsupported lookup (eagle or mixed block sizes with chunked "
+             "local attention)";
+  }
+  return "RuntimeError: allocation failed";
+}
+
+SingleTypeManager::SingleTypeManager(const KVGroupSpec& spec, std::int32_t group_id,
+                                     std::int64_t admission_cap_blocks, BlockPool& pool)
+    : spec_(spec),
+      block_shift_(std::has_single_bit(static_cast<std::uint32_t>(spec.block_size))
+                       ? std::countr_zero(static_cast<std::uint32_t>(spec.block_size))
+                       : -1),
+      group_id_(group_id),
+      admission_cap_(admission_cap_blocks),
+      pool_(pool) {
+  KVSIM_ASSERT(spec.block_size > 0 && admission_cap_blocks >= 0);
+  KVSIM_ASSERT(spec.kind == KVGroupKind::kFullAttention || pool.null_block() != kNoBlock,
+               "a group that skips blocks needs a pool with a null block");
+}
+
+bool SingleTypeManager::lookup(HashId hash, std::span<const std::int32_t> group_ids,
+                               BlockId* found) const {
+  for (std::size_t i = 0; i < group_ids.size(); ++i) {
+    found[i] = pool_.get_cached_block(pool_.key_of(hash, group_ids[i]));
+    if (found[i] == kNoBlock) return false;
+  }
+  return true;
+}
+
+AllocStatus SingleTypeManager::find_longest_cache_hit(const GroupHashView& hashes,
+                                                      std::int64_t max_length,
+                                                      std::span<const std::int32_t> group_ids,
+                                                      bool use_eagle, std::int64_t alignment_tokens,
+                                                      GroupBlockLists& hits) const {
+  const std::int64_t bs = spec_.block_size;
+  const BlockId null = pool_.null_block();
+  BlockId found[256];
+  KVSIM_ASSERT(group_ids.size() <= 256);
+  std::vector<BlockId>& first = hits[static_cast<std::size_t>(group_ids[0])];
+  const auto len = [&] { return static_cast<std::int64_t>(first.size()); };
+  const auto misaligned = [&] { return bs != alignment_tokens && len() * bs % alignment_tokens; };
+  for (std::int32_t g : group_ids) hits[static_cast<std::size_t>(g)].clear();
+  const std::int64_t max_blocks = max_length / bs;
+
+  switch (spec_.kind) {
+    case KVGroupKind::kFullAttention: {
+      const auto n = std::min<std::int64_t>(max_blocks, static_cast<std::int64_t>(hashes.size()));
+      if (group_ids.size() == 1) {  // one group: its keys directly
+        const std::int32_t g = group_ids[0];
+        for (std::int64_t i = 0; i < n; ++i) {
+          const BlockId b =
+              pool_.get_cached_block(pool_.key_of(hashes[static_cast<std::size_t>(i)], g));
+          if (b == kNoBlock) break;
+          first.push_back(b);
+        }
+        if (use_eagle && !first.empty()) first.pop_back();
+        while (misaligned()) first.pop_back();
+        return AllocStatus::kOk;
+      }
+      for (std::int64_t i = 0; i < n; ++i) {  // a chain: after the first miss nothing can hit
+        if (!lookup(hashes[static_cast<std::size_t>(i)], group_ids, found)) break;
+        for (std::size_t j = 0; j < group_ids.size(); ++j)
+          hits[static_cast<std::size_t>(group_ids[j])].push_back(found[j]);
+      }
+      if (use_eagle && !first.empty()) pop_all(hits, group_ids);
+      while (misaligned()) pop_all(hits, group_ids);
+      return AllocStatus::kOk;
+    }
+    case KVGroupKind::kSlidingWindow: {
+      // From the right, stop at the first run of enough hits; nulls before it.
+      std::int64_t need = cdiv(spec_.sliding_window - 1, bs);
+      if (use_eagle) ++need;
+      for (std::int32_t g : group_ids)
+        hits[static_cast<std::size_t>(g)].assign(static_cast<std::size_t>(max_blocks), null);
+      std::int64_t run = 0;
+      bool found_run = false;
+      for (std::int64_t i = max_blocks - 1; i >= 0; --i) {
+        if (!lookup(hashes[static_cast<std::size_t>(i)], group_ids, found)) {
+          run = 0;
+          continue;
+        }
+        if (run == 0 && bs != alignment_tokens) {
+          const std::int64_t post_pop = use_eagle ? i : i + 1;
+          if (post_pop * bs % alignment_tokens != 0) continue;
+        }
+        for (std::size_t j = 0; j < group_ids.size(); ++j)
+          hits[static_cast<std::size_t>(group_ids[j])][static_cast<std::size_t>(i)] = found[j];
+        if (++run >= need) {
+          for (std::int32_t g : group_ids)
+            hits[static_cast<std::size_t>(g)].resize(static_cast<std::size_t>(i + run));
+          found_run = true;
+          break;
+        }
+      }
+      if (!found_run) {  // the hits from block 0 on count anyway
+        for (std::int32_t g : group_ids)
+          hits[static_cast<std::size_t>(g)].resize(static_cast<std::size_t>(run));
+        while (misaligned()) pop_all(hits, group_ids);
+      }
+      if (use_eagle && !first.empty()) {
+        pop_all(hits, group_ids);
+        while (misaligned()) pop_all(hits, group_ids);
+      }
+      return AllocStatus::kOk;
+    }
+    case KVGroupKind::kChunkedLocal: {
+      if (use_eagle || bs != alignment_tokens) return AllocStatus::kLookupUnsupported;
+      const std::int64_t chunk = spec_.attention_chunk_size;
+      const std::int64_t start = max_length > 0 ? max_length / chunk * chunk : 0;
+      const std::int64_t start_block = start / bs;
+      for (std::int32_t g : group_ids)
+        hits[static_cast<std::size_t>(g)].assign(static_cast<std::size_t>(start_block), null);
+      for (std::int64_t i = start_block; i < max_blocks; ++i) {
+        if (!lookup(hashes[static_cast<std::size_t>(i)], group_ids, found)) break;
+        for (std::size_t j = 0; j < group_ids.size(); ++j)
+          hits[static_cast<std::size_t>(group_ids[j])].push_back(found[j]);
+      }
+      return AllocStatus::kOk;
+    }
+    case KVGroupKind::kMamba: {
+      // From the right: the single last hit (aligned), nulls before it.
+      for (std::int64_t i = max_blocks - 1; i >= 0; --i) {
+        if (!lookup(hashes[static_cast<std::size_t>(i)], group_ids, found)) continue;
+        if (bs != alignment_tokens && (i + 1) * bs % alignment_tokens != 0) continue;
+        for (std::size_t j = 0; j < group_ids.size(); ++j) {
+          auto& h = hits[static_cast<std::size_t>(group_ids[j])];
+          h.assign(static_cast<std::size_t>(i), null);
+          h.push_back(found[j]);
+        }
+        break;
+      }
+      return AllocStatus::kOk;
+    }
+  }
+  return AllocStatus::kOk;
+}
+
+std::int64_t SingleTypeManager::num_skipped_tokens(std::int64_t num_computed_tokens) const {
+  switch (spec_.kind) {
+    case KVGroupKind::kFullAttention:
+      return 0;
+    case KVGroupKind::kSlidingWindow:
+      return std::max<std::int64_t>(0, num_computed_tokens - spec_.sliding_window + 1);
+    case KVGroupKind::kChunkedLocal:
+      return num_computed_tokens / spec_.attention_chunk_size * spec_.attention_chunk_size;
+    case KVGroupKind::kMamba:
+      return num_computed_tokens - 1;  // only the last token's state is needed
+  }
+  return 0;
+}
+
+std::int64_t SingleTypeManager::num_blocks_to_allocate_skipping(
+    const Request& request, std::int64_t num_tokens, std::span<const BlockId> new_computed_blocks,
+    std::int64_t total_computed_tokens, AllocStatus& status) const {
+  const std::int64_t bs = spec_.block_size;
+  if (spec_.kind == KVGroupKind::kMamba) {
+    // A hit cached by another request in this step is not usable before the next one: ask for
+    // more blocks than the pool has.
+    if (!new_computed_blocks.empty()) {
+      const HashId key = pool_.block(new_computed_blocks.back()).block_hash;
+      if (key != kNoHash && std::find(cached_this_step_.begin(), cached_this_step_.end(), key) !=
+                                cached_this_step_.end())
+        return std::int64_t{pool_.num_blocks()} + 1;
+    }
+    num_tokens += bs * spec_.num_speculative_blocks;
+  }
+  std::int64_t required = blocks_for(num_tokens);
+  if (admission_cap_ > 0) required = std::min(required, admission_cap_);
+  const KVGroupTable& t = request.kv_groups[static_cast<std::size_t>(group_id_)];
+  const auto num_req = static_cast<std::int64_t>(t.blocks.size());
+  if (t.num_cached_block >= 0) {  // a request the group tracks gets no new hits
+    if (!new_computed_blocks.empty()) status = AllocStatus::kHitsForKnownRequest;
+    return std::max<std::int64_t>(required - num_req, 0);
+  }
+  const std::int64_t skipped_blocks = floor_div(num_skipped_tokens(total_computed_tokens), bs);
+  const std::int64_t local_blocks = static_cast<std::int64_t>(new_computed_blocks.size()) + num_req;
+  const std::int64_t num_new =
+      std::max<std::int64_t>(required - std::max(skipped_blocks, local_blocks), 0);
+  // Hits in the free queue leave it when touched: they cannot count as free blocks. The first
+  // skipped ones (beyond what the table holds) are not touched.
+  const std::int64_t skip_hits = std::max<std::int64_t>(0, skipped_blocks - num_req);
+  std::int64_t evictable = 0;
+  for (std::size_t i = static_cast<std::size_t>(skip_hits); i < new_computed_blocks.size(); ++i) {
+    const BlockId b = new_computed_blocks[i];
+    evictable += b != pool_.null_block() && pool_.block(b).ref_cnt == 0;
+  }
+  return num_new + evictable;
+}
+
+AllocStatus SingleTypeManager::allocate_new_computed_blocks(
+    Request& request, std::span<const BlockId> new_computed_blocks,
+    std::int64_t num_local_computed_tokens) {
+  KVGroupTable& t = table_of(request);
+  if (t.num_cached_block >= 0)
+    return new_computed_blocks.empty() ? AllocStatus::kOk : AllocStatus::kHitsForKnownRequest;
+  add_entry(t);
+  if (!t.blocks.empty()) return AllocStatus::kTableNotEmpty;
+  const std::int64_t skipped =
+      floor_div(num_skipped_tokens(num_local_computed_tokens), spec_.block_size);
+  std::span<const BlockId> kept = new_computed_blocks;
+  if (skipped > 0) kept = kept.subspan(std::min(kept.size(), static_cast<std::size_t>(skipped)));
+  if (pool_.enable_caching())
+    pool_.touch(kept);
+  else if (!kept.empty())
+    return AllocStatus::kHitsWithoutCache;
+  if (skipped > 0)
+    t.blocks.insert(t.blocks.end(), static_cast<std::size_t>(skipped), pool_.null_block());
+  t.blocks.insert(t.blocks.end(), kept.begin(), kept.end());
+  t.num_cached_block = static_cast<std::int64_t>(t.blocks.size());
+  return AllocStatus::kOk;
+}
+
+AllocStatus SingleTypeManager::allocate_new_blocks(Request& request, std::int64_t num_tokens,
+                                                   std::int32_t& num_new) {
+  KVGroupTable& t = table_of(request);
+  add_entry(t);
+  num_new = 0;
+  if (spec_.kind == KVGroupKind::kMamba)
+    num_tokens += spec_.block_size * spec_.num_speculative_blocks;
+  const std::int64_t n = blocks_for(num_tokens) - static_cast<std::int64_t>(t.blocks.size());
+  if (n <= 0) return AllocStatus::kOk;
+  if (n > pool_.num_free_blocks()) return AllocStatus::kPoolExhausted;
+  num_new = static_cast<std::int32_t>(n);
+  pool_.get_new_blocks(num_new, t.blocks);
+  return AllocStatus::kOk;
+}
+
+AllocStatus SingleTypeManager::cache_blocks(Request& request, std::int64_t num_tokens,
+                                            const GroupHashView& hashes) {
+  KVGroupTable& t = table_of(request);
+  const std::int64_t num_cached = std::max<std::int64_t>(t.num_cached_block, 0);
+  const std::int64_t num_full = num_tokens / spec_.block_size;
+  if (num_cached >= num_full) return AllocStatus::kOk;
+  add_entry(t);
+  if (static_cast<std::int64_t>(hashes.num_hashes) < num_full) return AllocStatus::kHashesMissing;
+  const std::int64_t end = std::min(num_full, static_cast<std::int64_t>(t.blocks.size()));
+  const BlockId null = pool_.null_block();
+  for (std::int64_t i = num_cached; i < end; ++i) {
+    const BlockId b = t.blocks[static_cast<std::size_t>(i)];
+    if (b == null) continue;
+    if (pool_.block(b).block_hash != kNoHash) return AllocStatus::kBlockAlreadyCached;
+    if (static_cast<std::size_t>(i) >= hashes.size()) return AllocStatus::kHashesMissing;
+    const HashId key = pool_.key_of(hashes[static_cast<std::size_t>(i)], group_id_);
+    pool_.cache_block(b, key);
+    if (spec_.kind == KVGroupKind::kMamba) cached_this_step_.push_back(key);
+  }
+  t.num_cached_block = num_full;
+  return AllocStatus::kOk;
+}
+
+void SingleTypeManager::free(Request& request) {
+  KVGroupTable& t = table_of(request);
+  for (std::size_t i = t.blocks.size(); i-- > 0;) pool_.free_block(t.blocks[i]);
+  t.blocks.clear();
+  t.num_cached_block = -1;
+  if (t.has_entry) {
+    t.has_entry = false;
+    --num_entries_;
+  }
+}
+
+void SingleTypeManager::remove_skipped_blocks(Request& request,
+                                              std::int64_t total_computed_tokens) {
+  if (spec_.kind == KVGroupKind::kMamba)  // drafts may still be rejected: assume they all are
+    total_computed_tokens =
+        std::max<std::int64_t>(0, total_computed_tokens - spec_.num_speculative_blocks);
+  const std::int64_t skipped_tokens = num_skipped_tokens(total_computed_tokens);
+  if (skipped_tokens <= 0) return;
+  KVGroupTable& t = table_of(request);
+  add_entry(t);
+  const std::int64_t skipped =
+      std::min(skipped_tokens / spec_.block_size, static_cast<std::int64_t>(t.blocks.size()));
+  const BlockId null = pool_.null_block();
+  // The block that left the window last is freed first (vLLM frees the list in this order).
+  for (std::int64_t i = skipped - 1; i >= 0; --i) {
+    BlockId& b = t.blocks[static_cast<std::size_t>(i)];
+    if (b == null) break;  // earlier calls nulled everything before it
+    pool_.free_block(b);
+    b = null;
+  }
+}
+
+std::int32_t SingleTypeManager::num_common_prefix_blocks(Request& request) {
+  if (spec_.kind != KVGroupKind::kFullAttention) return 0;
+  KVGroupTable& t = table_of(request);
+  add_entry(t);  // vLLM indexes a defaultdict
+  std::int32_t n = 0;
+  for (BlockId b : t.blocks) {
+    if (pool_.block(b).ref_cnt != num_entries_) break;
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace kvsim
