@@ -10,6 +10,8 @@ const V1Policy& v1_policy(Profile p) {
       return kVllm072Policy;
     case Profile::kVllm085:
       return kVllm085Policy;
+    default:  // the other families' profiles
+      break;
   }
   KVSIM_ASSERT(false, "v1_policy: not a profile of the V1 family");
   return kVllm072Policy;

@@ -409,7 +409,8 @@ YAML::Node model_config_yaml(const ModelConfig& m) {
   n["vocab_size"] = m.vocab_size;
   n["max_position_embeddings"] = m.max_position_embeddings;
   n["dtype"] = m.dtype;
-  n["quantization"] = m.weight_bytes_per_param != m.dtype_bytes ? "fp8" : "none";
+  n["quantization"] =
+      m.weight_bytes_per_param != static_cast<double>(m.dtype_bytes) ? "fp8" : "none";
   n["tie_word_embeddings"] = m.tie_word_embeddings;
   n["gated_mlp"] = m.gated_mlp;
   n["sliding_window"] = optional_node(m.sliding_window);
