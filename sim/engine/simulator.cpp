@@ -28,6 +28,12 @@ Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn
   view_.engine = core_.get();
   view_.out = &out_;
   view_.final_kv_tokens = &final_kv_tokens_;
+  async_ = scenario.scheduler.async_scheduling;
+  for (AsyncStep& a : async_steps_) {
+    a.view.engine = core_.get();
+    a.view.out = &a.out;
+    a.view.final_kv_tokens = &final_kv_tokens_;
+  }
 }
 
 Simulator::~Simulator() = default;
@@ -73,25 +79,24 @@ bool stops_at_eos(const RequestSpec& spec) { return !spec.ignore_eos && spec.eos
 }  // namespace
 
 std::int64_t Simulator::final_output_tokens(const RequestSpec& spec) const {
-  const std::int64_t n =
-      std::min<std::int64_t>(spec.max_tokens, scenario_.scheduler.max_model_len -
-                                                  spec.num_prompt_tokens());
+  const std::int64_t n = std::min<std::int64_t>(
+      spec.max_tokens, scenario_.scheduler.max_model_len - spec.num_prompt_tokens());
   return std::max<std::int64_t>(n, 1);
 }
 
 FinishReason Simulator::final_reason(const RequestSpec& spec) const {
   // vLLM checks the length cap before EOS: an EOS that lands on max_model_len is a "length".
-  const bool capped = spec.num_prompt_tokens() + final_output_tokens(spec) >=
-                      scenario_.scheduler.max_model_len;
+  const bool capped =
+      spec.num_prompt_tokens() + final_output_tokens(spec) >= scenario_.scheduler.max_model_len;
   return stops_at_eos(spec) && !capped ? FinishReason::kStop : FinishReason::kLength;
 }
 
 SamplingLimits Simulator::sampling_limits(const RequestSpec& spec) const {
   SamplingLimits limits;
   // Stopping at EOS: no client max_tokens, so vLLM's default (the rest of the context).
-  limits.max_tokens = stops_at_eos(spec) ? scenario_.scheduler.max_model_len -
-                                               spec.num_prompt_tokens()
-                                         : spec.max_tokens;
+  limits.max_tokens = stops_at_eos(spec)
+                          ? scenario_.scheduler.max_model_len - spec.num_prompt_tokens()
+                          : spec.max_tokens;
   limits.ignore_eos = spec.ignore_eos;
   limits.eos_token_id = spec.eos_token_id;
   return limits;
@@ -149,7 +154,8 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
     l.first_lookup_hit_tokens = 0;
     unadmitted_.push_back(slot);  // the scheduler's waiting queue gets it in admit_waiting()
   }
-  if (!step_in_flight_ && !schedule_queued_) {
+  // (Async: a busy engine is blocked on its oldest step, and sees arrivals when it ends.)
+  if (!step_in_flight_ && !schedule_queued_ && async_count_ == 0) {
     schedule_queued_ = true;
     engine_.schedule(engine_.now(), kPriorityScheduleStep, EventKind::kScheduleStep);
   }
@@ -207,19 +213,8 @@ void Simulator::fail_cannot_fit(const Request& r) const {
                   r.num_prompt_tokens(), r.num_output_tokens(), scenario_.num_gpu_blocks));
 }
 
-void Simulator::start_step() {
-  schedule_queued_ = false;
-  if (step_in_flight_) return;
-  EngineCore& eng = *core_;
-  admit_waiting();
-  if (eng.num_unfinished_requests() == 0) return;
-  eng.schedule(out_);
-  if (out_.scheduled.empty()) {
-    KVSIM_ASSERT(eng.running().empty(), "running requests but nothing scheduled");
-    fail_cannot_fit(*eng.first_waiting());
-  }
-  const SimTimeNs now = engine_.now();
-  StepView& v = view_;
+void Simulator::describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs now,
+                              bool set_sampled) {
   v.step = step_;
   v.start_ns = now;
   v.prefill_tokens = v.decode_tokens = v.num_prefill_seqs = v.sum_context_tokens = 0;
@@ -229,12 +224,12 @@ void Simulator::start_step() {
   v.prev_token_ns = {};
   v.request_id_of_index = request_ids_;
   v.num_waiting = num_waiting();
-  for (const ScheduledRequest& sr : out_.scheduled) {
+  for (const ScheduledRequest& sr : out.scheduled) {
     Request& r = *sr.request;
     Live& l = live_[static_cast<std::size_t>(r.index())];
     // What the model samples at this step's end for a request whose tokens are then all
     // computed (read by update_from_output).
-    if (sr.num_computed_tokens + sr.num_tokens == r.num_tokens())
+    if (set_sampled && sr.num_computed_tokens + sr.num_tokens == r.num_tokens())
       r.sampled_token = l.outputs[static_cast<std::size_t>(r.num_output_tokens())];
     if (l.first_scheduled_ns < 0) {
       l.first_scheduled_ns = now;
@@ -255,6 +250,23 @@ void Simulator::start_step() {
     const auto n = static_cast<double>(sr.num_tokens);
     v.attention_pairs += n * static_cast<double>(sr.num_computed_tokens) + n * (n + 1) / 2;
   }
+}
+
+void Simulator::start_step() {
+  if (async_) return start_step_async();
+  schedule_queued_ = false;
+  if (step_in_flight_) return;
+  EngineCore& eng = *core_;
+  admit_waiting();
+  if (eng.num_unfinished_requests() == 0) return;
+  eng.schedule(out_);
+  if (out_.scheduled.empty()) {
+    KVSIM_ASSERT(eng.running().empty(), "running requests but nothing scheduled");
+    fail_cannot_fit(*eng.first_waiting());
+  }
+  const SimTimeNs now = engine_.now();
+  StepView& v = view_;
+  describe_step(v, out_, now, /*set_sampled=*/true);
   SimTimeNs dur = step_time_ ? step_time_(v) : 1;
   if (dur < 1) dur = 1;  // time must advance for the run to make progress
   v.end_ns = now + dur;
@@ -265,6 +277,7 @@ void Simulator::start_step() {
 }
 
 void Simulator::end_step() {
+  if (async_) return end_step_async();
   EngineCore& eng = *core_;
   const SimTimeNs now = engine_.now();
   eng.update_from_output(outputs_);
@@ -302,6 +315,101 @@ void Simulator::end_step() {
   engine_.schedule(now, kPriorityScheduleStep, EventKind::kScheduleStep);
 }
 
+// ---- async scheduling (vLLM v0.20's default) -----------------------------------------------
+
+void Simulator::start_step_async() {
+  schedule_queued_ = false;
+  if (async_count_ == 2) return;  // the batch queue is full: the oldest step's end comes first
+  EngineCore& eng = *core_;
+  admit_waiting();
+  if (eng.num_unfinished_requests() == 0) return;  // the steps in flight end on their own
+  const SimTimeNs now = engine_.now();
+  AsyncStep& a = async_steps_[(async_head_ + async_count_) % 2];
+  eng.schedule(a.out);
+  a.executed = a.out.total_num_scheduled_tokens > 0;
+  int executed_in_flight = 0;
+  for (int k = 0; k < async_count_; ++k)
+    executed_in_flight += async_steps_[(async_head_ + k) % 2].executed;
+  if (!a.executed && async_count_ == 0) {  // nothing in flight and nothing to run: no progress
+    if (eng.running().empty()) fail_cannot_fit(*eng.first_waiting());
+    throw RunError(fmt::format("the engine made no progress at simulated time {:.3f} s",
+                               static_cast<double>(now) / 1e9));
+  }
+  StepView& v = a.view;
+  describe_step(v, a.out, now, /*set_sampled=*/false);
+  v.step = step_ + executed_in_flight;
+  SimTimeNs dur = 0;  // an empty batch runs no forward pass
+  if (a.executed) {
+    dur = step_time_ ? step_time_(v) : 1;
+    if (dur < 1) dur = 1;
+  }
+  // The GPU runs the batches in order: this one starts when the previous one is done.
+  v.end_ns = std::max(now, gpu_free_ns_) + dur;
+  gpu_free_ns_ = v.end_ns;
+  if (a.executed)
+    for (StepObserver* o : observers_) o->on_step_begin(v);
+  ++async_count_;
+  engine_.schedule(v.end_ns, kPriorityStepEnd, EventKind::kStepEnd);
+  // step_with_batch_queue returns without waiting while the queue has room and its oldest batch
+  // is still running: the next step is scheduled now, after whatever else is due at this instant.
+  if (a.executed && async_count_ < 2 && async_steps_[async_head_].view.end_ns > now) {
+    schedule_queued_ = true;
+    engine_.schedule(now, kPriorityScheduleStep, EventKind::kScheduleStep);
+  }
+}
+
+void Simulator::end_step_async() {
+  EngineCore& eng = *core_;
+  const SimTimeNs now = engine_.now();
+  AsyncStep& a = async_steps_[async_head_];
+  async_head_ = 1 - async_head_;
+  --async_count_;
+  // What the model sampled for each of its requests: that request's next output (updates apply
+  // in scheduling order, so its next output is the one after those already appended).
+  for (const ScheduledRequest& sr : a.out.scheduled) {
+    Request& r = *sr.request;
+    if (is_finished(r.status)) continue;  // finished meanwhile (kept alive until now)
+    const Live& l = live_[static_cast<std::size_t>(r.index())];
+    const auto k = static_cast<std::size_t>(r.num_output_tokens());
+    if (k < l.outputs.size()) r.sampled_token = l.outputs[k];
+  }
+  eng.update_from_output(outputs_);
+  prev_token_ns_.clear();
+  for (const RequestOutput& o : outputs_) {
+    Live& l = live_[static_cast<std::size_t>(o.request->index())];
+    prev_token_ns_.push_back(l.last_token_ns);
+    if (l.first_token_ns < 0) l.first_token_ns = now;
+    l.last_token_ns = now;
+  }
+  StepView& v = a.view;
+  v.outputs = outputs_;
+  v.prev_token_ns = prev_token_ns_;
+  v.request_id_of_index = request_ids_;
+  v.num_waiting = num_waiting();
+  if (a.executed) {
+    for (StepObserver* o : observers_) o->on_step(v);
+    ++step_;
+  }
+  if (check_invariants_) eng.check_invariants();
+  // A request that finished in the previous update may have been in this step: its object lived
+  // until now.
+  retired_.clear();
+  for (const RequestOutput& o : outputs_) {
+    if (!o.finished) continue;
+    const RequestStatus st = o.request->status;
+    finish_request(o.request->index(), st == RequestStatus::kFinishedStopped ? FinishReason::kStop
+                                       : st == RequestStatus::kFinishedAborted
+                                           ? FinishReason::kAbort
+                                           : FinishReason::kLength);
+  }
+  if (engine_.empty() || engine_.peek().time_ns > now) {
+    start_step_async();
+    return;
+  }
+  schedule_queued_ = true;
+  engine_.schedule(now, kPriorityScheduleStep, EventKind::kScheduleStep);
+}
+
 void Simulator::finish_request(std::int64_t slot, FinishReason reason) {
   const auto s = static_cast<std::size_t>(slot);
   Live& l = live_[s];
@@ -328,7 +436,10 @@ void Simulator::finish_request(std::int64_t slot, FinishReason reason) {
   l.spec.prompt = std::move(toks);
   std::optional<RequestSpec> follow = source_.on_finished(
       l.spec, engine_.now(), std::span<const Token>(l.outputs).first(num_outputs));
-  l.request.reset();
+  if (async_count_ > 0)
+    retired_.push_back(std::move(l.request));  // a step in flight may still name it
+  else
+    l.request.reset();
   l.spec = RequestSpec{};
   free_slots_.push_back(slot);
   if (follow) queue_arrival(std::move(*follow), false);
@@ -374,12 +485,12 @@ void Simulator::run_timed() {
     }
     if (++n % progress_every_ == 0) report_progress();
     // Every event (one load): a signal must stop even a run of slow steps (kvsim validate).
-    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]] check_interrupt();
+    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]]
+      check_interrupt();
   }
   KVSIM_ASSERT(unadmitted_.empty(), "arrivals left unadmitted after the last step");
   if (core_->num_unfinished_requests() > 0) {
-    const Request* r = core_->num_waiting() > 0 ? core_->first_waiting()
-                                                  : core_->running().front();
+    const Request* r = core_->num_waiting() > 0 ? core_->first_waiting() : core_->running().front();
     fail_cannot_fit(*r);
   }
   report_progress();
@@ -418,7 +529,8 @@ void Simulator::run_cache_only() {
     std::optional<RequestSpec> follow = source_.on_finished(spec, engine_.now(), outputs);
     if (follow) queue_arrival(std::move(*follow), false);
     if (++n % progress_every_ == 0) report_progress();
-    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]] check_interrupt();
+    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]]
+      check_interrupt();
   }
   report_progress();
 }

@@ -33,9 +33,9 @@
 
 #include "core/common/ring_deque.h"
 #include "core/engine_api.h"
+#include "sim/config/scenario.h"
 #include "sim/engine/engine.h"
 #include "sim/engine/observer.h"
-#include "sim/config/scenario.h"
 #include "sim/workload/workload.h"
 
 namespace kvsim {
@@ -101,6 +101,13 @@ class Simulator {
   std::int64_t num_waiting() const;
   void start_step();
   void end_step();
+  /// Fills `v` with the batch features of `out` (scheduled at `now`); `set_sampled` gives every
+  /// request whose tokens this step completes the token it samples (the synchronous loop).
+  void describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs now, bool set_sampled);
+  /// vLLM v0.20's async scheduling: EngineCore's batch queue of two steps (step k+1 scheduled
+  /// before step k's tokens are known; a step's outputs applied at its end, in order).
+  void start_step_async();
+  void end_step_async();
   void finish_request(std::int64_t slot, FinishReason reason);
   void request_done(const RequestRecord& rec);
   bool reject_if_invalid(const RequestSpec& spec);
@@ -146,6 +153,19 @@ class Simulator {
   std::int64_t step_ = 0;
   SimTimeNs step_start_ns_ = 0;
   StepView view_;
+  // Async scheduling: the steps in flight (at most two), oldest at async_head_.
+  struct AsyncStep {
+    SchedulerOutput out;
+    StepView view;
+    bool executed = false;  // it scheduled tokens (a forward pass)
+  };
+  bool async_ = false;
+  AsyncStep async_steps_[2];
+  int async_head_ = 0;
+  int async_count_ = 0;
+  SimTimeNs gpu_free_ns_ = 0;  // when the GPU finishes the last step launched
+  // Finished requests a step in flight may still list: kept until that step's end.
+  std::vector<std::unique_ptr<Request>> retired_;
   std::int64_t requests_done_ = 0;
 };
 
@@ -154,6 +174,5 @@ class Simulator {
 
 /// The vocabulary generated and synthetic tokens are drawn from: the model's, else 32,000.
 std::int32_t scenario_vocab_size(const Scenario& scenario);
-
 
 }  // namespace kvsim

@@ -548,6 +548,11 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
         {"workload.arrival.burst_size", "4"},
         {"workload.arrival.interval_s", "0.5"},
         {"workload.arrival.spacing_s", "0.01"}}},
+      {"vllm-0.20-scheduler",
+       timed_base,
+       {{"engine.profile", "vllm-0.20"},
+        {"scheduler.async_scheduling", "false"},  // vLLM v0.20's defaults are true
+        {"scheduler.scheduler_reserve_full_isl", "false"}}},
       {"joint-lengths",
        "model: {config: " + kModel + "}\nworkload: {num_requests: 4}\n",
        {{"workload.lengths", "lens.csv", "", dir + "lens.csv"}}},
