@@ -3,10 +3,25 @@
 #include "core/common/assert.h"
 #include "core/contiguous/contiguous_scheduler.h"
 #include "core/v0/scheduler.h"
+#include "core/v1/kv_cache_coordinator.h"
 #include "core/v1/scheduler.h"
 #include "core/v1/v1_policy.h"
 
 namespace kvsim {
+
+ReleaseFeatures release_features(Profile profile) {
+  if (profile_info(profile).family != EngineFamily::kV1) return {};
+  const V1Policy& policy = v1_policy(profile);
+  return {policy.kv_cache_coordinator, policy.v020_scheduler_settings};
+}
+
+SchedulerConfig with_release_defaults(SchedulerConfig config, Profile profile) {
+  if (release_features(profile).v020_scheduler_settings) {
+    config.async_scheduling = true;
+    config.scheduler_reserve_full_isl = true;
+  }
+  return config;
+}
 
 std::unique_ptr<EngineCore> make_engine(const EngineParams& params) {
   switch (profile_info(params.profile).family) {
@@ -53,7 +68,12 @@ std::optional<SettingError> check_engine_params(const EngineParams& params) {
       const KVCacheConfig& c = params.cache;
       if (!policy.kv_cache_coordinator && !c.kv_cache_groups.empty())
         return SettingError{"model", release + " (vLLM's release) manages one KV cache group"};
-      if (policy.kv_cache_coordinator) return std::nullopt;  // v0.20 handles any window
+      if (policy.kv_cache_coordinator) {  // v0.20 handles any window; the layout must be valid
+        if (std::string why = KVCacheCoordinator::check_layout(c); !why.empty())
+          return SettingError{"model",
+                              release + " cannot run this model's KV cache groups: " + why};
+        return std::nullopt;
+      }
       if (policy.sliding_window_manager && c.enable_caching && c.sliding_window > 0 &&
           c.sliding_window <= c.block_size)
         return SettingError{"cache.block_size",

@@ -27,6 +27,19 @@ struct EngineParams {
   v0::V0Options v0;
 };
 
+/// What a profile's release has beyond the engine settings every profile shares.
+struct ReleaseFeatures {
+  /// vLLM v0.9+: several KV cache groups over one pool (KVCacheConfig::kv_cache_groups).
+  bool kv_cache_groups = false;
+  /// vLLM v0.20: scheduler.async_scheduling and scheduler.scheduler_reserve_full_isl (both on by
+  /// default), the priority policy, chunked prefill off, max_num_scheduled_tokens.
+  bool v020_scheduler_settings = false;
+};
+[[nodiscard]] ReleaseFeatures release_features(Profile profile);
+/// The scheduler settings a profile's release starts from: `config` with vLLM's defaults of
+/// that release for what only it has (vllm-0.20: async scheduling and reserve_full_isl on).
+[[nodiscard]] SchedulerConfig with_release_defaults(SchedulerConfig config, Profile profile);
+
 /// A new engine of `params.profile`, empty (all blocks free, no requests).
 [[nodiscard]] std::unique_ptr<EngineCore> make_engine(const EngineParams& params);
 

@@ -83,6 +83,41 @@ KVCacheConfig Scenario::kv_cache_config() const {
   c.enable_caching = cache.enable_prefix_caching;
   c.num_preallocate_tokens = cache.num_preallocate_tokens;
   c.sliding_window = model && model->sliding_window ? *model->sliding_window : 0;
+  if (release_features(engine.profile).kv_cache_groups && plan && plan->layout) {
+    // vLLM v0.20: one KV cache group per set of layers the pool sizing grouped (gpt-oss: a
+    // sliding-window group and a full one), in vLLM's group order.
+    const KVPoolLayout& layout = *plan->layout;
+    for (const KVCacheGroup& g : layout.groups) {
+      KVGroupSpec spec;
+      spec.block_size = static_cast<std::int32_t>(g.spec.block_size);
+      switch (g.spec.kind) {
+        case KVSpecKind::kFull:
+        case KVSpecKind::kMLA:
+          break;  // a window merged into a full-attention spec is managed as full attention
+        case KVSpecKind::kSlidingWindow:
+          spec.kind = KVGroupKind::kSlidingWindow;
+          spec.sliding_window = g.spec.sliding_window;
+          break;
+        case KVSpecKind::kChunkedLocal:
+          spec.kind = KVGroupKind::kChunkedLocal;
+          spec.attention_chunk_size = g.spec.attention_chunk_size;
+          break;
+        case KVSpecKind::kMamba:
+          spec.kind = KVGroupKind::kMamba;
+          spec.num_speculative_blocks = g.spec.num_speculative_blocks;
+          spec.mamba_cache_mode =
+              layout.limits.mamba_cache_mode == MambaCacheMode::kAll     ? MambaGroupMode::kAll
+              : layout.limits.mamba_cache_mode == MambaCacheMode::kAlign ? MambaGroupMode::kAlign
+                                                                         : MambaGroupMode::kNone;
+          break;
+      }
+      c.kv_cache_groups.push_back(spec);
+    }
+    c.sliding_window = 0;  // the groups say it
+    if (layout.engine_block_size > 0)
+      c.block_size = static_cast<std::int32_t>(layout.engine_block_size);
+    c.hash_block_size = static_cast<std::int32_t>(layout.hash_block_size);
+  }
   return c;
 }
 
@@ -170,8 +205,8 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
     throw ConfigError(file + ": model: required in timed mode (the latency model needs it)");
   s.hardware = load_hardware(root["hardware"], top.child("hardware"));
   s.cache = parse_cache(root["cache"], top.child("cache"), timed);
-  s.scheduler =
-      parse_scheduler(root["scheduler"], top.child("scheduler"), s.model ? &*s.model : nullptr);
+  s.scheduler = parse_scheduler(root["scheduler"], top.child("scheduler"),
+                                s.model ? &*s.model : nullptr, s.engine.profile);
   size_pool(s);
   if (const auto bad = check_engine_params(s.engine_params())) {
     // A setting the profile's release does not have: at the key where the scenario gives it.
@@ -212,7 +247,7 @@ std::string resolved_yaml(const Scenario& s) {
   root["model"] = s.model ? model_config_yaml(*s.model) : null_node();
   root["hardware"] = hardware_yaml(s.hardware);
   root["cache"] = cache_yaml(s.cache);
-  root["scheduler"] = scheduler_yaml(s.scheduler);
+  root["scheduler"] = scheduler_yaml(s.scheduler, s.engine.profile);
   root["workload"] = workload_config_yaml(s.workload);
   root["latency"] =
       s.engine.mode == EngineConfig::Mode::kTimed ? latency_config_yaml(s.latency) : null_node();

@@ -11,13 +11,14 @@
 //
 // Schema (defaults in brackets; typed struct, parser and writer in parentheses):
 //   name [file stem]  seed [0]
-//   engine:    profile [vllm-0.7.2] | vllm-0.8.5 | orca-max | orca-pow2 | orca-oracle
+//   engine:    profile [vllm-0.7.2] | vllm-0.8.5 | vllm-0.20 | orca-max | orca-pow2 | orca-oracle
 //              (core/engine_api.h's table), mode [timed] | cache_only, contiguous_fit [first_fit]
 //              | best_fit (the hole a contiguous profile's reservation takes; read by those
 //              profiles only)                                         (scenario_sections.h)
 //   model:     config: HF config.json path, and/or inline HF fields; required in timed mode
 //              (ModelConfig, sim/config/model_config.h). Its sliding_window reaches the engine
-//              (vllm-0.8.5 manages it; vllm-0.7.2 ignores it).
+//              (vllm-0.8.5 manages it; vllm-0.7.2 ignores it); vllm-0.20 gets one KV cache
+//              group per attention type of the pool sizing's layout (gpt-oss: window + full).
 //   hardware:  gpu [H100-80GB], tensor_parallel_size [1], gpu_memory_bytes, peak_flops_per_s,
 //              hbm_bytes_per_s (HardwareConfig, sim/config/hardware.h)
 //   cache:     block_size [16], gpu_memory_utilization [0.9], kv_cache_memory_bytes,
@@ -27,7 +28,10 @@
 //              (CacheConfig, scenario_sections.h; sizing keys in sim/config/hardware.h)
 //   scheduler: max_num_seqs [256], max_num_batched_tokens [8192],
 //              max_model_len [model's max_position_embeddings, else 8192; never above it],
-//              long_prefill_token_threshold [0: off; vllm-0.8.5 only]
+//              long_prefill_token_threshold [0: off; vllm-0.8.5, vllm-0.20],
+//              async_scheduling [true; vllm-0.20 only: EngineCore's batch queue of two steps,
+//              false = the synchronous loop], scheduler_reserve_full_isl [true; vllm-0.20 only:
+//              admit a request only when its whole sequence fits]
 //              (SchedulerConfig of core/common/engine_config.h, scenario_sections.h)
 //   workload:  synthetic generator or trace; required (WorkloadConfig,
 //              sim/workload/workload_config.h)

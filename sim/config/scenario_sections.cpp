@@ -77,9 +77,20 @@ YAML::Node cache_yaml(const CacheConfig& c) {
 }
 
 SchedulerConfig parse_scheduler(const YAML::Node& sched, const YamlContext& ctx,
-                                const ModelConfig* model) {
+                                const ModelConfig* model, Profile profile) {
   check_keys(sched, std::span<const std::string_view>(kSchedulerKeys), ctx);
-  SchedulerConfig c;
+  SchedulerConfig c = with_release_defaults(SchedulerConfig{}, profile);
+  if (release_features(profile).v020_scheduler_settings) {
+    c.async_scheduling = get_bool(sched, "async_scheduling", ctx, c.async_scheduling);
+    c.scheduler_reserve_full_isl =
+        get_bool(sched, "scheduler_reserve_full_isl", ctx, c.scheduler_reserve_full_isl);
+  } else {
+    for (const char* key : {"async_scheduling", "scheduler_reserve_full_isl"})
+      if (has_key(sched, key))
+        throw yaml_error(sched[key], ctx.child(key),
+                         fmt::format("scheduler.{}: {} (vLLM's release) has no such setting", key,
+                                     profile_name(profile)));
+  }
   c.max_num_seqs = get_int(sched, "max_num_seqs", ctx, 256, 1, 1 << 20);
   c.max_num_batched_tokens =
       get_int(sched, "max_num_batched_tokens", ctx, 8192, 1, std::int64_t{1} << 30);
@@ -96,12 +107,16 @@ SchedulerConfig parse_scheduler(const YAML::Node& sched, const YamlContext& ctx,
   return c;
 }
 
-YAML::Node scheduler_yaml(const SchedulerConfig& c) {
+YAML::Node scheduler_yaml(const SchedulerConfig& c, Profile profile) {
   YAML::Node n(YAML::NodeType::Map);
   n["max_num_seqs"] = c.max_num_seqs;
   n["max_num_batched_tokens"] = c.max_num_batched_tokens;
   n["max_model_len"] = c.max_model_len;
   n["long_prefill_token_threshold"] = c.long_prefill_token_threshold;
+  if (release_features(profile).v020_scheduler_settings) {
+    n["async_scheduling"] = c.async_scheduling;
+    n["scheduler_reserve_full_isl"] = c.scheduler_reserve_full_isl;
+  }
   return n;
 }
 

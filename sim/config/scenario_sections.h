@@ -57,12 +57,17 @@ inline constexpr std::string_view kCacheKeys[] = {"block_size",
 [[nodiscard]] YAML::Node cache_yaml(const CacheConfig& c);
 
 inline constexpr std::string_view kSchedulerKeys[] = {
-    "max_num_seqs", "max_num_batched_tokens", "max_model_len", "long_prefill_token_threshold"};
+    "max_num_seqs",     "max_num_batched_tokens",
+    "max_model_len",    "long_prefill_token_threshold",
+    "async_scheduling", "scheduler_reserve_full_isl"};
 /// Reads `scheduler:`. max_model_len defaults to the model's max_position_embeddings (8192 without
-/// a model or without that field) and may not exceed it.
+/// a model or without that field) and may not exceed it. async_scheduling and
+/// scheduler_reserve_full_isl exist only for a release that has them (vllm-0.20; both default to
+/// true as there); another profile refuses them at their line and column.
 [[nodiscard]] SchedulerConfig parse_scheduler(const YAML::Node& scheduler, const YamlContext& ctx,
-                                              const ModelConfig* model);
-[[nodiscard]] YAML::Node scheduler_yaml(const SchedulerConfig& c);
+                                              const ModelConfig* model, Profile profile);
+/// Every key (the release's own keys only for a profile that has them).
+[[nodiscard]] YAML::Node scheduler_yaml(const SchedulerConfig& c, Profile profile);
 
 /// `validate:` -- parsed for the kernel validation harness (kvsim validate); unused by `run`.
 struct ValidateConfig {

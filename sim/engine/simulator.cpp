@@ -6,6 +6,7 @@
 
 #include "core/common/assert.h"
 #include "core/engine_factory.h"
+#include "core/v1/v1_policy.h"
 
 namespace kvsim {
 
@@ -19,6 +20,15 @@ Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn
   view_.engine = core_.get();
   view_.out = &out_;
   view_.final_kv_tokens = &final_kv_tokens_;
+  async_ = scenario.scheduler.async_scheduling;
+  const Profile profile = scenario.engine.profile;
+  stop_tokens_before_length_ = profile_info(profile).family == EngineFamily::kV1 &&
+                               v1_policy(profile).stop_tokens_before_length;
+  for (AsyncStep& a : async_steps_) {
+    a.view.engine = core_.get();
+    a.view.out = &a.out;
+    a.view.final_kv_tokens = &final_kv_tokens_;
+  }
 }
 
 Simulator::~Simulator() = default;
@@ -50,19 +60,8 @@ void Simulator::fail_cannot_fit(const Request& r) const {
                   r.num_prompt_tokens(), r.num_output_tokens(), scenario_.num_gpu_blocks));
 }
 
-void Simulator::start_step() {
-  schedule_queued_ = false;
-  if (step_in_flight_) return;
-  EngineCore& eng = *core_;
-  admit_waiting();
-  if (eng.num_unfinished_requests() == 0) return;
-  eng.schedule(out_);
-  if (out_.scheduled.empty()) {
-    KVSIM_ASSERT(eng.running().empty(), "running requests but nothing scheduled");
-    fail_cannot_fit(*eng.first_waiting());
-  }
-  const SimTimeNs now = engine_.now();
-  StepView& v = view_;
+void Simulator::describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs now,
+                              bool set_sampled) {
   v.step = step_;
   v.start_ns = now;
   v.prefill_tokens = v.decode_tokens = v.num_prefill_seqs = v.sum_context_tokens = 0;
@@ -72,12 +71,12 @@ void Simulator::start_step() {
   v.prev_token_ns = {};
   v.request_id_of_index = request_ids_;
   v.num_waiting = num_waiting();
-  for (const ScheduledRequest& sr : out_.scheduled) {
+  for (const ScheduledRequest& sr : out.scheduled) {
     Request& r = *sr.request;
     Live& l = live_[static_cast<std::size_t>(r.index())];
     // What the model samples at this step's end for a request whose tokens are then all
     // computed (read by update_from_output).
-    if (sr.num_computed_tokens + sr.num_tokens == r.num_tokens())
+    if (set_sampled && sr.num_computed_tokens + sr.num_tokens == r.num_tokens())
       r.sampled_token = l.outputs[static_cast<std::size_t>(r.num_output_tokens())];
     if (l.first_scheduled_ns < 0) {
       l.first_scheduled_ns = now;
@@ -98,6 +97,23 @@ void Simulator::start_step() {
     const auto n = static_cast<double>(sr.num_tokens);
     v.attention_pairs += n * static_cast<double>(sr.num_computed_tokens) + n * (n + 1) / 2;
   }
+}
+
+void Simulator::start_step() {
+  if (async_) return start_step_async();
+  schedule_queued_ = false;
+  if (step_in_flight_) return;
+  EngineCore& eng = *core_;
+  admit_waiting();
+  if (eng.num_unfinished_requests() == 0) return;
+  eng.schedule(out_);
+  if (out_.scheduled.empty()) {
+    KVSIM_ASSERT(eng.running().empty(), "running requests but nothing scheduled");
+    fail_cannot_fit(*eng.first_waiting());
+  }
+  const SimTimeNs now = engine_.now();
+  StepView& v = view_;
+  describe_step(v, out_, now, /*set_sampled=*/true);
   SimTimeNs dur = step_time_ ? step_time_(v) : 1;
   if (dur < 1) dur = 1;  // time must advance for the run to make progress
   v.end_ns = now + dur;
@@ -108,9 +124,17 @@ void Simulator::start_step() {
 }
 
 void Simulator::end_step() {
+  if (async_) return end_step_async();
   EngineCore& eng = *core_;
-  const SimTimeNs now = engine_.now();
   eng.update_from_output(outputs_);
+  const std::vector<RequestOutput>& delivered = deliver_outputs(view_, /*executed=*/true);
+  step_in_flight_ = false;
+  finish_delivered(delivered);
+  next_step_after_end();
+}
+
+const std::vector<RequestOutput>& Simulator::deliver_outputs(StepView& v, bool executed) {
+  const SimTimeNs now = engine_.now();
   // The tokens of requests whose clients are gone are computed but not delivered (vLLM's output
   // processor drops them): observers see the others.
   if (!pending_aborts_.empty()) {
@@ -126,14 +150,18 @@ void Simulator::end_step() {
     if (l.first_token_ns < 0) l.first_token_ns = now;
     l.last_token_ns = now;
   }
-  StepView& v = view_;
   v.outputs = delivered;
   v.prev_token_ns = prev_token_ns_;
   v.request_id_of_index = request_ids_;
   v.num_waiting = num_waiting();
-  for (StepObserver* o : observers_) o->on_step(v);
-  step_in_flight_ = false;
-  ++step_;
+  if (executed) {  // (an empty async batch ran no forward pass: no step)
+    for (StepObserver* o : observers_) o->on_step(v);
+    ++step_;
+  }
+  return delivered;
+}
+
+void Simulator::finish_delivered(const std::vector<RequestOutput>& delivered) {
   for (const RequestOutput& o : delivered) {
     if (!o.finished) continue;
     const RequestStatus st = o.request->status;
@@ -148,15 +176,85 @@ void Simulator::end_step() {
     release_slot(slot, true);
   }
   pending_aborts_.clear();
-  if (check_invariants_) eng.check_invariants();
+  if (check_invariants_) core_->check_invariants();
+}
+
+void Simulator::next_step_after_end() {
   // The next step starts now, after whatever else is due at this instant (arrivals): when
   // nothing is, start it here instead of through the queue (the same order, one event less).
+  const SimTimeNs now = engine_.now();
   if (engine_.empty() || engine_.peek().time_ns > now) {
     start_step();
     return;
   }
   schedule_queued_ = true;
   engine_.schedule(now, kPriorityScheduleStep, EventKind::kScheduleStep);
+}
+
+// ---- async scheduling (vLLM v0.20's default) -----------------------------------------------
+
+void Simulator::start_step_async() {
+  schedule_queued_ = false;
+  if (async_count_ == 2) return;  // the batch queue is full: the oldest step's end comes first
+  EngineCore& eng = *core_;
+  admit_waiting();
+  if (eng.num_unfinished_requests() == 0) return;  // the steps in flight end on their own
+  const SimTimeNs now = engine_.now();
+  AsyncStep& a = async_steps_[(async_head_ + async_count_) % 2];
+  eng.schedule(a.out);
+  a.executed = a.out.total_num_scheduled_tokens > 0;
+  int executed_in_flight = 0;
+  for (int k = 0; k < async_count_; ++k)
+    executed_in_flight += async_steps_[(async_head_ + k) % 2].executed;
+  if (!a.executed && async_count_ == 0) {  // nothing in flight and nothing to run: no progress
+    if (eng.running().empty()) fail_cannot_fit(*eng.first_waiting());
+    throw RunError(fmt::format("the engine made no progress at simulated time {:.3f} s",
+                               static_cast<double>(now) / 1e9));
+  }
+  StepView& v = a.view;
+  describe_step(v, a.out, now, /*set_sampled=*/false);
+  v.step = step_ + executed_in_flight;
+  SimTimeNs dur = 0;  // an empty batch runs no forward pass
+  if (a.executed) {
+    dur = step_time_ ? step_time_(v) : 1;
+    if (dur < 1) dur = 1;
+  }
+  // The GPU runs the batches in order: this one starts when the previous one is done.
+  v.end_ns = std::max(now, gpu_free_ns_) + dur;
+  gpu_free_ns_ = v.end_ns;
+  if (a.executed)
+    for (StepObserver* o : observers_) o->on_step_begin(v);
+  ++async_count_;
+  engine_.schedule(v.end_ns, kPriorityStepEnd, EventKind::kStepEnd);
+  // step_with_batch_queue returns without waiting while the queue has room and its oldest batch
+  // is still running: the next step is scheduled now, after whatever else is due at this instant.
+  if (a.executed && async_count_ < 2 && async_steps_[async_head_].view.end_ns > now) {
+    schedule_queued_ = true;
+    engine_.schedule(now, kPriorityScheduleStep, EventKind::kScheduleStep);
+  }
+}
+
+void Simulator::end_step_async() {
+  EngineCore& eng = *core_;
+  AsyncStep& a = async_steps_[async_head_];
+  async_head_ = 1 - async_head_;
+  --async_count_;
+  // What the model sampled for each of its requests: that request's next output (updates apply
+  // in scheduling order, so its next output is the one after those already appended).
+  for (const ScheduledRequest& sr : a.out.scheduled) {
+    Request& r = *sr.request;
+    if (is_finished(r.status)) continue;  // finished or aborted meanwhile (kept alive until now)
+    const Live& l = live_[static_cast<std::size_t>(r.index())];
+    const auto k = static_cast<std::size_t>(r.num_output_tokens());
+    if (k < l.outputs.size()) r.sampled_token = l.outputs[k];
+  }
+  eng.update_from_output(outputs_);
+  const std::vector<RequestOutput>& delivered = deliver_outputs(a.view, a.executed);
+  // A request that finished (or was aborted) at the previous step's end may have been in this
+  // step: its object lived until now.
+  retired_.clear();
+  finish_delivered(delivered);
+  next_step_after_end();
 }
 
 void Simulator::check_interrupt() const {

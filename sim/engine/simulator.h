@@ -116,6 +116,20 @@ class Simulator {
   std::int64_t num_waiting() const;
   void start_step();
   void end_step();
+  /// Fills `v` with the batch features of `out` (scheduled at `now`); `set_sampled` gives every
+  /// request whose tokens this step completes the token it samples (the synchronous loop).
+  void describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs now, bool set_sampled);
+  /// vLLM v0.20's async scheduling: EngineCore's batch queue of two steps (step k+1 scheduled
+  /// before step k's tokens are known; a step's outputs applied at its end, in order).
+  void start_step_async();
+  void end_step_async();
+  /// The outputs_ of the step that ended, less those of aborted requests, to the step's
+  /// observers (when it ran a batch); returns them.
+  const std::vector<RequestOutput>& deliver_outputs(StepView& v, bool executed);
+  /// Finishes the requests `delivered` finished, then applies the aborts that came during the step.
+  void finish_delivered(const std::vector<RequestOutput>& delivered);
+  /// The next step: now, after whatever else is due at this instant.
+  void next_step_after_end();
   void finish_request(std::int64_t slot, FinishReason reason);
   void request_done(const RequestRecord& rec);
   /// How an admitted request ends: the engine's max_tokens, the tokens it generates and why it
@@ -152,6 +166,9 @@ class Simulator {
   void report_progress();
 
   const Scenario& scenario_;
+  // The release checks EOS before the length limits (vLLM v0.20's check_stop): an EOS on the
+  // last token max_tokens allows is a "stop" (cache_only's plans; timed runs take the engine's).
+  bool stop_tokens_before_length_ = false;
   ServerAdmission admission_;
   RequestSource& source_;
   StepTimeFn step_time_;
@@ -187,6 +204,19 @@ class Simulator {
   std::int64_t step_ = 0;
   SimTimeNs step_start_ns_ = 0;
   StepView view_;
+  // Async scheduling: the steps in flight (at most two), oldest at async_head_.
+  struct AsyncStep {
+    SchedulerOutput out;
+    StepView view;
+    bool executed = false;  // it scheduled tokens (a forward pass)
+  };
+  bool async_ = false;
+  AsyncStep async_steps_[2];
+  int async_head_ = 0;
+  int async_count_ = 0;
+  SimTimeNs gpu_free_ns_ = 0;  // when the GPU finishes the last step launched
+  // Finished requests a step in flight may still list: kept until that step's end.
+  std::vector<std::unique_ptr<Request>> retired_;
   std::int64_t requests_done_ = 0;
 };
 

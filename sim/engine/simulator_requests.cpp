@@ -49,8 +49,11 @@ std::optional<Simulator::OutputPlan> Simulator::plan_outputs(const RequestSpec& 
   p.num_outputs =
       spec.stops_at_eos() ? std::min<std::int64_t>(*max_tokens, spec.output_tokens) : *max_tokens;
   // vLLM checks the length limits before EOS (v0.7.2 vllm/v1/core/scheduler.py:483-494): an EOS
-  // on the last token max_tokens or max_model_len allows is a "length".
-  p.reason = p.num_outputs == *max_tokens ? FinishReason::kLength : FinishReason::kStop;
+  // on the last token max_tokens or max_model_len allows is a "length"; v0.20 checks EOS first.
+  const bool eos_reached = spec.stops_at_eos() && p.num_outputs == spec.output_tokens;
+  p.reason = p.num_outputs < *max_tokens || (eos_reached && stop_tokens_before_length_)
+                 ? FinishReason::kStop
+                 : FinishReason::kLength;
   // An engine that can never serve it (a contiguous reservation larger than the pool) refuses it
   // too.
   const std::int64_t prompt = spec.num_prompt_tokens();
@@ -125,7 +128,8 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
                                                  static_cast<std::uint64_t>(slot)));
     }
   }
-  if (!step_in_flight_ && !schedule_queued_) {
+  // (Async: a busy engine is blocked on its oldest step, and sees arrivals when it ends.)
+  if (!step_in_flight_ && !schedule_queued_ && async_count_ == 0) {
     schedule_queued_ = true;
     engine_.schedule(engine_.now(), kPriorityScheduleStep, EventKind::kScheduleStep);
   }
@@ -194,8 +198,9 @@ void Simulator::on_client_timeout(std::int64_t payload) {
     }
     return;
   }
-  // vLLM's EngineCore takes aborts between steps: the step in flight ends first.
-  if (step_in_flight_) {
+  // vLLM's EngineCore takes aborts between steps: the step in flight (under async scheduling,
+  // the oldest of the batch queue) ends first.
+  if (step_in_flight_ || async_count_ > 0) {
     pending_aborts_.push_back(slot);
     return;
   }
@@ -225,7 +230,10 @@ RequestRecord Simulator::record_of(std::int64_t slot, FinishReason reason) const
 void Simulator::release_slot(std::int64_t slot, bool dropped) {
   Live& l = live_[static_cast<std::size_t>(slot)];
   if (dropped) source_.on_dropped(l.spec);
-  l.request.reset();
+  if (async_count_ > 0 && l.request)
+    retired_.push_back(std::move(l.request));  // a step in flight may still name it
+  else
+    l.request.reset();
   l.spec = RequestSpec{};
   l.client_gone = false;
   ++l.generation;  // a pending timeout of the request that held it no longer matches

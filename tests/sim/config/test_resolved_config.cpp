@@ -384,7 +384,9 @@ TEST_CASE("a scenario that sets no key resolves to every key of every section", 
   CHECK(keys_of(r["engine"]) == keys_of(kEngineKeys));
   CHECK(keys_of(r["hardware"]) == keys_of(kHardwareKeys));
   CHECK(keys_of(r["cache"]) == keys_of(kCacheKeys));
-  CHECK(keys_of(r["scheduler"]) == keys_of(kSchedulerKeys));
+  // (vllm-0.20's own scheduler keys are written only under that profile.)
+  CHECK(keys_of(r["scheduler"]) ==
+        keys_of(kSchedulerKeys, {"async_scheduling", "scheduler_reserve_full_isl"}));
   CHECK(keys_of(r["validate"]) == keys_of(kValidateKeys));
   CHECK(keys_of(r["outputs"]) == keys_of(kOutputsKeys));
   CHECK(keys_of(r["workload"]) == keys_of(kWorkloadKeys, {"trace"}));
@@ -553,6 +555,11 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
         {"workload.arrival.spacing_s", "0.01"},
         {"workload.eos_token_id", "5"},
         {"workload.stop_at_eos_fraction", "0.25"}}},
+      {"vllm-0.20-scheduler",
+       timed_base,
+       {{"engine.profile", "vllm-0.20"},
+        {"scheduler.async_scheduling", "false"},  // vLLM v0.20's defaults are true
+        {"scheduler.scheduler_reserve_full_isl", "false"}}},
       {"joint-lengths",
        "model: {config: " + kModel + "}\nworkload: {num_requests: 4}\n",
        {{"workload.lengths", "lens.csv", "", dir + "lens.csv"}}},

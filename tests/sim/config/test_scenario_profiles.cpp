@@ -109,7 +109,9 @@ TEST_CASE("a model's sliding window reaches the KV cache config", "[sim]") {
 
 TEST_CASE("random profile, threshold and window settings load or raise ConfigError", "[sim]") {
   const std::vector<std::pair<std::string, std::vector<std::string>>> axes = {
-      {"engine.profile", {"vllm-0.7.2", "vllm-0.8.5", "vllm-0.8", "''", "1"}},
+      {"engine.profile", {"vllm-0.7.2", "vllm-0.8.5", "vllm-0.20", "vllm-0.8", "''", "1"}},
+      {"scheduler.async_scheduling", {"true", "false", "1", "yes"}},
+      {"scheduler.scheduler_reserve_full_isl", {"true", "false", "~"}},
       {"scheduler.long_prefill_token_threshold", {"0", "1", "16", "-3", "abc", "1e12"}},
       {"model.sliding_window", {"1", "15", "16", "17", "4096", "0", "-1", "~"}},
       {"cache.block_size", {"1", "16", "32", "0"}},
@@ -124,7 +126,7 @@ TEST_CASE("random profile, threshold and window settings load or raise ConfigErr
       "workload: {num_requests: 4, prompt_tokens: 40, output_tokens: 4}\n";
   RngStream rng = make_stream(4242, "fuzz.profiles");
   int ok = 0, rejected = 0, v085 = 0;
-  for (int iter = 0; iter < 400; ++iter) {
+  for (int iter = 0; iter < 1000; ++iter) {
     std::vector<std::string> sets;
     for (const auto& [key, values] : axes)
       if (rng() % 2) sets.push_back(key + "=" + values[rng() % values.size()]);
@@ -143,4 +145,53 @@ TEST_CASE("random profile, threshold and window settings load or raise ConfigErr
   CHECK(ok > 50);
   CHECK(rejected > 50);
   CHECK(v085 > 10);
+}
+
+TEST_CASE("vllm-0.20's scheduler keys: on by default, refused by the older releases", "[sim]") {
+  // (A pool of 500 blocks holds one request of 4096 tokens: vLLM v0.20's start-up check.)
+  const std::string len = "scheduler.max_model_len=4096";
+  const Scenario s = parse(base("vllm-0.20"), {len});
+  CHECK(s.scheduler.async_scheduling);  // vLLM v0.20.1's engine defaults
+  CHECK(s.scheduler.scheduler_reserve_full_isl);
+  const std::string y = resolved_yaml(s);
+  CHECK_THAT(y, Catch::Contains("async_scheduling: true"));
+  CHECK_THAT(y, Catch::Contains("scheduler_reserve_full_isl: true"));
+  CHECK(resolved_yaml(parse(y)) == y);
+  const Scenario off = parse(base("vllm-0.20"), {len, "scheduler.async_scheduling=false",
+                                                 "scheduler.scheduler_reserve_full_isl=false"});
+  CHECK_FALSE(off.engine_params().scheduler.async_scheduling);
+  CHECK_FALSE(off.engine_params().scheduler.scheduler_reserve_full_isl);
+  // The older releases have neither key: absent from their resolved YAML, refused at the key.
+  for (const char* p : {"vllm-0.7.2", "vllm-0.8.5"}) {
+    INFO(p);
+    const std::string old = resolved_yaml(parse(base(p)));
+    CHECK_THAT(old, !Catch::Contains("async_scheduling"));
+    CHECK_THAT(old, !Catch::Contains("scheduler_reserve_full_isl"));
+    for (const char* key : {"scheduler.async_scheduling", "scheduler.scheduler_reserve_full_isl"}) {
+      const std::string e = error_of(base(p), {std::string(key) + "=false"});
+      CHECK_THAT(e, Catch::Contains(std::string(key) + ": " + p + " (vLLM's release) has no such"));
+    }
+  }
+  CHECK_THAT(error_of(base("vllm-0.20"), {len, "scheduler.async_scheduling=maybe"}),
+             Catch::Contains("async_scheduling"));
+  CHECK_THAT(error_of(base("vllm-0.20"), {len, "scheduler.async_schedulng=true"}),
+             Catch::Contains("did you mean 'async_scheduling'"));
+}
+
+TEST_CASE("vllm-0.20 runs a hybrid model with one KV cache group per attention type", "[sim]") {
+  // gpt-oss: alternating sliding-window (128) and full-attention layers, sliding window first.
+  const std::string len = "scheduler.max_model_len=2048";
+  const Scenario s = parse(base("vllm-0.20", "gpt-oss-20b"), {len});
+  const KVCacheConfig c = s.kv_cache_config();
+  REQUIRE(c.kv_cache_groups.size() == 2);
+  CHECK(c.kv_cache_groups[0].kind == KVGroupKind::kSlidingWindow);
+  CHECK(c.kv_cache_groups[0].sliding_window == 128);
+  CHECK(c.kv_cache_groups[1].kind == KVGroupKind::kFullAttention);
+  const auto engine = make_engine(s.engine_params());
+  CHECK(engine->num_kv_cache_groups() == 2);
+  // A one-type model keeps one group; the older releases manage one table whatever the model.
+  CHECK(parse(base("vllm-0.20"), {len}).kv_cache_config().kv_cache_groups.size() == 1);
+  CHECK(parse(base("vllm-0.8.5", "gpt-oss-20b")).kv_cache_config().kv_cache_groups.empty());
+  CHECK(make_engine(parse(base("vllm-0.8.5", "gpt-oss-20b")).engine_params())
+            ->num_kv_cache_groups() == 1);
 }

@@ -161,7 +161,8 @@ TEST_CASE("a misspelt profile is one line naming the valid ones", "[sim]") {
       kvsim::test::error_of([] { (void)load_scenario(kStudy, {"engine.profile=orca-maxx"}); });
   CHECK(msg.find("engine.profile: unknown value 'orca-maxx' (did you mean 'orca-max'?)") !=
         std::string::npos);
-  CHECK(msg.find("vllm-0.7.2, vllm-0.8.5, vllm-0.7.2-v0, orca-max, orca-pow2, orca-oracle") != std::string::npos);
+  CHECK(msg.find("vllm-0.7.2, vllm-0.8.5, vllm-0.20, vllm-0.7.2-v0, orca-max, orca-pow2, "
+                 "orca-oracle") != std::string::npos);
   CHECK(msg.find('\n') == std::string::npos);
 }
 
