@@ -30,9 +30,9 @@ constexpr std::string_view kAllAtOnceKeys[] = {"process"};
 // The `format:` names, in TraceConfig::Format's order.
 constexpr std::string_view kFormatNames[] = {"azure", "mooncake", "csv", "jsonl"};
 // Synthetic keys a trace workload must not have.
-constexpr std::string_view kSyntheticOnlyKeys[] = {
-    "arrival",  "prompt_tokens", "output_tokens", "lengths", "system_prompts",
-    "few_shot", "sessions",      "duration_s"};
+constexpr std::string_view kSyntheticOnlyKeys[] = {"arrival",  "prompt_tokens",  "output_tokens",
+                                                   "lengths",  "system_prompts", "few_shot",
+                                                   "sessions", "duration_s"};
 
 // ---- parsing ------------------------------------------------------------------------------------
 
@@ -325,6 +325,11 @@ WorkloadConfig parse_workload_config(const YAML::Node& workload, const YamlConte
   if (auto eos = get_optional_int(workload, "eos_token_id", ctx, 0,
                                   std::numeric_limits<std::int32_t>::max()))
     c.per_request.eos_token_id = static_cast<std::int32_t>(*eos);
+  c.per_request.n = get_int(workload, "n", ctx, 1, 1, 1024);
+  c.per_request.parallel_sampling =
+      get_choice(workload, "parallel_sampling", ctx, "fanout", {"fanout", "fork"}) == "fanout"
+          ? PerRequestConfig::ParallelSampling::kFanout
+          : PerRequestConfig::ParallelSampling::kFork;
   return c;
 }
 
@@ -336,6 +341,10 @@ YAML::Node workload_config_yaml(const WorkloadConfig& c) {
     write_synthetic(w, *c.synthetic());
   w["ignore_eos"] = c.per_request.ignore_eos;
   w["eos_token_id"] = optional_node(c.per_request.eos_token_id);
+  w["n"] = c.per_request.n;
+  w["parallel_sampling"] =
+      c.per_request.parallel_sampling == PerRequestConfig::ParallelSampling::kFanout ? "fanout"
+                                                                                     : "fork";
   return w;
 }
 

@@ -30,6 +30,16 @@
 //   sessions:                   optional multi-turn conversations
 //     {turns: DIST, think_time_s: DIST (default 0), user_tokens: DIST}
 //   ignore_eos: true, eos_token_id: (none)      per request, for both kinds of workload
+//   n: 1                        parallel sampling: each request asks for n samples (vLLM's
+//                               SamplingParams.n), each generating the request's output length
+//                               with tokens of its own; requests.csv has a row per sample,
+//                               request_id = the request's id * n + the sample's index
+//   parallel_sampling: fanout   fanout: n independent requests of the same prompt, queued in
+//                               sample order (what vLLM v0.7.2's V0 engine does, and v0.8.5's
+//                               V1; kvsim fans out under vllm-0.7.2 too, whose V1 ignored n) |
+//                               fork: one sequence group whose n - 1 children fork from the
+//                               first sample after the prompt, sharing its blocks with
+//                               copy-on-write (V0 engines before v0.7; vllm-0.7.2-v0 only)
 // DIST is a sim/workload/distribution.h form.
 //
 // workload: (trace, see sim/workload/trace_readers.h for the formats)
@@ -128,8 +138,11 @@ struct TraceConfig {
 
 /// The keys of `workload:` that apply to every request, whichever the source.
 struct PerRequestConfig {
+  enum class ParallelSampling : std::uint8_t { kFanout, kFork };
   bool ignore_eos = true;
   std::optional<std::int32_t> eos_token_id;
+  std::int64_t n = 1;  // samples per request
+  ParallelSampling parallel_sampling = ParallelSampling::kFanout;
 };
 
 /// The scenario's `workload:` section: a synthetic generator or a trace, and the per-request keys.
@@ -147,8 +160,9 @@ struct WorkloadConfig {
 
 /// The keys `workload:` accepts (synthetic and trace together).
 inline constexpr std::string_view kWorkloadKeys[] = {
-    "num_requests",   "duration_s", "arrival",  "prompt_tokens", "output_tokens", "lengths",
-    "system_prompts", "few_shot",   "sessions", "trace",         "ignore_eos",    "eos_token_id"};
+    "num_requests", "duration_s",     "arrival",  "prompt_tokens",    "output_tokens",
+    "lengths",      "system_prompts", "few_shot", "sessions",         "trace",
+    "ignore_eos",   "eos_token_id",   "n",        "parallel_sampling"};
 /// The keys of `workload.trace`.
 inline constexpr std::string_view kTraceKeys[] = {
     "format", "path", "time_scale", "max_requests", "hash_block_tokens", "prefix_tokens"};
