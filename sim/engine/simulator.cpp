@@ -6,6 +6,7 @@
 
 #include "core/common/assert.h"
 #include "core/engine_factory.h"
+#include "sim/engine/parallel_sampling.h"
 
 namespace kvsim {
 
@@ -17,6 +18,11 @@ struct Simulator::Live {
   SimTimeNs last_token_ns = -1;
   std::int64_t first_lookup_hit_tokens = 0;
   std::vector<Token> outputs;  // the tokens it will generate, made at admission
+  // Parallel sampling (sim/engine/parallel_sampling.h): the sample's index; in fork mode, sample
+  // 0's slots of the samples that fork from it, and theirs of sample 0 (-1: none).
+  std::int64_t sample = 0;
+  std::vector<std::int64_t> fork_children;
+  std::int64_t fork_parent = -1;
 };
 
 Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn step_time)
@@ -125,28 +131,54 @@ void Simulator::request_done(const RequestRecord& rec) {
   for (StepObserver* o : observers_) o->on_request_done(rec);
 }
 
+std::int64_t Simulator::add_live(RequestSpec spec, std::int64_t sample) {
+  std::int64_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<std::int64_t>(live_.size());
+    live_.emplace_back();
+    final_kv_tokens_.push_back(0);
+    request_ids_.push_back(0);
+  }
+  const auto s = static_cast<std::size_t>(slot);
+  Live& l = live_[s];
+  final_kv_tokens_[s] = spec.num_prompt_tokens() + final_output_tokens(spec) - 1;
+  request_ids_[s] = spec.id;
+  l.spec = std::move(spec);
+  l.request.reset();
+  l.first_scheduled_ns = l.first_token_ns = l.last_token_ns = -1;
+  l.first_lookup_hit_tokens = 0;
+  l.sample = sample;
+  l.fork_children.clear();
+  l.fork_parent = -1;
+  return slot;
+}
+
 void Simulator::on_arrival(std::int64_t pending_slot) {
   RequestSpec spec = std::move(pending_[static_cast<std::size_t>(pending_slot)]);
   free_pending_.push_back(pending_slot);
-  if (!reject_if_invalid(spec)) {
-    std::int64_t slot;
-    if (!free_slots_.empty()) {
-      slot = free_slots_.back();
-      free_slots_.pop_back();
-    } else {
-      slot = static_cast<std::int64_t>(live_.size());
-      live_.emplace_back();
-      final_kv_tokens_.push_back(0);
-      request_ids_.push_back(0);
+  const PerRequestConfig& pr = scenario_.workload.per_request;
+  const bool fork = pr.parallel_sampling == PerRequestConfig::ParallelSampling::kFork;
+  std::int64_t parent = -1;
+  for (std::int64_t i = 0; i < pr.n; ++i) {
+    // Sample i (parallel_sampling.h): the last one takes the spec, the others a copy.
+    RequestSpec sample;
+    if (i + 1 < pr.n)
+      sample = spec;
+    else
+      sample = std::move(spec);
+    sample.id = sample_request_id(sample.id, pr.n, i);
+    sample.output_seed = sample_output_seed(sample.output_seed, i);
+    if (reject_if_invalid(sample)) continue;
+    const std::int64_t slot = add_live(std::move(sample), i);
+    if (fork && i > 0 && parent >= 0) {
+      live_[static_cast<std::size_t>(slot)].fork_parent = parent;
+      live_[static_cast<std::size_t>(parent)].fork_children.push_back(slot);
+      continue;  // it enters the engine with its parent
     }
-    const auto s = static_cast<std::size_t>(slot);
-    Live& l = live_[s];
-    final_kv_tokens_[s] = spec.num_prompt_tokens() + final_output_tokens(spec) - 1;
-    request_ids_[s] = spec.id;
-    l.spec = std::move(spec);
-    l.request.reset();
-    l.first_scheduled_ns = l.first_token_ns = l.last_token_ns = -1;
-    l.first_lookup_hit_tokens = 0;
+    if (i == 0) parent = slot;
     unadmitted_.push_back(slot);  // the scheduler's waiting queue gets it in admit_waiting()
   }
   if (!step_in_flight_ && !schedule_queued_) {
@@ -155,7 +187,7 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
   }
 }
 
-void Simulator::admit(std::int64_t slot) {
+void Simulator::make_request(std::int64_t slot) {
   const auto s = static_cast<std::size_t>(slot);
   Live& l = live_[s];
   RequestSpec& spec = l.spec;
@@ -171,7 +203,24 @@ void Simulator::admit(std::int64_t slot) {
   // Size the per-request tables once: the step loop then never grows them.
   core_->reserve_request(*l.request, final_kv_tokens_[s] + 1);
   spec.prompt.clear();
-  core_->add_request(*l.request);
+}
+
+void Simulator::admit(std::int64_t slot) {
+  make_request(slot);
+  Live& l = live_[static_cast<std::size_t>(slot)];
+  if (l.fork_children.empty()) {
+    core_->add_request(*l.request);
+    return;
+  }
+  // Fork mode: the children's first tokens come with their parent's first one.
+  fork_requests_.clear();
+  for (std::int64_t c : l.fork_children) {
+    make_request(c);
+    Live& child = live_[static_cast<std::size_t>(c)];
+    child.request->sampled_token = child.outputs.front();
+    fork_requests_.push_back(child.request.get());
+  }
+  core_->add_forking_request(*l.request, fork_requests_);
 }
 
 void Simulator::admit_waiting() {
@@ -213,9 +262,14 @@ void Simulator::start_step() {
   EngineCore& eng = *core_;
   admit_waiting();
   if (eng.num_unfinished_requests() == 0) return;
-  eng.schedule(out_);
+  schedule_engine();
   if (out_.scheduled.empty()) {
     KVSIM_ASSERT(eng.running().empty(), "running requests but nothing scheduled");
+    if (!out_.ignored.empty()) {  // the engine dropped what it can never run: try again now
+      schedule_queued_ = true;
+      engine_.schedule(engine_.now(), kPriorityScheduleStep, EventKind::kScheduleStep);
+      return;
+    }
     fail_cannot_fit(*eng.first_waiting());
   }
   const SimTimeNs now = engine_.now();
@@ -239,6 +293,10 @@ void Simulator::start_step() {
     if (l.first_scheduled_ns < 0) {
       l.first_scheduled_ns = now;
       l.first_lookup_hit_tokens = sr.num_computed_tokens;
+      for (std::int64_t c : l.fork_children) {  // forks share their parent's prompt pass
+        live_[static_cast<std::size_t>(c)].first_scheduled_ns = now;
+        live_[static_cast<std::size_t>(c)].first_lookup_hit_tokens = sr.num_computed_tokens;
+      }
     }
     const bool decode = sr.num_tokens == 1 && r.num_output_tokens() > 0 &&
                         sr.num_computed_tokens == r.num_tokens() - 1;
@@ -326,8 +384,11 @@ void Simulator::finish_request(std::int64_t slot, FinishReason reason) {
   std::vector<Token> toks = r.take_token_ids();
   toks.resize(num_prompt);
   l.spec.prompt = std::move(toks);
-  std::optional<RequestSpec> follow = source_.on_finished(
-      l.spec, engine_.now(), std::span<const Token>(l.outputs).first(num_outputs));
+  // A session goes on from its request's first sample only.
+  std::optional<RequestSpec> follow =
+      l.sample > 0 ? std::nullopt
+                   : source_.on_finished(l.spec, engine_.now(),
+                                         std::span<const Token>(l.outputs).first(num_outputs));
   l.request.reset();
   l.spec = RequestSpec{};
   free_slots_.push_back(slot);

@@ -92,9 +92,16 @@ class Simulator {
   void queue_arrival(RequestSpec spec, bool open_loop);
   void pull_next_open_loop();
   void on_arrival(std::int64_t pending_slot);
-  /// Makes the request of live slot `slot` (its prompt's tokens too) and appends it to the
-  /// scheduler's waiting queue.
+  /// A live slot for `spec` (sample `sample` of its request).
+  std::int64_t add_live(RequestSpec spec, std::int64_t sample);
+  /// Makes the Request of live slot `slot` (its prompt's tokens too).
+  void make_request(std::int64_t slot);
+  /// Makes the request of live slot `slot` (and of the samples that fork from it) and appends it
+  /// to the scheduler's waiting queue.
   void admit(std::int64_t slot);
+  /// EngineCore::schedule into out_, then the requests the engine ignored are finished; an
+  /// engine that aborts ends the run (RunError naming the step, the request and the pool).
+  void schedule_engine();
   /// Admits arrivals, in order, until the waiting queue holds every request schedule() may look at.
   void admit_waiting();
   /// Waiting requests: the scheduler's and those not yet admitted.
@@ -130,6 +137,7 @@ class Simulator {
   SchedulerOutput out_;
   std::vector<RequestOutput> outputs_;
   std::vector<SimTimeNs> prev_token_ns_;
+  std::vector<Request*> fork_requests_;  // scratch of admit()
 
   std::vector<Live> live_;  // by slot = Request::index()
   std::vector<std::int64_t> free_slots_;
