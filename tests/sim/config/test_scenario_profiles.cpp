@@ -109,7 +109,7 @@ TEST_CASE("a model's sliding window reaches the KV cache config", "[sim]") {
 
 TEST_CASE("random profile, threshold and window settings load or raise ConfigError", "[sim]") {
   const std::vector<std::pair<std::string, std::vector<std::string>>> axes = {
-      {"engine.profile", {"vllm-0.7.2", "vllm-0.8.5", "vllm-0.8", "''", "1"}},
+      {"engine.profile", {"vllm-0.7.2", "vllm-0.8.5", "vllm-0.8", "''", "1", "vllm-0.7.2-v0"}},
       {"scheduler.long_prefill_token_threshold", {"0", "1", "16", "-3", "abc", "1e12"}},
       {"model.sliding_window", {"1", "15", "16", "17", "4096", "0", "-1", "~"}},
       {"cache.block_size", {"1", "16", "32", "0"}},
@@ -122,12 +122,23 @@ TEST_CASE("random profile, threshold and window settings load or raise ConfigErr
       "1000}\n"
       "cache: {num_gpu_blocks_override: 64}\n"
       "workload: {num_requests: 4, prompt_tokens: 40, output_tokens: 4}\n";
+  // The V0 keys, each drawn one time in four (any other profile refuses most of their values).
+  const std::vector<std::pair<std::string, std::vector<std::string>>> v0_axes = {
+      {"scheduler.preemption_mode", {"swap", "recompute", "~", "swapp"}},
+      {"scheduler.enable_chunked_prefill", {"true", "false", "~"}},
+      {"scheduler.scheduling_policy", {"fcfs", "priority"}},
+      {"cache.swap_space", {"4", "0", "0.25", "-1"}},
+      {"workload.parallel_sampling", {"fanout", "fork"}},
+      {"workload.n", {"1", "2", "0"}},
+  };
   RngStream rng = make_stream(4242, "fuzz.profiles");
-  int ok = 0, rejected = 0, v085 = 0;
-  for (int iter = 0; iter < 400; ++iter) {
+  int ok = 0, rejected = 0, v085 = 0, v0 = 0;
+  for (int iter = 0; iter < 800; ++iter) {
     std::vector<std::string> sets;
     for (const auto& [key, values] : axes)
       if (rng() % 2) sets.push_back(key + "=" + values[rng() % values.size()]);
+    for (const auto& [key, values] : v0_axes)
+      if (rng() % 4 == 0) sets.push_back(key + "=" + values[rng() % values.size()]);
     INFO("seed 4242 iteration " << iter << ": " << (sets.empty() ? "" : sets[0]));
     try {
       const Scenario s = parse(text, sets);
@@ -135,6 +146,7 @@ TEST_CASE("random profile, threshold and window settings load or raise ConfigErr
       const auto engine = make_engine(s.engine_params());
       CHECK(engine->profile() == s.engine.profile);
       v085 += s.engine.profile == Profile::kVllm085;
+      v0 += s.engine.profile == Profile::kVllm072V0;
       ++ok;
     } catch (const ConfigError&) {
       ++rejected;
@@ -143,4 +155,5 @@ TEST_CASE("random profile, threshold and window settings load or raise ConfigErr
   CHECK(ok > 50);
   CHECK(rejected > 50);
   CHECK(v085 > 10);
+  CHECK(v0 > 5);
 }

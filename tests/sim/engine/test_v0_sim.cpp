@@ -364,3 +364,44 @@ TEST_CASE("V0-only settings: refused elsewhere at their line and column, checked
   CHECK(load_scenario((tmp.path / "c.yaml").string(), {"scheduler.preemption_mode=~"})
             .num_cpu_blocks == 0);
 }
+
+TEST_CASE("every shipped scenario runs under vllm-0.7.2-v0 with its invariants checked", "[sim]") {
+  // Synthetic, trace, timed and cache_only scenarios: capped at 40 requests, the V0 engine (with
+  // chunked prefill on, which most shipped batch sizes need under V0) walks its invariants after
+  // every step, and every request ends in requests.csv.
+  const fs::path src(KVSIM_SOURCE_DIR);
+  std::vector<fs::path> scenarios;
+  for (const char* d : {"scenarios", "scenarios/regression"})
+    for (const auto& e : fs::directory_iterator(src / d))
+      if (e.path().extension() == ".yaml") scenarios.push_back(e.path());
+  std::sort(scenarios.begin(), scenarios.end());
+  REQUIRE(scenarios.size() >= 12);
+  const TempDir tmp("v0-shipped");
+  int timed = 0, cache_only = 0, traces = 0;
+  for (const fs::path& path : scenarios) {
+    INFO(path.string());
+    const YAML::Node w = load_yaml_file(path.string())["workload"];
+    const bool trace = has_key(w, "trace");
+    std::vector<std::string> sets = {
+        "engine.profile=vllm-0.7.2-v0", "scheduler.enable_chunked_prefill=true",
+        trace ? "workload.trace.max_requests=40" : "workload.num_requests=40"};
+    if (has_key(w, "sessions")) sets.push_back("workload.sessions.turns=1");
+    const Scenario s = load_scenario(path.string(), sets);
+    REQUIRE(s.engine.profile == Profile::kVllm072V0);
+    RunOptions options;
+    options.check_invariants = true;
+    const fs::path dir = run_scenario(s, tmp.path / path.stem(), options).folder;
+    const nlohmann::json j = read_json(dir / "summary.json");
+    const std::int64_t rows = static_cast<std::int64_t>(read_csv(dir / "requests.csv").rows.size());
+    CHECK(rows == j["completed"].get<std::int64_t>() + j["rejected"].get<std::int64_t>() +
+                      j["ignored"].get<std::int64_t>());
+    CHECK(rows >= 40);
+    CHECK(j.contains("num_cpu_blocks"));
+    const bool co = s.engine.mode == EngineConfig::Mode::kCacheOnly;
+    (co ? cache_only : timed) += 1;
+    traces += trace;
+  }
+  CHECK(timed >= 8);
+  CHECK(cache_only >= 2);
+  CHECK(traces >= 3);
+}
