@@ -490,7 +490,7 @@ def engine_timelines(runs, out, formats, max_points):
     fig.legend(h, lab, loc="lower center", ncol=1, frameon=False, fontsize=8,
                bbox_to_anchor=(0.5, 0.0))
     fig.suptitle("Engines over time: queues, KV usage, preemptions, memory saved by sharing")
-    save(fig, out, "engine_timelines", formats, rect=(0, 0.025 * len(lab) + 0.01, 1, 1))
+    save(fig, out, "engine_timelines", formats, rect=(0, 0.018 * len(lab) + 0.005, 1, 1))
     return Figure("engine_timelines", "Queues, usage, preemptions and sharing over time",
                   "Waiting and swapped queues, GPU KV usage, cumulative preemptions and the KV "
                   "memory saved by sharing (0 for runs that do not measure it), one line per run")

@@ -295,7 +295,8 @@ def v0_swap_sharing(run, out, formats, max_points):
                  "(run: %.1f%%)" % (100 * s.get("kv_sharing_saved_share", 0.0)),
                  loc="left", fontsize=10)
     axes[-1].set_xlabel(xlabel)
-    fig.suptitle("%s: swapping, copy-on-write and sharing (vLLM V0)%s" % (run.label, _note(steps)))
+    fig.suptitle("Swapping, copy-on-write and sharing (vLLM V0)%s\n%s" % (_note(steps), run.label),
+                 fontsize=11)
     save(fig, out, "v0_swap_sharing", formats)
     return Figure("v0_swap_sharing", "Swapping and sharing (vLLM V0)",
                   "Queues with the swapped one, GPU and CPU pool usage, cumulative swaps, "

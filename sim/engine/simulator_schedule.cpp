@@ -17,12 +17,14 @@ void Simulator::schedule_engine() {
         r && static_cast<std::size_t>(r->index()) < request_ids_.size()
             ? fmt::format("request {}", request_ids_[static_cast<std::size_t>(r->index())])
             : std::string("a request");
+    const bool fork = scenario_.workload.per_request.parallel_sampling ==
+                      PerRequestConfig::ParallelSampling::kFork;
     throw RunError(fmt::format(
         "step {}: {}: the engine aborted as vLLM's does: {}; cache.swap_space {} GiB = {} CPU "
-        "blocks of {} tokens (scheduler.on_swap_space_exhausted: recompute would recompute a "
-        "one-sequence victim instead)",
+        "blocks of {} tokens{}",
         step_, who, e.what(), scenario_.cache.swap_space, scenario_.num_cpu_blocks,
-        scenario_.cache.sizing.block_size));
+        scenario_.cache.sizing.block_size,
+        fork ? "" : " (scheduler.on_swap_space_exhausted: recompute would recompute the victim)"));
   }
   for (Request* r : out_.ignored) finish_request(r->index(), FinishReason::kIgnored);
 }
