@@ -160,8 +160,8 @@ void Scheduler::schedule(SchedulerOutput& out) {
     result = &schedule();
   } catch (const VllmError& e) {
     // vLLM's engine dies here (spec §0.1): the caller gets the victim and the pool.
-    const Request* victim = swap_victim_ ? swap_victim_->request : nullptr;
-    throw EngineAborted(swap_space_message(e.what(), bm_), victim);
+    if (!swap_victim_) throw EngineAborted(e.what(), nullptr);
+    throw EngineAborted(swap_space_message(e.what(), bm_), swap_victim_->request);
   }
   const SchedulerOutputs& so = *result;
   for (const ScheduledSeqGroup& s : so.scheduled) {
@@ -227,11 +227,17 @@ void Scheduler::update_from_output(std::vector<RequestOutput>& outputs) {
       set_group_of(r, nullptr);
     }
   }
+  // The sequences of this step: those still running and those that finished in it (a sequence
+  // that finished before may belong to a Request the caller has dropped).
+  const auto sync = [](const Sequence& q) {
+    q.request()->num_scheduled_tokens = 0;
+    q.request()->num_computed_tokens = q.num_computed_tokens();
+  };
   for (const ScheduledSeqGroup& s : out_.scheduled)
-    for (Sequence* q : s.group->seqs()) {
-      q->request()->num_scheduled_tokens = 0;
-      q->request()->num_computed_tokens = q->num_computed_tokens();
-    }
+    for (const Sequence* q : s.group->seqs())
+      if (q->status == SeqStatus::kRunning) sync(*q);
+  for (const SampleOutput& o : step_out_.outputs)
+    if (o.seq->is_finished()) sync(*o.seq);
   for (SequenceGroup* g : step_out_.finished) retire_group(*g);
   refresh_running_requests();
 }
