@@ -194,12 +194,14 @@ TEST_CASE("fanout gives every sample its own row and tokens, under V0 and V1", "
 
 TEST_CASE("a swap adds exactly blocks x page bytes / host link bandwidth to its step", "[sim]") {
   const TempDir tmp("v0-swap-latency");
-  const fs::path dir = run(
-      tmp, scenario("{block_size: 16, num_gpu_blocks_override: 40, enable_prefix_caching: false}",
-                    "{max_num_seqs: 16, max_num_batched_tokens: 2048, max_model_len: 2048, "
-                    "preemption_mode: swap}",
-                    "{arrival: {process: all_at_once}, num_requests: 8, prompt_tokens: 100, "
-                    "output_tokens: 200}"));
+  const fs::path dir =
+      run(tmp,
+          scenario("{block_size: 16, num_gpu_blocks_override: 40, enable_prefix_caching: false}",
+                   "{max_num_seqs: 16, max_num_batched_tokens: 2048, max_model_len: 2048, "
+                   "preemption_mode: swap}",
+                   "{arrival: {process: all_at_once}, num_requests: 8, prompt_tokens: 100, "
+                   "output_tokens: 200}"),
+          {"outputs.metrics_prom=true"});
   const double page = 28672.0 * 16;  // Qwen2-1.5B: 28 layers x 2 KV heads x 128 x 2 (K, V) x 2 B
   const BlockMoveCost cost{page, 64e9, 3.35e12};
   CHECK(cost.time_ns(1, 0) == 7168);  // 458,752 B over 64 GB/s
@@ -236,6 +238,14 @@ TEST_CASE("a swap adds exactly blocks x page bytes / host link bandwidth to its 
   // 4 GiB of swap space in blocks of 458,752 bytes.
   CHECK(s["num_cpu_blocks"] == (std::int64_t{4} << 30) / 458752);
   CHECK(s["completed"] == 8);
+  // vLLM V0's Prometheus names, with the values at the end of the run (nothing swapped left).
+  const std::string prom = slurp(dir / "metrics.prom");
+  CHECK_THAT(prom, Catch::Contains("# TYPE vllm:num_requests_swapped gauge\n"
+                                   "vllm:num_requests_swapped{model_name=\"qwen2-1.5b\"} 0\n"));
+  CHECK_THAT(prom, Catch::Contains("vllm:cpu_cache_usage_perc{model_name=\"qwen2-1.5b\"} 0\n"));
+  CHECK_THAT(prom,
+             Catch::Contains("vllm:num_preemptions_total{model_name=\"qwen2-1.5b\"} " +
+                             std::to_string(s["num_preemptions"].get<std::int64_t>()) + "\n"));
 }
 
 TEST_CASE("a swap the CPU pool cannot hold ends the run with one line and no run folder", "[sim]") {
