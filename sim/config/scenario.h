@@ -19,7 +19,8 @@
 //              (ModelConfig, sim/config/model_config.h). Its sliding_window reaches the engine
 //              (vllm-0.8.5 manages it; vllm-0.7.2 ignores it).
 //   hardware:  gpu [H100-80GB], tensor_parallel_size [1], gpu_memory_bytes, peak_flops_per_s,
-//              hbm_bytes_per_s (HardwareConfig, sim/config/hardware.h)
+//              hbm_bytes_per_s, host_link_bytes_per_s (PCIe, one direction: vllm-0.7.2-v0's
+//              swaps) (HardwareConfig, sim/config/hardware.h)
 //   cache:     block_size [16], gpu_memory_utilization [0.9], kv_cache_memory_bytes,
 //              num_gpu_blocks_override, capacity_tokens (num_gpu_blocks = capacity / block_size;
 //              not with the override), activation_reserve_bytes [2 GiB], cache_dtype [auto],
@@ -38,8 +39,10 @@
 //              on_swap_space_exhausted [abort: as vLLM, the run ends with an error naming the
 //              step, the request and the CPU pool; exit 1] | recompute (not vLLM: a
 //              one-sequence victim is recomputed instead)
-//              (SchedulerConfig of core/common/engine_config.h, scenario_sections.h)
-//   workload:  synthetic generator or trace; required (WorkloadConfig,
+//              (SchedulerConfig of core/common/engine_config.h; the V0 keys: V0SchedulerConfig,
+//              scenario_sections.h)
+//   workload:  synthetic generator or trace; required; n [1] and parallel_sampling [fanout] |
+//              fork (vllm-0.7.2-v0 only; timed mode) (WorkloadConfig,
 //              sim/workload/workload_config.h)
 //   latency:   [roofline]; read in timed mode only, validated in both (LatencyConfig,
 //              sim/config/latency_config.h)
