@@ -118,6 +118,11 @@ TEST_CASE("fork mode shares the prompt's blocks: the saved share of a tiny case 
   }
   CHECK(steps.i64(0, "num_scheduled") == 1);  // the prompt, once for all three
   CHECK(steps.i64(1, "decode_tokens") == 3);
+  // The copies lengthen their step: each reads and writes one block of 4 tokens x 28,672 bytes
+  // at the H100's 3.35 TB/s, 2 x 2 x 114,688 B / 3.35e12 B/s = 136.9 ns on the 1 ms step.
+  CHECK(steps.str(0, "duration_ms") == "1.000000");
+  CHECK(steps.str(1, "duration_ms") == "1.000137");  // 1,000,137 ns
+  CHECK(steps.str(2, "duration_ms") == "1.000000");
   const nlohmann::json s = read_json(dir / "summary.json");
   CHECK(s["kv_sharing_saved_share"].get<double>() == 0.5);
   CHECK(s["num_cow_copies"] == 2);
