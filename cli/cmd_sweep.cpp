@@ -1,7 +1,8 @@
 // kvsim sweep SCENARIO.yaml [-o DIR] [--jobs N | --emit-jobs FILE] [--set k=v ...] [--seed N]
-//   Expands the scenario's `sweep:` grid (cartesian product, first key slowest) into one run per
-//   point, DIR/<name>/<key>=<value>,.../, run by N local `kvsim run` processes (fork/exec of
-//   /proc/self/exe), then merges them into DIR/<name>/sweep.csv. With --emit-jobs, writes one
+//   Expands the scenario's `sweep:` grid (cartesian product, first key slowest; or its list of
+//   points, in order) into one run per point, DIR/<name>/<key>=<value>,.../, run by N local
+//   `kvsim run` processes (fork/exec of /proc/self/exe), then merges them into
+//   DIR/<name>/sweep.csv. With --emit-jobs, writes one
 //   `kvsim run ...` command per line instead (for GNU parallel or a Slurm array) and runs nothing.
 // kvsim merge SWEEP_DIR [-o FILE]
 //   One row per run folder of a sweep (the swept keys, parsed from the folder names, then the

@@ -58,4 +58,8 @@ std::string profile_names() {
 
 void EngineCore::check_invariants() const { KVSIM_ASSERT_NO_VIOLATION(find_violation()); }
 
+void EngineCore::add_forking_request(Request& /*parent*/, std::span<Request* const> /*children*/) {
+  KVSIM_ASSERT(false, "add_forking_request: this engine family has no forks");
+}
+
 }  // namespace kvsim

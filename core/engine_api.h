@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -98,9 +99,12 @@ struct SchedulerOutput {
   /// Requests finished without running (FINISHED_IGNORED: prompt over the limit, or a prompt or
   /// swapped request that can never fit the pool), in vLLM's order. Not in `finished` (vLLM does
   /// not list them there); their status is kFinishedLengthCapped (vLLM's finish reason "length").
+  /// (Requests that forked from it, or were to, are listed too.)
   std::vector<Request*> ignored;
-  std::int32_t num_swapped_out =
-      0;  // of `preempted`, how many went to the CPU (the rest recompute)
+  /// Of `preempted`, how many went to the CPU (the rest recompute). A forked group of several
+  /// sequences is preempted as one: it is listed once, by its first request, as vLLM counts
+  /// preemptions by group (the other requests of the group are preempted with it).
+  std::int32_t num_swapped_out = 0;
 };
 
 /// One generated token (vLLM's EngineCoreOutput), produced by update_from_output.
@@ -138,6 +142,24 @@ struct KVPoolStats {
   // ---- vLLM V0 only (0 for the other families): the CPU swap space ----
   std::int64_t num_cpu_blocks = 0;
   std::int64_t num_free_cpu_blocks = 0;
+  /// The GPU blocks the running sequences' block tables hold, a block shared by k tables counted
+  /// k times: what the pool would need without sharing (forks, prefix hits). The blocks in use
+  /// are num_blocks - num_free_blocks.
+  std::int64_t num_table_blocks = 0;
+};
+
+/// The engine stopped as the real one does on a condition it cannot recover from (vLLM V0: a
+/// preemption by swap that the CPU swap space cannot hold, "Aborted due to the lack of CPU swap
+/// space"). The engine must not be used afterwards.
+class EngineAborted : public std::runtime_error {
+ public:
+  EngineAborted(const std::string& message, const Request* request)
+      : std::runtime_error(message), request_(request) {}
+  /// The request being handled when it failed (a preemption's victim), or nullptr.
+  const Request* request() const { return request_; }
+
+ private:
+  const Request* request_;
 };
 
 class EngineCore {
@@ -156,6 +178,17 @@ class EngineCore {
   virtual void update_from_output(std::vector<RequestOutput>& outputs) = 0;
   /// vLLM's finish_requests(id, FINISHED_ABORTED) for one live request; false if it is not live.
   virtual bool abort_request(Request& request) = 0;
+
+  /// Whether add_forking_request is available (vLLM V0).
+  virtual bool supports_forking() const { return false; }
+  /// Parallel sampling by forking, as vLLM V0 engines before v0.7 did it: queues `parent` as
+  /// add_request does, as a group that holds seats for 1 + children.size() sequences; when the
+  /// parent samples its first token, each child (a Request with the parent's prompt and no
+  /// output, owned by the caller like the parent) joins the group as a fork sharing the parent's
+  /// blocks (copy-on-write), with its `sampled_token` (set by the caller beforehand) as its first
+  /// token. From then on each child is scheduled, reported and finished as a request of its own;
+  /// aborting the parent aborts them all. Precondition: supports_forking().
+  virtual void add_forking_request(Request& parent, std::span<Request* const> children);
 
   /// cache_only studies (no scheduler, no time): looks the prompt up in the prefix cache with the
   /// scheduler's rules, allocates and caches the rest (as much as fits), then frees it all.

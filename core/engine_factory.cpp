@@ -41,9 +41,37 @@ std::unique_ptr<EngineCore> make_engine(const EngineParams& params) {
   return nullptr;
 }
 
+namespace {
+
+/// A V0-only setting given to another family (an explicit value other than what that family
+/// does), or nullopt. `engine` says which engine the release runs, `chunks` whether it chunks
+/// prefills.
+std::optional<SettingError> check_no_v0_settings(const EngineParams& params, const char* engine,
+                                                 bool chunks) {
+  const std::string release = std::string(profile_name(params.profile)) + " (" + engine + ")";
+  const v0::V0Options& o = params.v0;
+  if (o.swap_space_gib != v0::V0Options{}.swap_space_gib)
+    return SettingError{"cache.swap_space", release + " has no CPU swap space"};
+  if (o.preemption_mode)
+    return SettingError{"scheduler.preemption_mode",
+                        release + " has no such setting (it preempts by recompute only)"};
+  if (o.enable_chunked_prefill && *o.enable_chunked_prefill != chunks)
+    return SettingError{"scheduler.enable_chunked_prefill",
+                        release + (chunks ? " always chunks prefills" : " never chunks prefills")};
+  if (o.policy != v0::SchedulingPolicy::kFcfs)
+    return SettingError{"scheduler.scheduling_policy",
+                        release + " schedules first come, first served only"};
+  if (o.on_swap_space_exhausted != v0::SwapSpaceExhausted::kAbort)
+    return SettingError{"scheduler.on_swap_space_exhausted", release + " never swaps"};
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<SettingError> check_engine_params(const EngineParams& params) {
   switch (profile_info(params.profile).family) {
     case EngineFamily::kV1: {
+      if (auto bad = check_no_v0_settings(params, "vLLM's V1 engine", true)) return bad;
       const V1Policy& policy = v1_policy(params.profile);
       const std::string release = profile_name(params.profile);
       if (params.scheduler.long_prefill_token_threshold > 0 && !policy.long_prefill_token_threshold)
@@ -90,10 +118,24 @@ std::optional<SettingError> check_engine_params(const EngineParams& params) {
       if (params.scheduler.num_lookahead_tokens > 0)
         return SettingError{"scheduler.num_lookahead_tokens",
                             release + " (vLLM's V0 engine) has no such setting"};
+      // SchedulerConfig._verify_args, and the chunk-size check vLLM makes at the first chunk.
+      const v0::V0Config c = v0::make_v0_config(params.scheduler, params.cache, params.v0);
+      if (std::string e = v0::v0_config_error(c); !e.empty())
+        return SettingError{"scheduler.max_num_batched_tokens", "vLLM raises ValueError: " + e};
+      if (c.enable_chunked_prefill && c.enable_prefix_caching &&
+          c.max_num_batched_tokens % c.block_size != 0)
+        return SettingError{
+            "scheduler.max_num_batched_tokens",
+            "vLLM raises ValueError: When enabling chunked prefill and prefix caching, "
+            "max_num_batched_tokens (chunk size) must be dividable by block size, but got "
+            "chunk_size (" +
+                std::to_string(c.max_num_batched_tokens) + ") % block_size (" +
+                std::to_string(c.block_size) +
+                ") = " + std::to_string(c.max_num_batched_tokens % c.block_size)};
       return std::nullopt;
     }
     case EngineFamily::kContiguous:
-      return std::nullopt;
+      return check_no_v0_settings(params, "an Orca-style contiguous engine", false);
   }
   return std::nullopt;
 }

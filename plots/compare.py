@@ -280,6 +280,8 @@ def sweep_heatmaps(sweep, out, formats, axes_keys=None):
     if len(sweep.keys) < 2:
         raise Skipped("sweep %s varies %d key(s); a heatmap needs two" % (sweep.name,
                                                                            len(sweep.keys)))
+    if not sweep.is_grid:
+        raise Skipped("sweep %s lists its points (not a grid of its keys)" % sweep.name)
     if axes_keys:
         ka, kb = _find_key(sweep, axes_keys[0]), _find_key(sweep, axes_keys[1])
         if ka == kb:
@@ -446,3 +448,109 @@ def metrics_bars(runs, out, formats):
     save(fig, out, "metrics_bars", formats)
     return Figure("metrics_bars", "Headline metrics per run",
                   "Hit rate, KV usage, preemptions, TTFT and TPOT, one bar per run" + note)
+
+
+def _is_v0(run):
+    return "num_preemptions_swap" in run.summary
+
+
+def engine_timelines(runs, out, formats, max_points):
+    """vLLM V0 against V1 (or any runs with a V0 one): the waiting and swapped queues, GPU KV usage,
+    cumulative preemptions and the KV memory saved by sharing over time, one line per run."""
+    rs = [r for r in runs if r.path and r.steps(max_points) is not None]
+    if len(rs) < 2 or not any(_is_v0(r) for r in rs):
+        raise Skipped("needs two runs with a steps.csv, one of them vLLM V0 (vllm-0.7.2-v0)")
+    from single_run import sharing_share
+
+    rs = rs[:MAX_TIMELINE_LINES]
+    panels = [("num_waiting", "waiting requests"), ("num_swapped", "swapped requests (CPU)"),
+              ("kv_cache_usage_perc", "GPU KV cache usage"),
+              ("cum_preemptions", "preemptions (cumulative)"),
+              ("sharing", "KV memory saved by sharing")]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 11), sharex=True)
+    for r, color in zip(rs, colors(len(rs))):
+        st = r.steps(max_points)
+        x = st["time_s"]
+        for ax, (col, _) in zip(axes, panels):
+            if col == "sharing":
+                y = sharing_share(st) if st.get("v0") else np.zeros_like(x)
+            elif col in st:
+                y = st[col]
+            else:  # a V1 run has no swapped queue
+                y = np.zeros_like(x)
+            ax.plot(x, y, color=color, lw=1.2, label=r.label)
+    for ax, (col, name) in zip(axes, panels):
+        ax.set_ylabel(name, fontsize=9)
+        ax.set_ylim(bottom=0)
+        if col in ("kv_cache_usage_perc", "sharing"):
+            percent_axis(ax)
+        else:
+            ax.yaxis.set_major_formatter(thousands)
+    axes[-1].set_xlabel("simulated time (s)")
+    h, lab = axes[0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=1, frameon=False, fontsize=8,
+               bbox_to_anchor=(0.5, 0.0))
+    fig.suptitle("Engines over time: queues, KV usage, preemptions, memory saved by sharing")
+    save(fig, out, "engine_timelines", formats, rect=(0, 0.018 * len(lab) + 0.005, 1, 1))
+    return Figure("engine_timelines", "Queues, usage, preemptions and sharing over time",
+                  "Waiting and swapped queues, GPU KV usage, cumulative preemptions and the KV "
+                  "memory saved by sharing (0 for runs that do not measure it), one line per run")
+
+
+ENGINE_BARS = [
+    ("preemptions", "preemptions: by swap / by recompute", "%d", 1.0),
+    ("kv_sharing_saved_share", "KV memory saved by sharing", "%.1f%%", 100.0),
+    ("swapped_gib", "swapped out + in (GiB over the host link)", "%.1f", 1.0),
+    ("num_cow_copies", "copy-on-write block copies", "%d", 1.0),
+    ("mean_ttft_ms", "TTFT mean (ms)", "%.0f", 1.0),
+    ("mean_tpot_ms", "TPOT mean (ms)", "%.1f", 1.0),
+]
+
+
+def engine_bars(runs, out, formats):
+    """One panel per figure a V0-against-V1 comparison is about, one bar per run: preemptions split
+    by mode (V1's are all recompute), KV memory saved by sharing, bytes swapped, copy-on-write
+    copies, mean TTFT and TPOT."""
+    rs = [r for r in runs if "num_preemptions" in r.summary]
+    if len(rs) < 2 or not any(_is_v0(r) for r in rs):
+        raise Skipped("needs two runs, one of them vLLM V0 (vllm-0.7.2-v0)")
+    rs = rs[:MAX_BAR_RUNS]
+    y = np.arange(len(rs))[::-1]
+    palette = colors(len(rs))
+    label_w = max(len(r.label) for r in rs)
+    fig, axes = plt.subplots(2, 3, squeeze=False, sharey=True,
+                             figsize=(10 + 0.07 * label_w, 1.4 + 2 * (0.5 + 0.3 * len(rs))))
+    for ax, (key, name, fmt, scale) in zip(axes.flat, ENGINE_BARS):
+        if key == "preemptions":
+            swap = [float(r.summary.get("num_preemptions_swap", 0)) for r in rs]
+            total = [float(r.summary["num_preemptions"]) for r in rs]
+            rec = [t - s for t, s in zip(total, swap)]
+            ax.barh(y, swap, color="#9467bd", height=0.7, label="by swap")
+            ax.barh(y, rec, left=swap, color="#ff7f0e", height=0.7, label="by recompute")
+            top = max(total) if max(total) > 0 else 1.0
+            for yi, s_, r_ in zip(y, swap, rec):
+                ax.text(s_ + r_ + 0.02 * top, yi, "%d / %d" % (s_, r_), va="center", fontsize=8)
+            ax.legend(loc="lower right", fontsize=7)
+        else:
+            if key == "swapped_gib":
+                vals = [(r.summary["swapped_in_bytes"] + r.summary["swapped_out_bytes"]) / 2**30
+                        if _is_v0(r) else None for r in rs]
+            else:
+                vals = [_metric(r.summary, key) for r in rs]
+            shown = [v * scale if v is not None else 0.0 for v in vals]
+            ax.barh(y, shown, color=palette, height=0.7)
+            top = max(shown) if max(shown) > 0 else 1.0
+            for yi, v, s_ in zip(y, vals, shown):
+                ax.text(s_ + 0.02 * top, yi, "-" if v is None else fmt % s_, va="center",
+                        fontsize=8)
+        ax.set_xlim(0, top * 1.35)
+        ax.set_title(name, fontsize=10)
+        ax.grid(axis="y", visible=False)
+        ax.xaxis.set_major_formatter(thousands)
+    for row in axes:
+        row[0].set_yticks(y)
+        row[0].set_yticklabels([r.label for r in rs], fontsize=8)
+    fig.suptitle("Engines side by side: preemption, swapping, sharing, latency")
+    save(fig, out, "engine_bars", formats)
+    return Figure("engine_bars", "Preemptions by mode, sharing, swapping, latency",
+                  "One bar per run ('-': the run's engine has no such figure)")

@@ -197,6 +197,9 @@ def plot_compare(runs, sweeps, out, formats, max_points, per_run, heatmap_keys, 
     drawer.draw("latency_cdf_overlay", compare.latency_cdf_overlay, figures, skipped, all_runs,
                 out, formats)
     drawer.draw("metrics_bars", compare.metrics_bars, figures, skipped, all_runs, out, formats)
+    drawer.draw("engine_timelines", compare.engine_timelines, figures, skipped, all_runs, out,
+                formats, max_points)
+    drawer.draw("engine_bars", compare.engine_bars, figures, skipped, all_runs, out, formats)
     drawer.draw("run_timelines", compare.run_timelines, figures, skipped, all_runs, out, formats,
                 max_points)
     for sw in sweeps:

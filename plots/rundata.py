@@ -20,6 +20,10 @@ STEP_GAUGES = [
     "slots_external_fragmentation", "slots_cached_free", "slots_free",
 ]
 STEP_COUNTERS = ["prefix_queries", "prefix_hits", "preemptions", "evictions", "blocks_allocated"]
+# vLLM V0 runs (vllm-0.7.2-v0) have these too.
+V0_GAUGES = ["num_swapped", "cpu_cache_usage_perc", "blocks_without_sharing", "blocks_used"]
+V0_COUNTERS = ["swapped_in_blocks", "swapped_out_blocks", "cow_copies", "preemptions_swap",
+               "preemptions_recompute"]
 
 # Keys whose change changes the cache capacity (num_gpu_blocks * block_size).
 CAPACITY_KEYS = ("num_gpu_blocks", "num_gpu_blocks_override", "capacity_tokens",
@@ -159,6 +163,10 @@ def load_steps(path, max_points):
     missing = [c for c in wanted if c not in header]
     if missing:
         raise DataError("%s: missing columns %s" % (path, ", ".join(missing)))
+    v0 = all(c in header for c in V0_GAUGES + V0_COUNTERS)
+    gauges = STEP_GAUGES + (V0_GAUGES if v0 else [])
+    counters = STEP_COUNTERS + (V0_COUNTERS if v0 else [])
+    wanted = ["step", "time_s"] + gauges + counters
     cols = [header.index(c) for c in wanted]
     try:
         with warnings.catch_warnings():
@@ -176,13 +184,13 @@ def load_steps(path, max_points):
     bucket = max(1, int(math.ceil(n / float(max_points))))
     starts = np.arange(0, n, bucket)
     ends = np.minimum(starts + bucket, n) - 1
-    out = {"num_rows": n, "bucket": bucket}
+    out = {"num_rows": n, "bucket": bucket, "v0": v0}
     for c in ("step", "time_s"):
         out[c] = full[c][ends]
     counts = (ends - starts + 1).astype(np.float64)
-    for c in STEP_GAUGES:
+    for c in gauges:
         out[c] = np.add.reduceat(full[c], starts) / counts
-    for c in STEP_COUNTERS:
+    for c in counters:
         out[c] = np.add.reduceat(full[c], starts)
         out["cum_" + c] = np.cumsum(full[c])[ends]
     out["max_num_running"] = np.maximum.reduceat(full["num_running"], starts)
@@ -275,6 +283,8 @@ class Sweep:
         for r in self.runs:
             r.params = [(k, v) for k, v in r.params if k in self.keys]
             r.sweep_name = self.name
+        # A grid gives every run every key; a listed sweep (`sweep: [{...}, ...]`) may not.
+        self.is_grid = all(len(r.params) == len(self.keys) for r in self.runs)
         self.runs.sort(key=lambda r: [sort_key(dict(r.params).get(k)) for k in self.keys])
 
     @property

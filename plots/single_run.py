@@ -264,4 +264,76 @@ def preemptions_evictions(run, out, formats, max_points):
                   "Cumulative counts of the per-step counters of steps.csv")
 
 
-FIGURES = [kv_breakdown, kv_usage_queue, prefix_hit_rate, latency_cdfs, preemptions_evictions]
+def sharing_share(steps):
+    """KV memory saved by sharing per point: (blocks the running sequences' tables hold - blocks
+    in use) / table blocks, NaN where nothing runs."""
+    table = steps["blocks_without_sharing"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(table > 0, (table - steps["blocks_used"]) / np.where(table > 0, table, 1),
+                        np.nan)
+
+
+def v0_swap_sharing(run, out, formats, max_points):
+    """vLLM V0 runs: the queues with the swapped one, GPU and CPU pool usage, cumulative swaps,
+    copy-on-write copies and preemptions by mode, and the KV memory saved by sharing."""
+    if "num_preemptions_swap" not in run.summary:
+        return []  # not a vLLM V0 run: nothing to draw, nothing missing
+    steps = _need_steps(run, max_points)
+    if not steps.get("v0"):
+        raise Skipped("steps.csv in %s has no vLLM V0 columns" % run.path)
+    x, xlabel = _time_axis(steps)
+    s = run.summary
+    fig, axes = plt.subplots(4, 1, figsize=(10, 10), sharex=True)
+    ax = axes[0]
+    for col, name, color in [("num_running", "running", "#1f77b4"),
+                             ("num_waiting", "waiting", "#ff7f0e"),
+                             ("num_swapped", "swapped (on CPU)", "#9467bd")]:
+        ax.plot(x, steps[col], color=color, lw=1.3, label=name)
+    ax.set_ylabel("requests")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title("queues (mean swapped %.2f, max %d)" % (s.get("mean_num_swapped", 0),
+                                                         s.get("max_num_swapped", 0)),
+                 loc="left", fontsize=10)
+    ax = axes[1]
+    ax.plot(x, steps["kv_cache_usage_perc"], color="#1f77b4", lw=1.3, label="GPU pool")
+    ax.plot(x, steps["cpu_cache_usage_perc"], color="#9467bd", lw=1.3,
+            label="CPU swap space (%s blocks)" % "{:,}".format(int(s.get("num_cpu_blocks", 0))))
+    ax.set_ylim(0, 1.02)
+    percent_axis(ax)
+    ax.set_ylabel("usage")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title("KV cache usage (vLLM's gpu/cpu_cache_usage_perc)", loc="left", fontsize=10)
+    ax = axes[2]
+    for col, name, color, style in [("swapped_out_blocks", "blocks swapped out", "#9467bd", "-"),
+                                    ("swapped_in_blocks", "blocks swapped in", "#8c564b", "--"),
+                                    ("cow_copies", "copy-on-write copies", "#2ca02c", "-"),
+                                    ("preemptions_swap", "preemptions by swap", "#d62728", "-"),
+                                    ("preemptions_recompute", "preemptions by recompute",
+                                     "#ff7f0e", "-")]:
+        ax.plot(x, steps["cum_" + col], color=color, ls=style, lw=1.3,
+                label="%s (%s)" % (name, "{:,}".format(int(steps["cum_" + col][-1]))))
+    ax.set_ylabel("cumulative count")
+    ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_formatter(thousands)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title("swaps, copies and preemptions", loc="left", fontsize=10)
+    ax = axes[3]
+    ax.plot(x, sharing_share(steps), color="#2ca02c", lw=1.3)
+    ax.set_ylim(bottom=0)
+    percent_axis(ax)
+    ax.set_ylabel("saved share")
+    ax.set_title("KV memory saved by sharing: (table blocks - blocks used) / table blocks "
+                 "(run: %.1f%%)" % (100 * s.get("kv_sharing_saved_share", 0.0)),
+                 loc="left", fontsize=10)
+    axes[-1].set_xlabel(xlabel)
+    fig.suptitle("Swapping, copy-on-write and sharing (vLLM V0)%s\n%s" % (_note(steps), run.label),
+                 fontsize=11)
+    save(fig, out, "v0_swap_sharing", formats)
+    return Figure("v0_swap_sharing", "Swapping and sharing (vLLM V0)",
+                  "Queues with the swapped one, GPU and CPU pool usage, cumulative swaps, "
+                  "copy-on-write copies and preemptions by mode, KV memory saved by sharing")
+
+
+FIGURES = [kv_breakdown, kv_usage_queue, prefix_hit_rate, latency_cdfs, preemptions_evictions,
+           v0_swap_sharing]

@@ -96,6 +96,8 @@ def _numeric(values):
 def pick_keys(sweep, x=None, by=None):
     """(x, by): x a numeric swept key with 3+ values (a `rate_per_s` key first), by the key whose
     values are the lines (`engine.profile` when swept, else the first other key; None if none)."""
+    if not getattr(sweep, "is_grid", True):
+        raise Skipped("sweep %s lists its points (not a grid of its keys)" % sweep.name)
     x = find_key(sweep, x)
     if x is None:
         numeric = [k for k in sweep.keys if _numeric(_values(sweep, k)) and

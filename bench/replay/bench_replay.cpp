@@ -296,11 +296,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_replay: --reps and --ops need positive counts\n");
     return 2;
   }
+  // The V1 traces run under the V1 profiles named (all of them when none is); the V0 traces
+  // run unless only V1 profiles are named.
+  bool run_v0 = chosen.empty();
+  std::vector<Profile> v1;
+  for (Profile p : chosen) {
+    const EngineFamily f = profile_info(p).family;
+    if (f == EngineFamily::kV0) {
+      run_v0 = true;
+    } else if (f == EngineFamily::kV1) {
+      v1.push_back(p);
+    } else {
+      std::fprintf(stderr, "bench_replay: --profile: %s has no op protocol\n", profile_name(p));
+      return 2;
+    }
+  }
   if (chosen.empty())
     for (const ProfileInfo& p : profiles())
-      if (p.family == EngineFamily::kV1) chosen.push_back(p.profile);
+      if (p.family == EngineFamily::kV1) v1.push_back(p.profile);
   std::vector<Bench> profs;
-  for (Profile p : chosen) {
+  for (Profile p : v1) {
     profs.push_back({p, {}, {}, profile_name(p)});
     if (v1_policy(p).kv_cache_coordinator)
       profs.push_back({p, BenchLayout{128}, BenchLayout{32}, std::string(profile_name(p)) + "+sw"});
@@ -315,7 +330,7 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(seed), reps);
   std::printf("%-14s %-6s %10s %8s %14s %14s %14s\n", "profile", "mode", "ops", "MB", "e2e ops/s",
               "cli ops/s", "core ops/s");
-  for (int mode = 0; mode < 2; ++mode) {
+  for (int mode = 0; mode < 2 && !profs.empty(); ++mode) {
     const auto text = [&](std::size_t p) -> const std::string& {
       return mode == 0 ? kvm[p].text : sch[p].text;
     };
@@ -343,13 +358,18 @@ int main(int argc, char** argv) {
       if (errors[p]) return 1;
     }
   }
-  for (int mode = 0; mode < 2; ++mode) {
+  for (int mode = 0; mode < 2 && run_v0; ++mode) {
     const V0SchedTrace v0t = generate_v0_sched_trace(seed, num_ops, /*swap=*/mode == 1);
     const char* tag = mode == 0 ? "v0-rc" : "v0-sw";
     if (!v0_dir.empty()) {
-      std::ofstream o(std::filesystem::path(v0_dir) / (std::string(tag) + ".jsonl"),
-                      std::ios::binary);
+      const std::filesystem::path file =
+          std::filesystem::path(v0_dir) / (std::string(tag) + ".jsonl");
+      std::ofstream o(file, std::ios::binary);
       o << v0t.text;
+      if (!o.flush()) {
+        std::fprintf(stderr, "bench_replay: --write-v0-traces: cannot write %s\n", file.c_str());
+        return 2;
+      }
     }
     const auto ops = static_cast<double>(v0t.ops.size());
     std::int64_t errors = 0;

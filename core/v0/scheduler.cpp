@@ -149,6 +149,14 @@ PreemptionMode Scheduler::preempt(SequenceGroup& g, std::vector<BlockIdPair>& bl
   else
     mode = *config_.preemption_mode;
   ++num_cumulative_preemption_;
+  if (mode == PreemptionMode::kSwap && !bm_.can_swap_out(g)) {
+    // vLLM raises here (below); the non-vLLM policy recomputes a victim it can recompute.
+    if (config_.on_swap_space_exhausted == SwapSpaceExhausted::kRecompute &&
+        g.num_seqs(SeqStatus::kRunning) == 1)
+      mode = PreemptionMode::kRecompute;
+    else
+      swap_victim_ = &g;
+  }
   if (mode == PreemptionMode::kRecompute) {
     vllm_assert(g.num_seqs(SeqStatus::kRunning) == 1, "assert len(seqs) == 1");
     for (Sequence* q : g.seqs()) {

@@ -31,6 +31,7 @@ class SampleSource {
   struct Fork {
     SeqId child_id = -1;  // -1: the engine's counter
     Token token = 0;
+    Request* request = nullptr;  // the engine's forks: the Request whose tokens the child uses
   };
   virtual ~SampleSource() = default;
   /// The token `seq` of `g` samples (called just before it is appended).
@@ -92,11 +93,13 @@ class Scheduler final : public EngineCore {
 
   Profile profile() const override;
   void add_request(Request& request) override;
-  /// Ticks the engine clock by 1, then schedule(). A VllmError (CPU swap space exhausted)
-  /// propagates: the engine is dead.
+  /// Ticks the engine clock by 1, then schedule(). A vLLM exception (CPU swap space exhausted)
+  /// becomes EngineAborted (the victim's request, the CPU pool's size): the engine is dead.
   void schedule(SchedulerOutput& out) override;
   void update_from_output(std::vector<RequestOutput>& outputs) override;
   bool abort_request(Request& request) override;
+  bool supports_forking() const override { return true; }
+  void add_forking_request(Request& parent, std::span<Request* const> children) override;
   std::int64_t cache_only_request(Request& request) override;
   std::span<Request* const> running() const override { return running_requests_; }
   std::int64_t num_waiting() const override { return static_cast<std::int64_t>(waiting_.size()); }
@@ -141,6 +144,12 @@ class Scheduler final : public EngineCore {
   // scheduler_engine.cpp
   void refresh_running_requests();
   SequenceGroup* group_of(const Request& r) const;
+  void set_group_of(const Request& r, SequenceGroup* g);
+  /// The sequence of `r` (its group's first or a forked child), or nullptr.
+  Sequence* seq_of(const Request& r) const;
+  void add_scheduled(const ScheduledSeqGroup& s, Sequence& seq, SchedulerOutput& out);
+  /// The requests still to fork from `g` end with it, with `status`.
+  void finish_unforked(SequenceGroup& g, RequestStatus status);
 
   V0Config config_;
   BlockManager bm_;
@@ -150,6 +159,7 @@ class Scheduler final : public EngineCore {
   bool prev_prompt_ = false;
   double last_prompt_latency_ = 0;
   std::int64_t num_cumulative_preemption_ = 0;
+  const SequenceGroup* swap_victim_ = nullptr;  // the group a failed swap-out was for
   SeqId next_seq_id_ = 0;
   std::uint64_t budget_mark_ = 0;
   std::vector<std::string> finished_ids_;

@@ -1,6 +1,8 @@
-// The V0 Scheduler as an EngineCore: a kvsim Request is one sequence group with one sequence
-// (n == 1; parallel sampling fans out into independent requests, as vLLM v0.7.2 does), whose
-// tokens live in the Request. The engine clock the LRU evictor sees is the step count.
+// The V0 Scheduler as an EngineCore: a kvsim Request is one sequence, whose tokens live in the
+// Request, and a sequence group is one Request (n == 1; parallel sampling fans out into
+// independent requests, as vLLM v0.7.2 does) or, with add_forking_request, a parent Request and
+// the children that fork from it (as V0 engines before v0.7 did). The engine clock the LRU
+// evictor sees is the step count.
 
 #include <algorithm>
 
@@ -30,13 +32,23 @@ RequestStatus request_status(SeqStatus s) {
   return RequestStatus::kFinishedAborted;
 }
 
-/// The simulator's sampled tokens: Request::sampled_token for every sampling sequence, no forks.
+/// The simulator's sampled tokens: Request::sampled_token of every sampling sequence; a group's
+/// pending children fork from its first sequence at its first sample.
 class RequestSamples final : public SampleSource {
  public:
-  Token token(const SequenceGroup& g, const Sequence& /*seq*/) override {
-    return g.request->sampled_token;
+  Token token(const SequenceGroup& /*g*/, const Sequence& seq) override {
+    return seq.request()->sampled_token;
+  }
+  void forks(const SequenceGroup& g, const Sequence& parent, std::vector<Fork>& out) override {
+    if (!g.is_single_seq() || g.pending_forks.empty() || &parent != g.first_seq()) return;
+    for (Request* c : g.pending_forks) out.push_back({-1, c->sampled_token, c});
   }
 };
+
+std::string swap_space_message(const char* what, const BlockManager& bm) {
+  return std::string(what) + " (the CPU swap space has " + std::to_string(bm.num_cpu_blocks()) +
+         " blocks, " + std::to_string(bm.num_free_cpu_blocks()) + " free)";
+}
 
 }  // namespace
 
@@ -58,16 +70,78 @@ void Scheduler::add_request(Request& request) {
   g.add_initial(&seq);
   add_seq_group(g);
   request.status = RequestStatus::kWaiting;
-  const auto i = static_cast<std::size_t>(request.index());
   KVSIM_ASSERT(request.index() >= 0, "a V0 request needs a non-negative index");
-  if (i >= group_by_request_.size())
-    group_by_request_.resize(std::max(i + 1, 2 * group_by_request_.size()), nullptr);
-  group_by_request_[i] = &g;
+  set_group_of(request, &g);
+}
+
+void Scheduler::add_forking_request(Request& parent, std::span<Request* const> children) {
+  add_request(parent);
+  SequenceGroup& g = *group_of(parent);
+  g.pending_forks.assign(children.begin(), children.end());
+  g.fork_seats = 1 + static_cast<std::int64_t>(children.size());
+  for (Request* c : children) {
+    KVSIM_ASSERT(c->index() >= 0 && c->num_tokens() == parent.num_tokens(),
+                 "a forking child needs an index and its parent's prompt");
+    c->status = RequestStatus::kWaiting;
+  }
 }
 
 void Scheduler::refresh_running_requests() {
   running_requests_.clear();
-  for (const SequenceGroup* g : running_) running_requests_.push_back(g->request);
+  for (const SequenceGroup* g : running_) {
+    if (g->is_single_seq()) {
+      running_requests_.push_back(g->request);
+      continue;
+    }
+    for (const Sequence* q : g->seqs())
+      if (q->status == SeqStatus::kRunning) running_requests_.push_back(q->request());
+  }
+}
+
+void Scheduler::set_group_of(const Request& r, SequenceGroup* g) {
+  const auto i = static_cast<std::size_t>(r.index());
+  if (i >= group_by_request_.size())
+    group_by_request_.resize(std::max(i + 1, 2 * group_by_request_.size()), nullptr);
+  group_by_request_[i] = g;
+}
+
+Sequence* Scheduler::seq_of(const Request& r) const {
+  const SequenceGroup* g = group_of(r);
+  if (!g) return nullptr;
+  for (Sequence* q : g->seqs())
+    if (q->request() == &r) return q;
+  return nullptr;
+}
+
+void Scheduler::add_scheduled(const ScheduledSeqGroup& s, Sequence& seq, SchedulerOutput& out) {
+  Request& r = *seq.request();
+  ScheduledRequest& sr = out.scheduled.emplace_back();
+  sr.request = &r;
+  sr.num_tokens = s.token_chunk_size;
+  sr.num_computed_tokens = seq.num_computed_tokens();
+  const auto blocks = static_cast<std::int32_t>(bm_.block_table(seq).size());
+  if (s.source == ScheduledSeqGroup::Source::kRunning) {
+    sr.kind = ScheduledRequest::Kind::kRunning;
+    sr.num_new_blocks = std::max(0, blocks - seq.num_table_blocks_seen);
+  } else {
+    const bool resumed = s.source == ScheduledSeqGroup::Source::kSwapped || r.num_preemptions > 0;
+    sr.kind = resumed ? ScheduledRequest::Kind::kResumed : ScheduledRequest::Kind::kNew;
+    sr.num_new_blocks = blocks;
+  }
+  seq.num_table_blocks_seen = blocks;
+  if (s.source == ScheduledSeqGroup::Source::kWaiting && seq.num_computed_tokens() == 0) {
+    out.prefix_queries_tokens += seq.get_len();
+    out.prefix_hits_tokens += s.num_cached_tokens;
+  }
+  r.status = RequestStatus::kRunning;
+  r.num_scheduled_tokens = s.token_chunk_size;
+}
+
+void Scheduler::finish_unforked(SequenceGroup& g, RequestStatus status) {
+  for (Request* c : g.pending_forks) {
+    c->status = status;
+    c->num_scheduled_tokens = 0;
+  }
 }
 
 void Scheduler::schedule(SchedulerOutput& out) {
@@ -80,31 +154,24 @@ void Scheduler::schedule(SchedulerOutput& out) {
   out.prefix_queries_tokens = out.prefix_hits_tokens = 0;
   out.num_common_prefix_blocks = 0;
   out.ignored.clear();
-  const SchedulerOutputs& so = schedule();
+  swap_victim_ = nullptr;
+  const SchedulerOutputs* result = nullptr;
+  try {
+    result = &schedule();
+  } catch (const VllmError& e) {
+    // vLLM's engine dies here (spec §0.1): the caller gets the victim and the pool.
+    if (!swap_victim_) throw EngineAborted(e.what(), nullptr);
+    throw EngineAborted(swap_space_message(e.what(), bm_), swap_victim_->request);
+  }
+  const SchedulerOutputs& so = *result;
   for (const ScheduledSeqGroup& s : so.scheduled) {
     SequenceGroup& g = *s.group;
-    Sequence& seq = *g.first_seq();
-    Request& r = *g.request;
-    ScheduledRequest& sr = out.scheduled.emplace_back();
-    sr.request = &r;
-    sr.num_tokens = s.token_chunk_size;
-    sr.num_computed_tokens = seq.num_computed_tokens();
-    const auto blocks = static_cast<std::int32_t>(bm_.block_table(seq).size());
-    if (s.source == ScheduledSeqGroup::Source::kRunning) {
-      sr.kind = ScheduledRequest::Kind::kRunning;
-      sr.num_new_blocks = std::max(0, blocks - seq.num_table_blocks_seen);
-    } else {
-      const bool resumed = s.source == ScheduledSeqGroup::Source::kSwapped || r.num_preemptions > 0;
-      sr.kind = resumed ? ScheduledRequest::Kind::kResumed : ScheduledRequest::Kind::kNew;
-      sr.num_new_blocks = blocks;
+    if (g.is_single_seq()) {
+      add_scheduled(s, *g.first_seq(), out);
+      continue;
     }
-    seq.num_table_blocks_seen = blocks;
-    if (s.source == ScheduledSeqGroup::Source::kWaiting && seq.num_computed_tokens() == 0) {
-      out.prefix_queries_tokens += seq.get_len();
-      out.prefix_hits_tokens += s.num_cached_tokens;
-    }
-    r.status = RequestStatus::kRunning;
-    r.num_scheduled_tokens = s.token_chunk_size;
+    for (Sequence* q : g.seqs())
+      if (q->status == SeqStatus::kRunning) add_scheduled(s, *q, out);
   }
   for (SequenceGroup* g : so.recomputed) {
     Request& r = *g->request;
@@ -115,17 +182,24 @@ void Scheduler::schedule(SchedulerOutput& out) {
     out.preempted.push_back(&r);
   }
   for (SequenceGroup* g : so.swapped_out) {
-    Request& r = *g->request;
-    r.status = RequestStatus::kPreempted;
-    ++r.num_preemptions;
-    out.preempted.push_back(&r);
+    for (Sequence* q : g->seqs()) {
+      if (q->status != SeqStatus::kSwapped) continue;
+      q->request()->status = RequestStatus::kPreempted;
+      ++q->request()->num_preemptions;
+    }
+    out.preempted.push_back(g->request);  // a group counts once, as vLLM counts preemptions
   }
   out.num_swapped_out = static_cast<std::int32_t>(so.swapped_out.size());
   for (SequenceGroup* g : so.ignored) {
-    Request& r = *g->request;
-    r.status = RequestStatus::kFinishedLengthCapped;
-    out.ignored.push_back(&r);
-    group_by_request_[static_cast<std::size_t>(r.index())] = nullptr;
+    for (Sequence* q : g->seqs()) {
+      if (q->status != SeqStatus::kFinishedIgnored) continue;
+      Request& r = *q->request();
+      r.status = RequestStatus::kFinishedLengthCapped;
+      out.ignored.push_back(&r);
+      set_group_of(r, nullptr);
+    }
+    finish_unforked(*g, RequestStatus::kFinishedLengthCapped);
+    out.ignored.insert(out.ignored.end(), g->pending_forks.begin(), g->pending_forks.end());
     retire_group(*g);
   }
   out.blocks_to_swap_in = so.blocks_to_swap_in;
@@ -140,31 +214,44 @@ void Scheduler::update_from_output(std::vector<RequestOutput>& outputs) {
   process_model_outputs(samples, step_out_);
   outputs.clear();
   for (const SampleOutput& o : step_out_.outputs) {
-    Request& r = *o.group->request;
-    outputs.push_back({&r, o.token, o.group->is_finished()});
+    Request& r = *o.seq->request();
+    if (o.parent) {  // forked in this step: its group has it from now on
+      set_group_of(r, o.group);
+      o.group->pending_forks.clear();
+      r.status = RequestStatus::kRunning;
+    }
+    outputs.push_back({&r, o.token, o.seq->is_finished()});
+    if (o.seq->is_finished()) {
+      r.status = request_status(o.seq->status);
+      r.stop_reason = o.seq->stop_reason;
+      set_group_of(r, nullptr);
+    }
   }
-  for (const ScheduledSeqGroup& s : out_.scheduled) {
-    Request& r = *s.group->request;
-    r.num_scheduled_tokens = 0;
-    r.num_computed_tokens = s.group->first_seq()->num_computed_tokens();
-  }
-  for (SequenceGroup* g : step_out_.finished) {
-    Request& r = *g->request;
-    const Sequence& seq = *g->first_seq();
-    r.status = request_status(seq.status);
-    r.stop_reason = seq.stop_reason;
-    group_by_request_[static_cast<std::size_t>(r.index())] = nullptr;
-    retire_group(*g);
-  }
+  // The sequences of this step: those still running and those that finished in it (a sequence
+  // that finished before may belong to a Request the caller has dropped).
+  const auto sync = [](const Sequence& q) {
+    q.request()->num_scheduled_tokens = 0;
+    q.request()->num_computed_tokens = q.num_computed_tokens();
+  };
+  for (const ScheduledSeqGroup& s : out_.scheduled)
+    for (const Sequence* q : s.group->seqs())
+      if (q->status == SeqStatus::kRunning) sync(*q);
+  for (const SampleOutput& o : step_out_.outputs)
+    if (o.seq->is_finished()) sync(*o.seq);
+  for (SequenceGroup* g : step_out_.finished) retire_group(*g);
   refresh_running_requests();
 }
 
 bool Scheduler::abort_request(Request& request) {
   SequenceGroup* g = group_of(request);
-  if (!g || !abort_group(*g)) return false;
-  request.status = RequestStatus::kFinishedAborted;
-  request.num_scheduled_tokens = 0;
-  group_by_request_[static_cast<std::size_t>(request.index())] = nullptr;
+  if (!g || g->request != &request || !abort_group(*g)) return false;
+  for (Sequence* q : g->seqs()) {
+    if (q->status != SeqStatus::kFinishedAborted) continue;
+    q->request()->status = RequestStatus::kFinishedAborted;
+    q->request()->num_scheduled_tokens = 0;
+    set_group_of(*q->request(), nullptr);
+  }
+  finish_unforked(*g, RequestStatus::kFinishedAborted);
   retire_group(*g);
   refresh_running_requests();
   return true;
@@ -206,9 +293,9 @@ const Request* Scheduler::first_waiting() const {
 }
 
 std::span<const BlockId> Scheduler::block_table(const Request& request) const {
-  const SequenceGroup* g = group_of(request);
-  if (!g || !bm_.has_table(*g->first_seq())) return {};
-  return bm_.block_table(*g->first_seq());
+  const Sequence* seq = seq_of(request);
+  if (!seq || !bm_.has_table(*seq)) return {};
+  return bm_.block_table(*seq);
 }
 
 }  // namespace kvsim::v0

@@ -42,7 +42,7 @@ void Scheduler::process_group(SequenceGroup& g, SampleSource& samples, StepOutpu
     for (const SampleSource::Fork& f : step_forks_) {
       Sequence& child = create_seq(f.child_id, {}, nullptr);
       const SeqSlot slot = child.slot;
-      child.copy_from(*parent, child.seq_id);
+      child.copy_from(*parent, child.seq_id, f.request);
       child.slot = slot;
       child.append_token_id(f.token);
       step_pairs_.emplace_back(&child, parent);

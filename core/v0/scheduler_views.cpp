@@ -23,6 +23,10 @@ KVPoolStats Scheduler::pool_stats() const {
   s.blocks_allocated = a.free_lists(Device::kGpu).num_allocations() + s.evictions;
   s.num_cpu_blocks = bm_.num_cpu_blocks();
   s.num_free_cpu_blocks = bm_.num_free_cpu_blocks();
+  for (const SequenceGroup* g : running_)
+    for (const Sequence* q : g->seqs())
+      if (q->status == SeqStatus::kRunning && bm_.has_table(*q))
+        s.num_table_blocks += static_cast<std::int64_t>(bm_.block_table(*q).size());
   return s;
 }
 
@@ -34,9 +38,9 @@ KVBreakdown Scheduler::kv_breakdown(std::span<const std::int64_t> final_kv_token
   KVBreakdown b;
   std::int64_t used_blocks = 0;
   for (const SequenceGroup* g : running_) {
-    const std::int64_t idx = g->request ? g->request->index() : -1;
     for (const Sequence* q : g->seqs()) {
       if (q->status != SeqStatus::kRunning || !bm_.has_table(*q)) continue;
+      const std::int64_t idx = q->request() ? q->request()->index() : -1;
       const std::span<const BlockId> ids = bm_.block_table(*q);
       const std::int64_t computed = q->num_computed_tokens();
       const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()

@@ -28,10 +28,16 @@ void Sequence::reset(SeqId id, std::span<const Token> prompt, Request* request) 
   prefill_ = true;
 }
 
-void Sequence::copy_from(const Sequence& parent, SeqId id) {
+void Sequence::copy_from(const Sequence& parent, SeqId id, Request* request) {
   const std::span<const Token> t = parent.tokens();
-  own_.assign(t.begin(), t.end());
-  request_ = nullptr;
+  if (request) {
+    KVSIM_ASSERT(request->num_tokens() == static_cast<std::int64_t>(t.size()),
+                 "a forked Request must hold its parent's tokens");
+    own_.clear();
+  } else {
+    own_.assign(t.begin(), t.end());
+  }
+  request_ = request;
   prompt_len_ = parent.prompt_len_;
   num_computed_ = parent.num_computed_;
   prefill_ = parent.prefill_;
@@ -66,6 +72,8 @@ void SequenceGroup::reset(std::string_view id, Request* req, SamplingParams p, d
   arrival_time = arrival;
   priority = prio;
   budget_tokens_mark = budget_seqs_mark = mark = 0;
+  pending_forks.clear();
+  fork_seats = 0;
   seqs_.clear();
   is_single_seq_ = true;
 }
@@ -95,6 +103,7 @@ Sequence* SequenceGroup::first_with(SeqStatus s) const {
 }
 
 std::int64_t SequenceGroup::get_max_num_running_seqs() const {
+  if (fork_seats > static_cast<std::int64_t>(seqs_.size())) return fork_seats;
   if (is_single_seq_) return first_seq()->is_finished() ? 0 : 1;
   std::int64_t n = 0;
   for (const Sequence* q : seqs_) n += q->is_finished() ? 0 : 1;

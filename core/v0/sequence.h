@@ -36,8 +36,10 @@ class Sequence {
   /// `request` non-null: the tokens are the Request's (prompt and any output it holds).
   void reset(SeqId id, std::span<const Token> prompt, Request* request = nullptr);
   /// Sequence.fork: a deep copy of `parent` (tokens, status, computed count, stage, stop state)
-  /// with its own token storage and id `id`. The slot and group are left to the caller.
-  void copy_from(const Sequence& parent, SeqId id);
+  /// with id `id` and its own token storage -- or, when `request` is given, the tokens of that
+  /// Request, which must equal the parent's (the engine's forks: the child's tokens live in the
+  /// caller's Request). The slot and group are left to the caller.
+  void copy_from(const Sequence& parent, SeqId id, Request* request = nullptr);
 
   std::span<const Token> tokens() const {
     return request_ ? std::span<const Token>(request_->all_token_ids())
@@ -108,7 +110,8 @@ class SequenceGroup {
   std::int64_t num_seqs(SeqStatus s) const;
   /// The first sequence with status `s`, or nullptr.
   Sequence* first_with(SeqStatus s) const;
-  /// get_max_num_running_seqs: 1/0 for a single-sequence group, else the unfinished count.
+  /// get_max_num_running_seqs: 1/0 for a single-sequence group, else the unfinished count;
+  /// fork_seats while the group has fewer sequences (v0.6.3's rule for groups that will fork).
   std::int64_t get_max_num_running_seqs() const;
   bool is_finished() const;
   bool is_prefill() const { return first_seq()->is_prefill(); }
@@ -124,6 +127,12 @@ class SequenceGroup {
   std::uint64_t budget_tokens_mark = 0;
   std::uint64_t budget_seqs_mark = 0;
   std::uint64_t mark = 0;  // scratch for callers (queue diffs)
+  /// Engine forks (EngineCore::add_forking_request): the Requests that fork from the first
+  /// sequence at its first sampled token (emptied then), and the seats the group holds until it
+  /// has forked -- v0.6.3's get_max_num_running_seqs, which counted sampling_params.n while the
+  /// group had fewer sequences (0: no forks to come).
+  std::vector<Request*> pending_forks;
+  std::int64_t fork_seats = 0;
 
  private:
   std::vector<Sequence*> seqs_;

@@ -2,6 +2,10 @@
 
 namespace kvsim::v0 {
 
+bool default_enable_chunked_prefill(std::int64_t max_model_len, std::int64_t sliding_window) {
+  return max_model_len > 32768 && sliding_window <= 0;
+}
+
 V0Config make_v0_config(const SchedulerConfig& scheduler, const KVCacheConfig& cache,
                         const V0Options& options) {
   V0Config c;
@@ -12,10 +16,12 @@ V0Config make_v0_config(const SchedulerConfig& scheduler, const KVCacheConfig& c
   c.max_num_seqs = scheduler.max_num_seqs;
   c.max_num_batched_tokens = scheduler.max_num_batched_tokens;
   c.max_model_len = scheduler.max_model_len;
-  c.enable_chunked_prefill = options.enable_chunked_prefill;
+  c.enable_chunked_prefill = options.enable_chunked_prefill.value_or(
+      default_enable_chunked_prefill(scheduler.max_model_len, cache.sliding_window));
   c.preemption_mode = options.preemption_mode;
   c.policy = options.policy;
   c.delay_factor = options.delay_factor;
+  c.on_swap_space_exhausted = options.on_swap_space_exhausted;
   return c;
 }
 

@@ -15,13 +15,30 @@ namespace kvsim::v0 {
 
 enum class SchedulingPolicy : std::uint8_t { kFcfs, kPriority };
 
+/// What a preemption by swap does when the CPU swap space cannot take the victim.
+enum class SwapSpaceExhausted : std::uint8_t {
+  kAbort,      // vLLM: RuntimeError "Aborted due to the lack of CPU swap space"; the engine dies
+  kRecompute,  // not vLLM: a one-sequence victim is preempted by recompute instead
+};
+
+/// vLLM's default for enable_chunked_prefill when it is not given (vllm/engine/arg_utils.py
+/// create_engine_config at v0.7.2, V0 on a CUDA GPU, no LoRA, no speculative decoding, not a
+/// multimodal or pooling model): on for max_model_len > 32768 unless the model has a sliding
+/// window.
+bool default_enable_chunked_prefill(std::int64_t max_model_len, std::int64_t sliding_window);
+
 /// The V0-only settings.
 struct V0Options {
   std::int32_t num_cpu_blocks = 0;  // swap space in blocks (vLLM's num_cpu_blocks)
-  bool enable_chunked_prefill = false;
+  /// nullopt: vLLM's default (default_enable_chunked_prefill).
+  std::optional<bool> enable_chunked_prefill;
   std::optional<PreemptionMode> preemption_mode;  // nullopt: vLLM's choice (see §5 _preempt)
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   double delay_factor = 0;  // accepted; driven by the engine clock
+  SwapSpaceExhausted on_swap_space_exhausted = SwapSpaceExhausted::kAbort;
+  /// vLLM's swap_space (GiB per GPU; its default 4) that num_cpu_blocks was sized from: only
+  /// messages and the checks that other families are not given one read it.
+  double swap_space_gib = 4;
 };
 
 /// Everything the V0 scheduler and its block manager read.
@@ -37,13 +54,15 @@ struct V0Config {
   std::optional<PreemptionMode> preemption_mode;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   double delay_factor = 0;
+  SwapSpaceExhausted on_swap_space_exhausted = SwapSpaceExhausted::kAbort;
   /// The block manager's watermark. The scheduler never passes one, so it is always vLLM's
   /// default 0.01 (spec §0.3); only block-manager-level tests set another.
   double watermark = 0.01;
 };
 
 /// The V0 configuration from the shared configs and the V0 options (max_model_len is the
-/// scheduler's; enable_caching becomes enable_prefix_caching).
+/// scheduler's; enable_caching becomes enable_prefix_caching; an unset enable_chunked_prefill
+/// takes vLLM's default).
 V0Config make_v0_config(const SchedulerConfig& scheduler, const KVCacheConfig& cache,
                         const V0Options& options);
 

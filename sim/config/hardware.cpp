@@ -14,17 +14,19 @@ namespace {
 constexpr std::int64_t MiB(std::int64_t n) { return n << 20; }
 
 // Memory: nvidia-smi totals. Compute: NVIDIA datasheets, dense BF16 tensor-core peak (half the
-// "with sparsity" figure). Bandwidth: datasheet peak.
+// "with sparsity" figure). Bandwidth: datasheet peak. Host link: the datasheets' PCIe figure is
+// both directions together (H100 SXM5, H100 PCIe, H200: "PCIe Gen5: 128GB/s"; A100: "PCIe
+// Gen4: 64GB/s"; L40S, L4, A10: "PCIe Gen4 x16: 64GB/s"), so one direction is half of it.
 const std::array<GpuPreset, 8>& presets() {
   static const std::array<GpuPreset, 8> kPresets = {{
-      {"H100-80GB", MiB(81559), 989.4e12, 3.35e12},   // H100 SXM5 80GB HBM3
-      {"H100-PCIe", MiB(81559), 756.0e12, 2.0e12},    // H100 PCIe 80GB HBM2e
-      {"H200-141GB", MiB(143771), 989.4e12, 4.8e12},  // H200 SXM 141GB HBM3e
-      {"A100-80GB", MiB(81920), 312.0e12, 2.039e12},  // A100 SXM4 80GB HBM2e
-      {"A100-40GB", MiB(40960), 312.0e12, 1.555e12},  // A100 SXM4 40GB HBM2
-      {"L40S", MiB(46068), 362.05e12, 864.0e9},       // L40S 48GB GDDR6
-      {"L4", MiB(23034), 121.0e12, 300.0e9},          // L4 24GB GDDR6
-      {"A10G", MiB(23028), 70.0e12, 600.0e9},         // A10G 24GB GDDR6 (AWS g5)
+      {"H100-80GB", MiB(81559), 989.4e12, 3.35e12, 64e9},   // H100 SXM5 80GB HBM3
+      {"H100-PCIe", MiB(81559), 756.0e12, 2.0e12, 64e9},    // H100 PCIe 80GB HBM2e
+      {"H200-141GB", MiB(143771), 989.4e12, 4.8e12, 64e9},  // H200 SXM 141GB HBM3e
+      {"A100-80GB", MiB(81920), 312.0e12, 2.039e12, 32e9},  // A100 SXM4 80GB HBM2e
+      {"A100-40GB", MiB(40960), 312.0e12, 1.555e12, 32e9},  // A100 SXM4 40GB HBM2
+      {"L40S", MiB(46068), 362.05e12, 864.0e9, 32e9},       // L40S 48GB GDDR6
+      {"L4", MiB(23034), 121.0e12, 300.0e9, 32e9},          // L4 24GB GDDR6
+      {"A10G", MiB(23028), 70.0e12, 600.0e9, 32e9},         // A10G 24GB GDDR6 (AWS g5)
   }};
   return kPresets;
 }
@@ -81,6 +83,8 @@ HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx)
       get_double(hardware, "peak_flops_per_s", ctx, hw.gpu.peak_flops_per_s, 1.0);
   hw.gpu.hbm_bytes_per_s =
       get_double(hardware, "hbm_bytes_per_s", ctx, hw.gpu.hbm_bytes_per_s, 1.0);
+  hw.gpu.host_link_bytes_per_s =
+      get_double(hardware, "host_link_bytes_per_s", ctx, hw.gpu.host_link_bytes_per_s, 1.0);
   return hw;
 }
 
@@ -107,6 +111,7 @@ YAML::Node hardware_yaml(const HardwareConfig& hw) {
   n["gpu_memory_bytes"] = hw.gpu.memory_bytes;
   n["peak_flops_per_s"] = number_node(hw.gpu.peak_flops_per_s);
   n["hbm_bytes_per_s"] = number_node(hw.gpu.hbm_bytes_per_s);
+  n["host_link_bytes_per_s"] = number_node(hw.gpu.host_link_bytes_per_s);
   return n;
 }
 

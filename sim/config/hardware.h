@@ -34,6 +34,9 @@ struct GpuPreset {
   std::int64_t memory_bytes = 0;
   double peak_flops_per_s = 0;  // dense bf16/fp16 tensor-core peak, no sparsity
   double hbm_bytes_per_s = 0;   // peak memory bandwidth
+  /// Host link (PCIe) bandwidth in one direction: what a swap between GPU and CPU memory moves
+  /// per second (vLLM V0's swap_blocks).
+  double host_link_bytes_per_s = 0;
 };
 
 /// All presets, in a fixed order: H100-80GB, H100-PCIe, H200-141GB, A100-80GB, A100-40GB, L40S,
@@ -46,14 +49,19 @@ struct GpuPreset {
 
 /// The scenario's `hardware:` section.
 ///   gpu: NAME (default H100-80GB), tensor_parallel_size: 1,
-///   gpu_memory_bytes / peak_flops_per_s / hbm_bytes_per_s: override the preset's figures.
+///   gpu_memory_bytes / peak_flops_per_s / hbm_bytes_per_s / host_link_bytes_per_s: override
+///   the preset's figures.
 struct HardwareConfig {
   GpuPreset gpu;
   std::int64_t tensor_parallel_size = 1;
 };
 inline constexpr std::string_view kDefaultGpu = "H100-80GB";
-inline constexpr std::string_view kHardwareKeys[] = {
-    "gpu", "tensor_parallel_size", "gpu_memory_bytes", "peak_flops_per_s", "hbm_bytes_per_s"};
+inline constexpr std::string_view kHardwareKeys[] = {"gpu",
+                                                     "tensor_parallel_size",
+                                                     "gpu_memory_bytes",
+                                                     "peak_flops_per_s",
+                                                     "hbm_bytes_per_s",
+                                                     "host_link_bytes_per_s"};
 /// Reads and validates (all keys) the `hardware:` section; an absent section gives the defaults.
 [[nodiscard]] HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx);
 /// The resolved `hardware:` section: the preset's name and every figure used (load_hardware of

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 namespace kvsim {
@@ -44,22 +45,100 @@ void size_pool(Scenario& s) {
   if (s.num_gpu_blocks < 1 || s.num_gpu_blocks > kMaxGpuBlocks)
     throw ConfigError(fmt::format("{}: cache: {} blocks is outside the supported range [1, {}]",
                                   s.file, s.num_gpu_blocks, kMaxGpuBlocks));
+  // vLLM V0's CPU pool (worker.py determine_num_available_blocks): int(swap_space_bytes //
+  // cache_block_size), the block's bytes over all layers on one GPU.
+  if (s.plan && profile_info(s.engine.profile).family == EngineFamily::kV0) {
+    const double blocks =
+        std::floor(s.cache.swap_space * static_cast<double>(std::int64_t{1} << 30) /
+                   static_cast<double>(s.plan->spec.page_bytes_all_layers()));
+    if (blocks > static_cast<double>(kMaxGpuBlocks))
+      throw ConfigError(
+          fmt::format("{}: cache.swap_space: {} GiB is {} blocks, more than the "
+                      "supported {}",
+                      s.file, s.cache.swap_space, blocks, kMaxGpuBlocks));
+    s.num_cpu_blocks = static_cast<std::int64_t>(blocks);
+  }
+}
+
+/// workload.n and workload.parallel_sampling against the engine: forks need vLLM V0's engine,
+/// and its recompute can preempt a one-sequence group only (vLLM asserts otherwise).
+void check_parallel_sampling(const Scenario& s, const YAML::Node& root, const YamlContext& top) {
+  const PerRequestConfig& pr = s.workload.per_request;
+  const YamlContext wctx = top.child("workload");
+  if (pr.n > 1 && s.engine.mode == EngineConfig::Mode::kCacheOnly)
+    throw yaml_error(root["workload"]["n"], wctx.child("n"),
+                     "workload.n: parallel sampling needs engine.mode: timed (a cache_only run "
+                     "looks each prompt up once and generates nothing)");
+  if (pr.parallel_sampling != PerRequestConfig::ParallelSampling::kFork) return;
+  const YAML::Node at = root["workload"]["parallel_sampling"];
+  if (profile_info(s.engine.profile).family != EngineFamily::kV0)
+    throw yaml_error(at, wctx.child("parallel_sampling"),
+                     fmt::format("workload.parallel_sampling: fork needs vllm-0.7.2-v0: {} has no "
+                                 "forked sequences (n samples fan out into n requests: fanout)",
+                                 profile_name(s.engine.profile)));
+  if (pr.n < 2) return;
+  if (pr.client_timeout_s)
+    throw yaml_error(root["workload"]["client_timeout_s"], wctx.child("client_timeout_s"),
+                     "workload.client_timeout_s: client aborts of forked sequence groups are not "
+                     "modelled -- with workload.parallel_sampling: fork, leave it unset (fanout "
+                     "aborts each sample)");
+  const YamlContext sctx = top.child("scheduler");
+  const V0SchedulerConfig& v0 = s.scheduler_v0;
+  if (v0.preemption_mode == v0::PreemptionMode::kRecompute)
+    throw yaml_error(root["scheduler"]["preemption_mode"], sctx.child("preemption_mode"),
+                     "scheduler.preemption_mode: recompute cannot preempt a forked group of "
+                     "several sequences (vLLM asserts len(seqs) == 1) -- with "
+                     "workload.parallel_sampling: fork, use swap or leave it unset");
+  if (v0.on_swap_space_exhausted == v0::SwapSpaceExhausted::kRecompute)
+    throw yaml_error(root["scheduler"]["on_swap_space_exhausted"],
+                     sctx.child("on_swap_space_exhausted"),
+                     "scheduler.on_swap_space_exhausted: recompute cannot preempt a forked group "
+                     "of several sequences -- with workload.parallel_sampling: fork, size "
+                     "cache.swap_space instead");
+}
+
+/// A swept key must name a section of the scenario (but sweep).
+void check_sweep_key(const YAML::Node& key_node, const std::string& key, const YamlContext& kctx) {
+  std::vector<std::string_view> sweepable(std::begin(kScenarioKeys), std::end(kScenarioKeys));
+  sweepable.pop_back();  // a sweep cannot sweep itself
+  const std::string section = key.substr(0, key.find('.'));
+  if (std::find(sweepable.begin(), sweepable.end(), section) == sweepable.end())
+    throw yaml_error(key_node, kctx,
+                     fmt::format("sweep: '{}' is not a key of the scenario{}", key,
+                                 suggestion_suffix(section, sweepable)));
+}
+
+/// The list form: each item a non-empty mapping of dotted keys to values.
+std::vector<std::vector<std::pair<std::string, YAML::Node>>> parse_sweep_list(
+    const YAML::Node& sweep, const YamlContext& ctx) {
+  std::vector<std::vector<std::pair<std::string, YAML::Node>>> points;
+  if (sweep.size() == 0) throw yaml_error(sweep, ctx, "sweep: expected a non-empty list of points");
+  for (std::size_t i = 0; i < sweep.size(); ++i) {
+    const YAML::Node point = sweep[i];
+    const YamlContext pctx = ctx.child(std::to_string(i));
+    if (!point.IsMap() || point.size() == 0)
+      throw yaml_error(point, pctx,
+                       fmt::format("sweep[{}]: expected a mapping of dotted keys to values, got {}",
+                                   i, describe_node(point)));
+    auto& p = points.emplace_back();
+    for (auto it = point.begin(); it != point.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      check_sweep_key(it->first, key, pctx.child(key));
+      p.emplace_back(key, YAML::Node(it->second));
+    }
+  }
+  return points;
 }
 
 std::vector<SweepAxis> parse_sweep(const YAML::Node& sweep, const YamlContext& ctx) {
-  require_map(sweep, ctx);
   std::vector<SweepAxis> axes;
+  if (sweep.IsDefined() && sweep.IsSequence()) return axes;  // the list form
+  require_map(sweep, ctx);
   if (!sweep.IsDefined() || !sweep.IsMap()) return axes;
-  std::vector<std::string_view> sweepable(std::begin(kScenarioKeys), std::end(kScenarioKeys));
-  sweepable.pop_back();  // a sweep cannot sweep itself
   for (auto it = sweep.begin(); it != sweep.end(); ++it) {
     const std::string key = it->first.Scalar();
     const YamlContext kctx = ctx.child(key);
-    const std::string section = key.substr(0, key.find('.'));
-    if (std::find(sweepable.begin(), sweepable.end(), section) == sweepable.end())
-      throw yaml_error(it->first, kctx,
-                       fmt::format("sweep: '{}' is not a key of the scenario{}", key,
-                                   suggestion_suffix(section, sweepable)));
+    check_sweep_key(it->first, key, kctx);
     if (!it->second.IsSequence() || it->second.size() == 0)
       throw yaml_error(it->second, kctx,
                        fmt::format("sweep.{}: expected a non-empty list of values, got {}", key,
@@ -127,6 +206,12 @@ EngineParams Scenario::engine_params() const {
   p.contiguous_fit = engine.contiguous_fit;
   p.scheduler = scheduler;
   p.cache = kv_cache_config();
+  p.v0.num_cpu_blocks = static_cast<std::int32_t>(num_cpu_blocks);
+  p.v0.swap_space_gib = cache.swap_space;
+  p.v0.enable_chunked_prefill = scheduler_v0.enable_chunked_prefill;
+  p.v0.preemption_mode = scheduler_v0.preemption_mode;
+  p.v0.policy = scheduler_v0.scheduling_policy;
+  p.v0.on_swap_space_exhausted = scheduler_v0.on_swap_space_exhausted;
   return p;
 }
 
@@ -207,6 +292,7 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
   s.cache = parse_cache(root["cache"], top.child("cache"), timed);
   s.scheduler = parse_scheduler(root["scheduler"], top.child("scheduler"),
                                 s.model ? &*s.model : nullptr, s.engine.profile);
+  s.scheduler_v0 = parse_scheduler_v0(root["scheduler"], top.child("scheduler"));
   size_pool(s);
   if (const auto bad = check_engine_params(s.engine_params())) {
     // A setting the profile's release does not have: at the key where the scenario gives it.
@@ -219,10 +305,13 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
                      fmt::format("{}: {}", bad->key, bad->message));
   }
   s.workload = parse_workload_config(root["workload"], top.child("workload"));
+  check_parallel_sampling(s, root, top);
   s.latency = parse_latency_config(root["latency"], top.child("latency"));
   s.validate = parse_validate(root["validate"], top.child("validate"));
   s.outputs = parse_outputs(root["outputs"], top.child("outputs"));
   s.sweep = parse_sweep(root["sweep"], top.child("sweep"));
+  if (root["sweep"].IsDefined() && root["sweep"].IsSequence())
+    s.sweep_list = parse_sweep_list(root["sweep"], top.child("sweep"));
   return s;
 }
 
@@ -248,6 +337,10 @@ std::string resolved_yaml(const Scenario& s) {
   root["hardware"] = hardware_yaml(s.hardware);
   root["cache"] = cache_yaml(s.cache);
   root["scheduler"] = scheduler_yaml(s.scheduler, s.engine.profile);
+  {
+    YAML::Node sched = root["scheduler"];
+    add_scheduler_v0_yaml(s.scheduler_v0, sched);
+  }
   root["workload"] = workload_config_yaml(s.workload);
   root["latency"] =
       s.engine.mode == EngineConfig::Mode::kTimed ? latency_config_yaml(s.latency) : null_node();
@@ -259,6 +352,14 @@ std::string resolved_yaml(const Scenario& s) {
 }
 
 std::vector<std::vector<std::pair<std::string, std::string>>> sweep_points(const Scenario& s) {
+  if (!s.sweep_list.empty()) {
+    std::vector<std::vector<std::pair<std::string, std::string>>> listed;
+    for (const auto& point : s.sweep_list) {
+      auto& p = listed.emplace_back();
+      for (const auto& [key, value] : point) p.emplace_back(key, flow_text(value));
+    }
+    return listed;
+  }
   std::vector<std::vector<std::pair<std::string, std::string>>> points(1);
   for (const SweepAxis& axis : s.sweep) {
     std::vector<std::vector<std::pair<std::string, std::string>>> next;

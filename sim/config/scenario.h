@@ -20,27 +20,43 @@
 //              (vllm-0.8.5 manages it; vllm-0.7.2 ignores it); vllm-0.20 gets one KV cache
 //              group per attention type of the pool sizing's layout (gpt-oss: window + full).
 //   hardware:  gpu [H100-80GB], tensor_parallel_size [1], gpu_memory_bytes, peak_flops_per_s,
-//              hbm_bytes_per_s (HardwareConfig, sim/config/hardware.h)
+//              hbm_bytes_per_s, host_link_bytes_per_s (PCIe, one direction: vllm-0.7.2-v0's
+//              swaps) (HardwareConfig, sim/config/hardware.h)
 //   cache:     block_size [16], gpu_memory_utilization [0.9], kv_cache_memory_bytes,
 //              num_gpu_blocks_override, capacity_tokens (num_gpu_blocks = capacity / block_size;
 //              not with the override), activation_reserve_bytes [2 GiB], cache_dtype [auto],
-//              enable_prefix_caching [true], num_preallocate_tokens [64; 0 in cache_only]
+//              enable_prefix_caching [true], num_preallocate_tokens [64; 0 in cache_only],
+//              swap_space [4: GiB per GPU, vllm-0.7.2-v0's CPU pool; other profiles refuse
+//              another value]
 //              (CacheConfig, scenario_sections.h; sizing keys in sim/config/hardware.h)
 //   scheduler: max_num_seqs [256], max_num_batched_tokens [8192],
 //              max_model_len [model's max_position_embeddings, else 8192; never above it],
 //              long_prefill_token_threshold [0: off; vllm-0.8.5, vllm-0.20],
 //              async_scheduling [true; vllm-0.20 only: EngineCore's batch queue of two steps,
 //              false = the synchronous loop], scheduler_reserve_full_isl [true; vllm-0.20 only:
-//              admit a request only when its whole sequence fits]
-//              (SchedulerConfig of core/common/engine_config.h, scenario_sections.h)
-//   workload:  synthetic generator or trace; required (WorkloadConfig,
+//              admit a request only when its whole sequence fits]; vllm-0.7.2-v0 only
+//              (other profiles refuse values unlike their own behaviour):
+//              enable_chunked_prefill [null: vLLM V0's default, on for max_model_len > 32768
+//              without a sliding window], preemption_mode [null: vLLM's choice, recompute for
+//              one-sequence groups and swap for others] | swap | recompute,
+//              scheduling_policy [fcfs] | priority (every request has priority 0),
+//              on_swap_space_exhausted [abort: as vLLM, the run ends with an error naming the
+//              step, the request and the CPU pool; exit 1] | recompute (not vLLM: a
+//              one-sequence victim is recomputed instead)
+//              (SchedulerConfig of core/common/engine_config.h; the V0 keys: V0SchedulerConfig,
+//              scenario_sections.h)
+//   workload:  synthetic generator or trace; required; n [1] and parallel_sampling [fanout] |
+//              fork (vllm-0.7.2-v0 only; timed mode) (WorkloadConfig,
 //              sim/workload/workload_config.h)
 //   latency:   [roofline]; read in timed mode only, validated in both (LatencyConfig,
 //              sim/config/latency_config.h)
 //   validate:  backend [cpu] | cuda, sample_every_steps [0], sample_prob [0], dtype [auto]
 //              (read by the validation harness, unused by `run`; scenario_sections.h)
 //   outputs:   trace_json [false], metrics_prom [false], steps_every [10] (scenario_sections.h)
-//   sweep:     {dotted.key: [values...], ...}: the grid `kvsim sweep` expands (first key slowest)
+//   sweep:     {dotted.key: [values...], ...}: the grid `kvsim sweep` expands (first key slowest),
+//              or [{dotted.key: value, ...}, ...]: exactly these points, in order (configurations
+//              that differ in several keys at once, e.g. engine.profile with the keys only one
+//              profile reads)
 // Without a model, the pool size must come from num_gpu_blocks_override or capacity_tokens.
 //
 // Adding a key: its member in the section's struct, its entry in the section's key table, one line
@@ -85,12 +101,19 @@ struct Scenario {
   HardwareConfig hardware;
   CacheConfig cache;
   SchedulerConfig scheduler;
+  V0SchedulerConfig scheduler_v0;  // the V0 keys of `scheduler:`
   WorkloadConfig workload;
   LatencyConfig latency;  // used in timed mode only
   ValidateConfig validate;
   OutputsConfig outputs;
   std::vector<SweepAxis> sweep;
+  /// The list form of `sweep:`: each point's (dotted key, value) in file order (then `sweep` is
+  /// empty).
+  std::vector<std::vector<std::pair<std::string, YAML::Node>>> sweep_list;
   std::int64_t num_gpu_blocks = 0;  // the pool actually used
+  /// vLLM V0's CPU pool: cache.swap_space over the bytes of a block (all layers, one GPU); 0 for
+  /// the other profiles and without a model (cache_only).
+  std::int64_t num_cpu_blocks = 0;
   std::optional<KVCachePlan> plan;  // when sized from a model: plan_kv_pool by the profile's rules
 
   /// The core's cache configuration.

@@ -54,6 +54,7 @@ CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool ti
   c.num_preallocate_tokens =
       get_int(cache, "num_preallocate_tokens", ctx, timed ? 64 : 0, 0, 1 << 24);
   c.capacity_tokens = get_optional_int(cache, "capacity_tokens", ctx, 1);
+  c.swap_space = get_double(cache, "swap_space", ctx, 4.0, 0.0, 1 << 20);
   if (c.capacity_tokens) {
     const YamlContext at = ctx.child("capacity_tokens");
     if (c.sizing.num_gpu_blocks_override)
@@ -73,6 +74,7 @@ YAML::Node cache_yaml(const CacheConfig& c) {
   n["enable_prefix_caching"] = c.enable_prefix_caching;
   n["num_preallocate_tokens"] = c.num_preallocate_tokens;
   n["capacity_tokens"] = optional_node(c.capacity_tokens);
+  n["swap_space"] = number_node(c.swap_space);
   return n;
 }
 
@@ -118,6 +120,37 @@ YAML::Node scheduler_yaml(const SchedulerConfig& c, Profile profile) {
     n["scheduler_reserve_full_isl"] = c.scheduler_reserve_full_isl;
   }
   return n;
+}
+
+V0SchedulerConfig parse_scheduler_v0(const YAML::Node& sched, const YamlContext& ctx) {
+  V0SchedulerConfig c;
+  if (has_key(sched, "enable_chunked_prefill"))
+    c.enable_chunked_prefill = get_bool(sched, "enable_chunked_prefill", ctx, std::nullopt);
+  if (has_key(sched, "preemption_mode"))
+    c.preemption_mode =
+        get_choice(sched, "preemption_mode", ctx, std::nullopt, {"swap", "recompute"}) == "swap"
+            ? v0::PreemptionMode::kSwap
+            : v0::PreemptionMode::kRecompute;
+  c.scheduling_policy =
+      get_choice(sched, "scheduling_policy", ctx, "fcfs", {"fcfs", "priority"}) == "fcfs"
+          ? v0::SchedulingPolicy::kFcfs
+          : v0::SchedulingPolicy::kPriority;
+  c.on_swap_space_exhausted =
+      get_choice(sched, "on_swap_space_exhausted", ctx, "abort", {"abort", "recompute"}) == "abort"
+          ? v0::SwapSpaceExhausted::kAbort
+          : v0::SwapSpaceExhausted::kRecompute;
+  return c;
+}
+
+void add_scheduler_v0_yaml(const V0SchedulerConfig& c, YAML::Node& n) {
+  n["enable_chunked_prefill"] = optional_node(c.enable_chunked_prefill);
+  n["preemption_mode"] =
+      c.preemption_mode
+          ? YAML::Node(*c.preemption_mode == v0::PreemptionMode::kSwap ? "swap" : "recompute")
+          : null_node();
+  n["scheduling_policy"] = c.scheduling_policy == v0::SchedulingPolicy::kFcfs ? "fcfs" : "priority";
+  n["on_swap_space_exhausted"] =
+      c.on_swap_space_exhausted == v0::SwapSpaceExhausted::kAbort ? "abort" : "recompute";
 }
 
 ValidateConfig parse_validate(const YAML::Node& val, const YamlContext& ctx) {

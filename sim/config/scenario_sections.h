@@ -42,6 +42,9 @@ struct CacheConfig {
   bool enable_prefix_caching = true;
   std::int64_t num_preallocate_tokens = 64;     // vLLM 0.7.2; default 0 in cache_only mode
   std::optional<std::int64_t> capacity_tokens;  // num_gpu_blocks = capacity_tokens / block_size
+  /// vLLM V0's CPU swap space, GiB per GPU (vLLM's default 4): num_cpu_blocks = swap bytes /
+  /// the bytes of one block over all layers. Other profiles refuse another value.
+  double swap_space = 4;
 };
 inline constexpr std::string_view kCacheKeys[] = {"block_size",
                                                   "gpu_memory_utilization",
@@ -51,15 +54,18 @@ inline constexpr std::string_view kCacheKeys[] = {"block_size",
                                                   "cache_dtype",
                                                   "enable_prefix_caching",
                                                   "num_preallocate_tokens",
-                                                  "capacity_tokens"};
+                                                  "capacity_tokens",
+                                                  "swap_space"};
 /// Reads `cache:`; `timed` picks num_preallocate_tokens' default (64 timed, 0 cache_only).
 [[nodiscard]] CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool timed);
 [[nodiscard]] YAML::Node cache_yaml(const CacheConfig& c);
 
 inline constexpr std::string_view kSchedulerKeys[] = {
-    "max_num_seqs",     "max_num_batched_tokens",
-    "max_model_len",    "long_prefill_token_threshold",
-    "async_scheduling", "scheduler_reserve_full_isl"};
+    "max_num_seqs",           "max_num_batched_tokens",
+    "max_model_len",          "long_prefill_token_threshold",
+    "async_scheduling",       "scheduler_reserve_full_isl",
+    "enable_chunked_prefill", "preemption_mode",
+    "scheduling_policy",      "on_swap_space_exhausted"};
 /// Reads `scheduler:`. max_model_len defaults to the model's max_position_embeddings (8192 without
 /// a model or without that field) and may not exceed it. async_scheduling and
 /// scheduler_reserve_full_isl exist only for a release that has them (vllm-0.20; both default to
@@ -68,6 +74,21 @@ inline constexpr std::string_view kSchedulerKeys[] = {
                                               const ModelConfig* model, Profile profile);
 /// Every key (the release's own keys only for a profile that has them).
 [[nodiscard]] YAML::Node scheduler_yaml(const SchedulerConfig& c, Profile profile);
+
+/// The vLLM V0 keys of `scheduler:` (read by vllm-0.7.2-v0; other profiles refuse values other
+/// than their own behaviour, core/engine_factory.h check_engine_params).
+struct V0SchedulerConfig {
+  std::optional<bool> enable_chunked_prefill;         // null: vLLM's default (v0::V0Options)
+  std::optional<v0::PreemptionMode> preemption_mode;  // null: vLLM's choice; swap | recompute
+  v0::SchedulingPolicy scheduling_policy = v0::SchedulingPolicy::kFcfs;  // fcfs | priority
+  /// abort (vLLM: the run ends with an error) | recompute (not vLLM: recompute the victim)
+  v0::SwapSpaceExhausted on_swap_space_exhausted = v0::SwapSpaceExhausted::kAbort;
+};
+/// Reads the V0 keys of `scheduler:` (parse_scheduler checks the section's keys).
+[[nodiscard]] V0SchedulerConfig parse_scheduler_v0(const YAML::Node& scheduler,
+                                                   const YamlContext& ctx);
+/// Adds the V0 keys to a resolved `scheduler:` section.
+void add_scheduler_v0_yaml(const V0SchedulerConfig& c, YAML::Node& scheduler);
 
 /// `validate:` -- parsed for the kernel validation harness (kvsim validate); unused by `run`.
 struct ValidateConfig {

@@ -39,7 +39,9 @@ struct StepView {
 };
 
 /// How a request left the system.
-enum class FinishReason : std::uint8_t { kLength, kStop, kAbort, kRejected };
+/// kIgnored: vLLM V0's FINISHED_IGNORED (the engine dropped a request it can never run: its
+/// prompt, or a swapped group that lost its block sharing, cannot fit the GPU pool).
+enum class FinishReason : std::uint8_t { kLength, kStop, kAbort, kRejected, kIgnored };
 const char* finish_reason_name(FinishReason r);
 
 /// One finished or rejected request (a requests.csv row). Times are -1 when they never happened.

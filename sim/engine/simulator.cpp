@@ -81,6 +81,10 @@ void Simulator::describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs
     if (l.first_scheduled_ns < 0) {
       l.first_scheduled_ns = now;
       l.first_lookup_hit_tokens = sr.num_computed_tokens;
+      for (std::int64_t c : l.fork_children) {  // forks share their parent's prompt pass
+        live_[static_cast<std::size_t>(c)].first_scheduled_ns = now;
+        live_[static_cast<std::size_t>(c)].first_lookup_hit_tokens = sr.num_computed_tokens;
+      }
     }
     const bool decode = sr.num_tokens == 1 && r.num_output_tokens() > 0 &&
                         sr.num_computed_tokens == r.num_tokens() - 1;
@@ -106,9 +110,14 @@ void Simulator::start_step() {
   EngineCore& eng = *core_;
   admit_waiting();
   if (eng.num_unfinished_requests() == 0) return;
-  eng.schedule(out_);
+  schedule_engine();
   if (out_.scheduled.empty()) {
     KVSIM_ASSERT(eng.running().empty(), "running requests but nothing scheduled");
+    if (!out_.ignored.empty()) {  // the engine dropped what it can never run: try again now
+      schedule_queued_ = true;
+      engine_.schedule(engine_.now(), kPriorityScheduleStep, EventKind::kScheduleStep);
+      return;
+    }
     fail_cannot_fit(*eng.first_waiting());
   }
   const SimTimeNs now = engine_.now();

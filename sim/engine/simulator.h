@@ -95,6 +95,13 @@ class Simulator {
   const std::vector<std::int64_t>& final_kv_tokens() const { return final_kv_tokens_; }
 
  private:
+  /// How an admitted request ends: the engine's max_tokens, the tokens it generates and why it
+  /// stops.
+  struct OutputPlan {
+    std::int64_t max_tokens = 1;
+    std::int64_t num_outputs = 1;
+    FinishReason reason = FinishReason::kLength;
+  };
   void run_timed();
   void run_cache_only();
   void queue_arrival(RequestSpec spec, bool open_loop);
@@ -107,9 +114,17 @@ class Simulator {
   RequestRecord record_of(std::int64_t slot, FinishReason reason) const;
   void pull_next_open_loop();
   void on_arrival(std::int64_t pending_slot);
-  /// Makes the request of live slot `slot` (its prompt's tokens too) and appends it to the
-  /// scheduler's waiting queue.
+  /// A live slot for `spec` (sample `sample` of its request) with its plan; its client's timeout
+  /// is scheduled.
+  std::int64_t add_live(RequestSpec spec, const OutputPlan& plan, std::int64_t sample);
+  /// Makes the Request of live slot `slot` (its prompt's tokens too).
+  void make_request(std::int64_t slot);
+  /// Makes the request of live slot `slot` (and of the samples that fork from it) and appends it
+  /// to the scheduler's waiting queue.
   void admit(std::int64_t slot);
+  /// EngineCore::schedule into out_, then the requests the engine ignored are finished; an
+  /// engine that aborts ends the run (RunError naming the step, the request and the pool).
+  void schedule_engine();
   /// Admits arrivals, in order, until the waiting queue holds every request schedule() may look at.
   void admit_waiting();
   /// Waiting requests: the scheduler's and those not yet admitted.
@@ -132,18 +147,11 @@ class Simulator {
   void next_step_after_end();
   void finish_request(std::int64_t slot, FinishReason reason);
   void request_done(const RequestRecord& rec);
-  /// How an admitted request ends: the engine's max_tokens, the tokens it generates and why it
-  /// stops.
-  struct OutputPlan {
-    std::int64_t max_tokens = 1;
-    std::int64_t num_outputs = 1;
-    FinishReason reason = FinishReason::kLength;
-  };
   /// The plan of `spec` under the server's rule, or nullopt when the server refuses it (or the
   /// engine: EngineCore::admission_error).
   std::optional<OutputPlan> plan_outputs(const RequestSpec& spec) const;
-  /// Records `spec` as refused at its arrival.
-  void reject(const RequestSpec& spec);
+  /// Records `spec` (sample `sample` of its request) as refused at its arrival.
+  void reject(const RequestSpec& spec, std::int64_t sample = 0);
   /// The request's SamplingLimits (max_tokens: the engine's, from the plan).
   static SamplingLimits sampling_limits(const RequestSpec& spec, const OutputPlan& plan);
   /// The first n tokens `spec` generates, into `out`: output_token's, with the EOS token at
@@ -162,6 +170,11 @@ class Simulator {
     std::vector<Token> outputs;    // the tokens it will generate, made at admission
     std::uint32_t generation = 0;  // bumped when the slot is released (timeout events carry it)
     bool client_gone = false;      // aborted by its client; the engine may still hold it
+    // Parallel sampling (sim/engine/parallel_sampling.h): the sample's index; in fork mode, sample
+    // 0's slots of the samples that fork from it, and theirs of sample 0 (-1: none).
+    std::int64_t sample = 0;
+    std::vector<std::int64_t> fork_children;
+    std::int64_t fork_parent = -1;
   };
   void report_progress();
 
@@ -185,6 +198,7 @@ class Simulator {
   SchedulerOutput out_;
   std::vector<RequestOutput> outputs_;
   std::vector<SimTimeNs> prev_token_ns_;
+  std::vector<Request*> fork_requests_;  // scratch of admit()
 
   std::vector<Live> live_;  // by slot = Request::index()
   std::vector<std::int64_t> free_slots_;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/common/assert.h"
+#include "sim/engine/parallel_sampling.h"
 #include "sim/engine/simulator.h"
 
 namespace kvsim {
@@ -77,14 +78,14 @@ void Simulator::generated_tokens(const RequestSpec& spec, std::int64_t n,
     out[static_cast<std::size_t>(spec.output_tokens - 1)] = *spec.eos_token_id;
 }
 
-void Simulator::reject(const RequestSpec& spec) {
+void Simulator::reject(const RequestSpec& spec, std::int64_t sample) {
   RequestRecord rec;
   rec.request_id = spec.id;
   rec.arrival_ns = spec.arrival_ns;
   rec.prompt_tokens = spec.num_prompt_tokens();
   rec.reason = FinishReason::kRejected;
   request_done(rec);
-  source_.on_dropped(spec);
+  if (sample == 0) source_.on_dropped(spec);  // a session follows its request's first sample
 }
 
 void Simulator::request_done(const RequestRecord& rec) {
@@ -92,41 +93,68 @@ void Simulator::request_done(const RequestRecord& rec) {
   for (StepObserver* o : observers_) o->on_request_done(rec);
 }
 
+std::int64_t Simulator::add_live(RequestSpec spec, const OutputPlan& plan, std::int64_t sample) {
+  std::int64_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<std::int64_t>(live_.size());
+    live_.emplace_back();
+    final_kv_tokens_.push_back(0);
+    request_ids_.push_back(0);
+  }
+  const auto s = static_cast<std::size_t>(slot);
+  Live& l = live_[s];
+  final_kv_tokens_[s] = spec.num_prompt_tokens() + plan.num_outputs - 1;
+  request_ids_[s] = spec.id;
+  l.spec = std::move(spec);
+  l.plan = plan;
+  l.request.reset();
+  l.first_scheduled_ns = l.first_token_ns = l.last_token_ns = -1;
+  l.first_lookup_hit_tokens = 0;
+  l.sample = sample;
+  l.fork_children.clear();
+  l.fork_parent = -1;
+  if (l.spec.client_timeout_ns >= 0) {
+    KVSIM_ASSERT(slot <= 0xffffffff);
+    const SimTimeNs t =
+        std::max(add_time_saturating(l.spec.arrival_ns, l.spec.client_timeout_ns), engine_.now());
+    engine_.schedule(t, kPriorityClientAbort, EventKind::kClientAbort,
+                     static_cast<std::int64_t>(std::uint64_t{l.generation} << 32 |
+                                               static_cast<std::uint64_t>(slot)));
+  }
+  return slot;
+}
+
 void Simulator::on_arrival(std::int64_t pending_slot) {
   RequestSpec spec = std::move(pending_[static_cast<std::size_t>(pending_slot)]);
   free_pending_.push_back(pending_slot);
-  const std::optional<OutputPlan> plan = plan_outputs(spec);
-  if (!plan) {
-    reject(spec);
-  } else {
-    std::int64_t slot;
-    if (!free_slots_.empty()) {
-      slot = free_slots_.back();
-      free_slots_.pop_back();
-    } else {
-      slot = static_cast<std::int64_t>(live_.size());
-      live_.emplace_back();
-      final_kv_tokens_.push_back(0);
-      request_ids_.push_back(0);
+  const PerRequestConfig& pr = scenario_.workload.per_request;
+  const bool fork = pr.parallel_sampling == PerRequestConfig::ParallelSampling::kFork;
+  std::int64_t parent = -1;
+  for (std::int64_t i = 0; i < pr.n; ++i) {
+    // Sample i (parallel_sampling.h): the last one takes the spec, the others a copy.
+    RequestSpec sample;
+    if (i + 1 < pr.n)
+      sample = spec;
+    else
+      sample = std::move(spec);
+    sample.id = sample_request_id(sample.id, pr.n, i);
+    sample.output_seed = sample_output_seed(sample.output_seed, i);
+    const std::optional<OutputPlan> plan = plan_outputs(sample);
+    if (!plan) {
+      reject(sample, i);
+      continue;
     }
-    const auto s = static_cast<std::size_t>(slot);
-    Live& l = live_[s];
-    final_kv_tokens_[s] = spec.num_prompt_tokens() + plan->num_outputs - 1;
-    request_ids_[s] = spec.id;
-    l.spec = std::move(spec);
-    l.plan = *plan;
-    l.request.reset();
-    l.first_scheduled_ns = l.first_token_ns = l.last_token_ns = -1;
-    l.first_lookup_hit_tokens = 0;
+    const std::int64_t slot = add_live(std::move(sample), *plan, i);
+    if (fork && i > 0 && parent >= 0) {
+      live_[static_cast<std::size_t>(slot)].fork_parent = parent;
+      live_[static_cast<std::size_t>(parent)].fork_children.push_back(slot);
+      continue;  // it enters the engine with its parent
+    }
+    if (i == 0) parent = slot;
     unadmitted_.push_back(slot);  // the scheduler's waiting queue gets it in admit_waiting()
-    if (l.spec.client_timeout_ns >= 0) {
-      KVSIM_ASSERT(slot <= 0xffffffff);
-      const SimTimeNs t =
-          std::max(add_time_saturating(l.spec.arrival_ns, l.spec.client_timeout_ns), engine_.now());
-      engine_.schedule(t, kPriorityClientAbort, EventKind::kClientAbort,
-                       static_cast<std::int64_t>(std::uint64_t{l.generation} << 32 |
-                                                 static_cast<std::uint64_t>(slot)));
-    }
   }
   // (Async: a busy engine is blocked on its oldest step, and sees arrivals when it ends.)
   if (!step_in_flight_ && !schedule_queued_ && async_count_ == 0) {
@@ -135,7 +163,7 @@ void Simulator::on_arrival(std::int64_t pending_slot) {
   }
 }
 
-void Simulator::admit(std::int64_t slot) {
+void Simulator::make_request(std::int64_t slot) {
   const auto s = static_cast<std::size_t>(slot);
   Live& l = live_[s];
   RequestSpec& spec = l.spec;
@@ -151,7 +179,24 @@ void Simulator::admit(std::int64_t slot) {
   // Size the per-request tables once: the step loop then never grows them.
   core_->reserve_request(*l.request, final_kv_tokens_[s] + 1);
   spec.prompt.clear();
-  core_->add_request(*l.request);
+}
+
+void Simulator::admit(std::int64_t slot) {
+  make_request(slot);
+  Live& l = live_[static_cast<std::size_t>(slot)];
+  if (l.fork_children.empty()) {
+    core_->add_request(*l.request);
+    return;
+  }
+  // Fork mode: the children's first tokens come with their parent's first one.
+  fork_requests_.clear();
+  for (std::int64_t c : l.fork_children) {
+    make_request(c);
+    Live& child = live_[static_cast<std::size_t>(c)];
+    child.request->sampled_token = child.outputs.front();
+    fork_requests_.push_back(child.request.get());
+  }
+  core_->add_forking_request(*l.request, fork_requests_);
 }
 
 void Simulator::admit_waiting() {
@@ -229,7 +274,7 @@ RequestRecord Simulator::record_of(std::int64_t slot, FinishReason reason) const
 
 void Simulator::release_slot(std::int64_t slot, bool dropped) {
   Live& l = live_[static_cast<std::size_t>(slot)];
-  if (dropped) source_.on_dropped(l.spec);
+  if (dropped && l.sample == 0) source_.on_dropped(l.spec);
   if (async_count_ > 0 && l.request)
     retired_.push_back(std::move(l.request));  // a step in flight may still name it
   else
@@ -252,8 +297,11 @@ void Simulator::finish_request(std::int64_t slot, FinishReason reason) {
   std::vector<Token> toks = r.take_token_ids();
   toks.resize(num_prompt);
   l.spec.prompt = std::move(toks);
-  std::optional<RequestSpec> follow = source_.on_finished(
-      l.spec, engine_.now(), std::span<const Token>(l.outputs).first(num_outputs));
+  // A session goes on from its request's first sample only.
+  std::optional<RequestSpec> follow =
+      l.sample > 0 ? std::nullopt
+                   : source_.on_finished(l.spec, engine_.now(),
+                                         std::span<const Token>(l.outputs).first(num_outputs));
   release_slot(slot, false);
   if (follow) queue_arrival(std::move(*follow), false);
 }

@@ -204,6 +204,7 @@ void MetricsCollector::on_step(const StepView& v) {
   r.batch_tokens = out.total_num_scheduled_tokens;
   r.kv_cache_usage_perc = usage;
   r.num_free_blocks = pool.num_free_blocks;
+  if (v0_) on_step_v0(v, pool);
   if (v.step % steps_every_ == 0) record_pending(eng);
 }
 
@@ -237,6 +238,10 @@ void MetricsCollector::on_request_done(const RequestRecord& r) {
     aborted_output_tokens_ += r.output_tokens;
     if (prom_ && r.first_token_ns >= 0)
       h_ttft_.observe(static_cast<double>(r.first_token_ns - r.arrival_ns) / 1e9);
+    return;
+  }
+  if (r.reason == FinishReason::kIgnored) {
+    ++ignored_;
     return;
   }
   ++completed_;
@@ -275,6 +280,14 @@ void MetricsCollector::on_simulation_end(SimTimeNs, const EngineCore& e) {
   last_running_ = static_cast<std::int64_t>(e.running().size());
   last_waiting_ = e.num_waiting();
   last_usage_ = pool.usage;
+  if (v0_) {
+    num_cpu_blocks_ = pool.num_cpu_blocks;
+    last_swapped_ = e.num_swapped();
+    last_cpu_usage_ = pool.num_cpu_blocks > 0
+                          ? 1.0 - static_cast<double>(pool.num_free_cpu_blocks) /
+                                      static_cast<double>(pool.num_cpu_blocks)
+                          : 0.0;
+  }
 }
 
 std::string MetricsCollector::summary_json(const std::string& header) {
@@ -338,6 +351,7 @@ std::string MetricsCollector::summary_json(const std::string& header) {
   f6("mean_batch_size", sum_batch_size_ / steps);
   i64("max_batch_size", max_batch_size_);
   f6("mean_batch_tokens", sum_batch_tokens_ / steps);
+  if (v0_) summary_v0(o);
   const char* names[6] = {"token_states",           "reservation", "internal_fragmentation",
                           "external_fragmentation", "cached_free", "free"};
   o += "  \"kv_breakdown\": {";
@@ -375,6 +389,12 @@ std::string MetricsCollector::prometheus_text(const std::string& model_name) {
          static_cast<double>(last_waiting_));
   scalar("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage.",
          last_usage_);
+  if (v0_) {
+    scalar("vllm:num_requests_swapped", "gauge", "Number of requests swapped to CPU.",
+           static_cast<double>(last_swapped_));
+    scalar("vllm:cpu_cache_usage_perc", "gauge", "CPU KV-cache usage. 1 means 100 percent usage.",
+           last_cpu_usage_);
+  }
   scalar("vllm:num_preemptions_total", "counter",
          "Cumulative number of preemption from the engine.", static_cast<double>(num_preemptions_));
   scalar("vllm:prefix_cache_queries_total", "counter",

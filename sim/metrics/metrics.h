@@ -70,6 +70,13 @@ struct StepRecord {
   KVBreakdown slots;
   std::int64_t prefix_queries = 0, prefix_hits = 0, preemptions = 0, evictions = 0,
                blocks_allocated = 0;
+  // vLLM V0 only (MetricsCollector::enable_v0): gauges at the row's step, then counters summed
+  // since the previous row.
+  std::int64_t num_swapped = 0;
+  double cpu_cache_usage_perc = 0;
+  std::int64_t blocks_without_sharing = 0, blocks_used = 0;
+  std::int64_t swapped_in_blocks = 0, swapped_out_blocks = 0, cow_copies = 0, preemptions_swap = 0,
+               preemptions_recompute = 0;
 };
 
 /// Receives recorded steps and finished requests (the CSV writers).
@@ -79,7 +86,6 @@ class RecordSink {
   virtual void on_step_record(const StepRecord&) {}
   virtual void on_request_record(const RequestRecord&) {}
 };
-
 
 class MetricsCollector : public StepObserver {
  public:
@@ -99,6 +105,13 @@ class MetricsCollector : public StepObserver {
   std::string summary_json(const std::string& header);
   /// Keep the Prometheus histograms (off by default: they cost a search per generated token).
   void enable_prometheus(bool on) { prom_ = on; }
+  /// vLLM V0's figures (swaps, copy-on-write, the CPU pool, the swapped queue, preemptions by
+  /// mode, KV memory saved by sharing) in the records, summary and Prometheus text; `page_bytes`
+  /// is one block over all layers (0 without a model: no byte counts).
+  void enable_v0(std::int64_t page_bytes) {
+    v0_ = true;
+    page_bytes_ = page_bytes;
+  }
   /// metrics.prom text with vLLM's metric names; `model_name` labels the series.
   std::string prometheus_text(const std::string& model_name);
   /// The number of requests completed so far (for progress).
@@ -141,6 +154,18 @@ class MetricsCollector : public StepObserver {
   StepRecord pending_;  // the latest step not yet recorded (step -1: none), with
                         // counters summed since the previous recorded row
   void record_pending(const EngineCore& e);
+
+  // vLLM V0 (enable_v0).
+  bool v0_ = false;
+  std::int64_t page_bytes_ = 0;
+  std::int64_t ignored_ = 0;
+  std::int64_t swapped_in_ = 0, swapped_out_ = 0, cow_copies_ = 0;
+  std::int64_t preemptions_swap_ = 0, preemptions_recompute_ = 0;
+  std::int64_t num_cpu_blocks_ = 0, max_swapped_ = 0, last_swapped_ = 0;
+  double sum_swapped_ = 0, sum_cpu_usage_ = 0, max_cpu_usage_ = 0, last_cpu_usage_ = 0;
+  double sum_table_blocks_ = 0, sum_used_blocks_ = 0;
+  void on_step_v0(const StepView& v, const KVPoolStats& pool);
+  void summary_v0(std::string& o) const;
 };
 
 }  // namespace kvsim

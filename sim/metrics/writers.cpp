@@ -138,8 +138,9 @@ void write_text_file(const fs::path& path, std::string_view text) {
   f.close();
 }
 
-CsvRecordWriter::CsvRecordWriter(const fs::path& requests_csv, const fs::path& steps_csv)
-    : requests_(requests_csv), steps_(steps_csv) {
+CsvRecordWriter::CsvRecordWriter(const fs::path& requests_csv, const fs::path& steps_csv,
+                                 bool v0_columns)
+    : requests_(requests_csv), steps_(steps_csv), v0_columns_(v0_columns) {
   requests_.write(
       "request_id,arrival_s,prompt_tokens,output_tokens,first_scheduled_s,first_token_s,finish_s,"
       "ttft_ms,tpot_ms,e2el_ms,queue_ms,first_lookup_hit_tokens,num_preemptions,finish_reason\n");
@@ -147,7 +148,12 @@ CsvRecordWriter::CsvRecordWriter(const fs::path& requests_csv, const fs::path& s
       "step,time_s,duration_ms,num_running,num_waiting,num_scheduled,prefill_tokens,decode_tokens,"
       "batch_tokens,kv_cache_usage_perc,num_free_blocks,slots_token_states,slots_reservation,"
       "slots_internal_fragmentation,slots_external_fragmentation,slots_cached_free,slots_free,"
-      "prefix_queries,prefix_hits,preemptions,evictions,blocks_allocated\n");
+      "prefix_queries,prefix_hits,preemptions,evictions,blocks_allocated");
+  if (v0_columns_)
+    steps_.write(
+        ",num_swapped,cpu_cache_usage_perc,blocks_without_sharing,blocks_used,swapped_in_blocks,"
+        "swapped_out_blocks,cow_copies,preemptions_swap,preemptions_recompute");
+  steps_.write("\n");
   line_.reserve(512);
 }
 
@@ -213,6 +219,18 @@ void CsvRecordWriter::on_step_record(const StepRecord& r) {
     l += ',';
     append_int(l, v);
   }
+  if (v0_columns_) {
+    l += ',';
+    append_int(l, r.num_swapped);
+    l += ',';
+    append_fixed(l, static_cast<std::int64_t>(r.cpu_cache_usage_perc * 1e6 + 0.5), 1'000'000, 6);
+    for (std::int64_t v :
+         {r.blocks_without_sharing, r.blocks_used, r.swapped_in_blocks, r.swapped_out_blocks,
+          r.cow_copies, r.preemptions_swap, r.preemptions_recompute}) {
+      l += ',';
+      append_int(l, v);
+    }
+  }
   l += '\n';
   steps_.write(l);
 }
@@ -276,6 +294,8 @@ const char* finish_reason_name(FinishReason r) {
       return "abort";
     case FinishReason::kRejected:
       return "rejected";
+    case FinishReason::kIgnored:
+      return "ignored";
   }
   return "?";
 }

@@ -59,10 +59,11 @@ class OutFile {
 void write_text_file(const std::filesystem::path& path, std::string_view text);
 
 /// requests.csv and steps.csv, streamed (either may be disabled by passing an empty path).
+/// `v0_columns` appends vLLM V0's columns to steps.csv (sim/OUTPUTS.md).
 class CsvRecordWriter : public RecordSink {
  public:
-  CsvRecordWriter(const std::filesystem::path& requests_csv,
-                  const std::filesystem::path& steps_csv);
+  CsvRecordWriter(const std::filesystem::path& requests_csv, const std::filesystem::path& steps_csv,
+                  bool v0_columns = false);
   void on_step_record(const StepRecord& r) override;
   void on_request_record(const RequestRecord& r) override;
   void close();
@@ -70,6 +71,7 @@ class CsvRecordWriter : public RecordSink {
  private:
   OutFile requests_, steps_;
   std::string line_;
+  bool v0_columns_ = false;
 };
 
 /// trace.json (Chrome / Perfetto trace events): one complete event per step, counters for KV

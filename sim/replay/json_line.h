@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -136,6 +137,43 @@ class JsonWriter {
     first_ = true;
     return *this;
   }
+  /// A key spelled as a string literal: written as `"k":` in one copy (the escape check folds
+  /// away for a literal; one that needs escaping takes key(std::string_view)).
+  template <std::size_t N>
+  JsonWriter& key(const char (&k)[N]) {
+    constexpr std::size_t n = N - 1;  // without the terminating NUL
+    for (std::size_t i = 0; i < n; ++i)
+      if (k[i] == '"' || k[i] == '\\' || static_cast<unsigned char>(k[i]) < 0x20)
+        return key(std::string_view(k, n));
+    sep();
+    char* p = out_.reserve_tail(n + 3);
+    p[0] = '"';
+    std::memcpy(p + 1, k, n);
+    p[n + 1] = '"';
+    p[n + 2] = ':';
+    out_.advance(n + 3);
+    first_ = true;
+    return *this;
+  }
+  /// `[a,b,...]` of the integers `to_int(x)` for x in `items` (each fits 64 bits), with one
+  /// capacity check for the whole array: the same text as begin_array, value(...), end_array.
+  template <class Range, class ToInt>
+  JsonWriter& int_array(const Range& items, ToInt to_int) {
+    sep();
+    char* const start = out_.reserve_tail(2 + 21 * static_cast<std::size_t>(std::size(items)));
+    char* p = start;
+    *p++ = '[';
+    bool first = true;
+    for (const auto& x : items) {
+      if (!first) *p++ = ',';
+      first = false;
+      p = std::to_chars(p, p + 20, static_cast<std::int64_t>(to_int(x))).ptr;
+    }
+    *p++ = ']';
+    out_.advance(static_cast<std::size_t>(p - start));
+    first_ = false;
+    return *this;
+  }
   JsonWriter& value(std::int64_t v) {
     sep();
     char* p = out_.reserve_tail(24);
@@ -154,6 +192,38 @@ class JsonWriter {
   JsonWriter& value(std::string_view v) {
     sep();
     string_raw(v);
+    return *this;
+  }
+  /// `["a","b",...]` of the strings `view(x)` for x in `items`: the same text as begin_array,
+  /// value(...), end_array, copying each string that needs no escaping in one pass.
+  template <class Range, class ToView>
+  JsonWriter& string_array(const Range& items, ToView view) {
+    sep();
+    out_.put('[');
+    bool first = true;
+    for (const auto& x : items) {
+      const std::string_view s = view(x);
+      char* const start = out_.reserve_tail(s.size() + 3);
+      char* p = start;
+      const std::size_t comma = first ? 0 : 1;
+      if (!first) *p++ = ',';
+      first = false;
+      *p++ = '"';
+      for (char c : s) {
+        if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) {
+          out_.advance(comma);  // keep the comma; the escaped string writes its own quotes
+          string_escaped(s);
+          p = nullptr;
+          break;
+        }
+        *p++ = c;
+      }
+      if (!p) continue;
+      *p++ = '"';
+      out_.advance(static_cast<std::size_t>(p - start));
+    }
+    out_.put(']');
+    first_ = false;
     return *this;
   }
   JsonWriter& value(const char* v) { return value(std::string_view(v)); }

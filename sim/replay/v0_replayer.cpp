@@ -218,9 +218,7 @@ void V0Replayer::drop_group(v0::SequenceGroup& g, bool still_queued) {
 }
 
 void V0Replayer::write_ids(JsonWriter& w, std::span<const BlockId> ids) const {
-  w.begin_array();
-  for (BlockId b : ids) w.value(std::int64_t{to_int(b)});
-  w.end_array();
+  w.int_array(ids, [](BlockId b) { return to_int(b); });
 }
 
 void V0Replayer::write_pairs(JsonWriter& w, const std::vector<v0::BlockIdPair>& pairs) const {

@@ -85,12 +85,11 @@ void V0Replayer::write_queues(JsonWriter& w) {
   const RingDeque<v0::SequenceGroup*>* queues[] = {&sched_->waiting(), &sched_->running_groups(),
                                                    &sched_->swapped()};
   for (int q = 0; q < 3; ++q) {
-    w.key(names[q]).begin_array();
-    for (v0::SequenceGroup* g : *queues[q]) {
+    w.key(names[q]);
+    w.string_array(*queues[q], [stamp](v0::SequenceGroup* g) {
       g->mark = stamp;
-      w.value(std::string_view(g->request_id));
-    }
-    w.end_array();
+      return std::string_view(g->request_id);
+    });
   }
 }
 

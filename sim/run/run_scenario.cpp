@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "sim/engine/block_moves.h"
 #include "sim/engine/latency_model.h"
 #include "sim/metrics/metrics.h"
 #include "sim/metrics/writers.h"
@@ -20,7 +21,7 @@ StepTimeFn make_step_time(const Scenario& scenario) {
   std::shared_ptr<const LatencyModel> model =
       make_latency_model(scenario.latency, *scenario.model, scenario.hardware.gpu,
                          static_cast<int>(scenario.hardware.tensor_parallel_size));
-  return [model](const StepView& v) {
+  const auto batch = [](const StepView& v) {
     BatchFeatures b;
     b.num_seqs = static_cast<std::int64_t>(v.out->scheduled.size());
     b.prefill_tokens = v.prefill_tokens;
@@ -29,8 +30,18 @@ StepTimeFn make_step_time(const Scenario& scenario) {
     b.sum_context_sq = v.sum_context_sq;
     b.num_prefill_seqs = v.num_prefill_seqs;
     b.attention_pairs = v.attention_pairs;
-    return model->step_time_ns(b);
+    return b;
   };
+  if (profile_info(scenario.engine.profile).family == EngineFamily::kV0 && scenario.plan) {
+    // vLLM V0 moves blocks before the forward pass (sim/engine/block_moves.h).
+    const BlockMoveCost moves{static_cast<double>(scenario.plan->spec.page_bytes_all_layers()),
+                              scenario.hardware.gpu.host_link_bytes_per_s,
+                              scenario.hardware.gpu.hbm_bytes_per_s};
+    return [model, batch, moves](const StepView& v) {
+      return model->step_time_ns(batch(v)) + moves.step_time_ns(*v.out);
+    };
+  }
+  return [model, batch](const StepView& v) { return model->step_time_ns(batch(v)); };
 }
 
 RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& out_dir,
@@ -45,11 +56,13 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
 
   RunFolder folder(out_dir, scenario.name);
   write_text_file(folder.file("config.resolved.yaml"), resolved_yaml(scenario));
-  CsvRecordWriter csv(folder.file("requests.csv"), folder.file("steps.csv"));
+  const bool v0 = profile_info(scenario.engine.profile).family == EngineFamily::kV0;
+  CsvRecordWriter csv(folder.file("requests.csv"), folder.file("steps.csv"), v0);
   Simulator sim(scenario, *source, std::move(step_time));
   MetricsCollector metrics(&sim.final_kv_tokens(), scenario.outputs.steps_every,
                            scenario.scheduler.max_model_len, &csv);
   metrics.enable_prometheus(scenario.outputs.metrics_prom);
+  if (v0) metrics.enable_v0(scenario.plan ? scenario.plan->spec.page_bytes_all_layers() : 0);
   sim.attach(&metrics);
   std::unique_ptr<TraceJsonWriter> trace;
   if (scenario.outputs.trace_json) {

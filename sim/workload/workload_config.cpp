@@ -345,6 +345,11 @@ WorkloadConfig parse_workload_config(const YAML::Node& workload, const YamlConte
                        fmt::format("{}: needs {}.eos_token_id (the token that ends a request)",
                                    fc.path, ctx.path));
   }
+  c.per_request.n = get_int(workload, "n", ctx, 1, 1, 1024);
+  c.per_request.parallel_sampling =
+      get_choice(workload, "parallel_sampling", ctx, "fanout", {"fanout", "fork"}) == "fanout"
+          ? PerRequestConfig::ParallelSampling::kFanout
+          : PerRequestConfig::ParallelSampling::kFork;
   return c;
 }
 
@@ -362,6 +367,10 @@ YAML::Node workload_config_yaml(const WorkloadConfig& c) {
     w["ignore_eos"] = c.per_request.ignore_eos;
   w["eos_token_id"] = optional_node(c.per_request.eos_token_id);
   w["client_timeout_s"] = optional_node(c.per_request.client_timeout_s);
+  w["n"] = c.per_request.n;
+  w["parallel_sampling"] =
+      c.per_request.parallel_sampling == PerRequestConfig::ParallelSampling::kFanout ? "fanout"
+                                                                                     : "fork";
   return w;
 }
 

@@ -36,6 +36,16 @@
 //                               F > 0 needs eos_token_id
 //   client_timeout_s: T         optional, for both kinds of workload: a request not finished T s
 //                               after its arrival is aborted (its client closes the connection)
+//   n: 1                        parallel sampling: each request asks for n samples (vLLM's
+//                               SamplingParams.n), each generating the request's output length
+//                               with tokens of its own; requests.csv has a row per sample,
+//                               request_id = the request's id * n + the sample's index
+//   parallel_sampling: fanout   fanout: n independent requests of the same prompt, queued in
+//                               sample order (what vLLM v0.7.2's V0 engine does, and v0.8.5's
+//                               V1; kvsim fans out under vllm-0.7.2 too, whose V1 ignored n) |
+//                               fork: one sequence group whose n - 1 children fork from the
+//                               first sample after the prompt, sharing its blocks with
+//                               copy-on-write (V0 engines before v0.7; vllm-0.7.2-v0 only)
 // DIST is a sim/workload/distribution.h form.
 //
 // workload: (trace, see sim/workload/trace_readers.h for the formats)
@@ -136,9 +146,12 @@ struct TraceConfig {
 
 /// The keys of `workload:` that apply to every request, whichever the source.
 struct PerRequestConfig {
+  enum class ParallelSampling : std::uint8_t { kFanout, kFork };
   bool ignore_eos = true;
   std::optional<std::int32_t> eos_token_id;
   std::optional<double> client_timeout_s;  // absent: clients wait for ever
+  std::int64_t n = 1;  // samples per request
+  ParallelSampling parallel_sampling = ParallelSampling::kFanout;
 };
 
 /// The scenario's `workload:` section: a synthetic generator or a trace, and the per-request keys.
@@ -162,7 +175,7 @@ inline constexpr std::string_view kWorkloadKeys[] = {
     // trace
     "trace",
     // every request
-    "ignore_eos", "eos_token_id", "client_timeout_s"};
+    "ignore_eos", "eos_token_id", "client_timeout_s", "n", "parallel_sampling"};
 /// The keys of `workload.trace`.
 inline constexpr std::string_view kTraceKeys[] = {
     "format", "path", "time_scale", "max_requests", "hash_block_tokens", "prefix_tokens"};

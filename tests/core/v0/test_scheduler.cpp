@@ -142,10 +142,13 @@ TEST_CASE("V0 engine swaps a victim out and back in; no CPU space is a RuntimeEr
       try {
         e->schedule(out);
         e->update_from_output(outs);
-      } catch (const v0::VllmError& err) {
+      } catch (const EngineAborted& err) {
         died =
             std::string(err.what()).rfind("RuntimeError: Aborted due to the lack of CPU swap", 0) ==
             0;
+        CHECK_THAT(err.what(), Catch::EndsWith("(the CPU swap space has 1 blocks, 1 free)"));
+        REQUIRE(err.request() != nullptr);
+        CHECK(err.request()->index() == 1);  // the victim: the tail of running
         break;
       }
     }

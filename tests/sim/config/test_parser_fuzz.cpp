@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/engine_factory.h"
 #include "sim/common/rng.h"
 #include "sim/common/yaml_util.h"
 #include "sim/config/hardware.h"
@@ -294,6 +295,42 @@ TEST_CASE("a mutated scenario that loads resolves to a fixed point", "[sim]") {
           const Scenario again = parse_scenario(load_yaml_string(resolved, "r.yaml"), "r.yaml");
           REQUIRE(resolved_yaml(again) == resolved);
           REQUIRE(again.num_gpu_blocks == s.num_gpu_blocks);
+          ++ok;
+        }))
+      break;
+  }
+  CHECK(ok > 0);
+}
+
+TEST_CASE("a mutated vLLM V0 scenario that loads resolves to a fixed point and builds its engine",
+          "[sim]") {
+  // The V0 keys (swap space, preemption mode, chunked prefill, policy, the swap-exhausted policy,
+  // the host link) and parallel sampling, mutated: ConfigError or a scenario whose resolved text
+  // is a fixed point and whose engine builds.
+  RngStream r = make_stream(2031, "fuzz.v0");
+  const std::string model = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/qwen2-1.5b.json";
+  const std::string text =
+      "name: f\nengine:\n  profile: vllm-0.7.2-v0\nmodel: {config: '" + model +
+      "'}\nhardware:\n  gpu: H100-80GB\n  host_link_bytes_per_s: 3.2e10\n"
+      "cache:\n  block_size: 16\n  num_gpu_blocks_override: 300\n  swap_space: 0.5\n"
+      "  enable_prefix_caching: true\n"
+      "scheduler:\n  max_num_seqs: 32\n  max_num_batched_tokens: 2048\n  max_model_len: 2048\n"
+      "  preemption_mode: swap\n  enable_chunked_prefill: false\n  scheduling_policy: fcfs\n"
+      "  on_swap_space_exhausted: abort\n"
+      "workload:\n  num_requests: 4\n  prompt_tokens: 40\n  output_tokens: 4\n  n: 3\n"
+      "  parallel_sampling: fork\n"
+      "latency: {model: constant, step_time_us: 100}\n";
+  int ok = 0;
+  for (int iter = 0; iter < 1500; ++iter) {
+    const std::string input = mutate(text, r);
+    if (!only_config_errors(input, [&] {
+          const Scenario s = parse_scenario(load_yaml_string(input, "fuzz.yaml"), "fuzz.yaml");
+          const std::string resolved = resolved_yaml(s);
+          INFO("resolved:\n" << resolved);
+          const Scenario again = parse_scenario(load_yaml_string(resolved, "r.yaml"), "r.yaml");
+          REQUIRE(resolved_yaml(again) == resolved);
+          REQUIRE(again.num_cpu_blocks == s.num_cpu_blocks);
+          REQUIRE(make_engine(s.engine_params())->profile() == s.engine.profile);
           ++ok;
         }))
       break;

@@ -427,7 +427,8 @@ TEST_CASE("a scenario that sets no key resolves to every key of every section", 
        {"model.sliding_window", "model.num_parameters", "cache.kv_cache_memory_bytes",
         "cache.num_gpu_blocks_override", "cache.capacity_tokens", "workload.duration_s",
         "workload.system_prompts", "workload.few_shot", "workload.sessions",
-        "workload.eos_token_id", "workload.stop_at_eos_fraction", "workload.client_timeout_s"}) {
+        "workload.eos_token_id", "workload.stop_at_eos_fraction", "workload.client_timeout_s",
+        "scheduler.enable_chunked_prefill", "scheduler.preemption_mode"}) {
     INFO(key);
     CHECK(at_path(r, key).IsNull());
   }
@@ -471,6 +472,7 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
         {"hardware.gpu_memory_bytes", "80000000000"},
         {"hardware.peak_flops_per_s", "3e14", "", "300000000000000"},
         {"hardware.hbm_bytes_per_s", "2e12", "", "2000000000000"},
+        {"hardware.host_link_bytes_per_s", "3.2e10", "", "32000000000"},
         {"cache.block_size", "32"},
         {"cache.gpu_memory_utilization", "0.85"},
         {"cache.kv_cache_memory_bytes", "2000000000"},
@@ -518,6 +520,23 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
         {"latency.step_overhead_us", "500"},
         {"latency.interconnect_bytes_per_s", "1e11", "", "100000000000"},
         {"latency.allreduce_latency_us", "5"}}},
+      {"v0-fanout",
+       timed_base,
+       {{"engine.profile", "vllm-0.7.2-v0"},
+        {"cache.swap_space", "2.5"},
+        {"scheduler.enable_chunked_prefill", "true"},
+        {"scheduler.preemption_mode", "recompute"},
+        {"scheduler.scheduling_policy", "priority"},
+        {"scheduler.on_swap_space_exhausted", "recompute"},
+        {"workload.num_requests", "4"},
+        {"workload.n", "3"}}},
+      {"v0-fork",
+       timed_base,
+       {{"engine.profile", "vllm-0.7.2-v0"},
+        {"scheduler.preemption_mode", "swap"},
+        {"workload.num_requests", "3"},
+        {"workload.n", "2"},
+        {"workload.parallel_sampling", "fork"}}},
       {"cache-only-csv",
        cache_only_base,
        {{"engine.mode", "cache_only"},
@@ -631,7 +650,8 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
   CHECK(keys_of(all["sessions"]) == keys_of(kSessionKeys));
   const YAML::Node csv = resolved.at("cache-only-csv");
   CHECK(keys_of(csv["workload"]) ==
-        std::vector<std::string>{"client_timeout_s", "eos_token_id", "ignore_eos", "trace"});
+        std::vector<std::string>{"client_timeout_s", "eos_token_id", "ignore_eos", "n",
+                                 "parallel_sampling", "trace"});
   CHECK(keys_of(csv["workload"]["trace"]) == keys_of(kTraceKeys, {"hash_block_tokens"}));
   CHECK(csv["latency"].IsNull());  // cache_only reads no latency model
   CHECK(keys_of(resolved.at("cache-only-mooncake")["workload"]["trace"]) ==

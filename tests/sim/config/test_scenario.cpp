@@ -249,6 +249,26 @@ TEST_CASE("a sweep expands to the cartesian product with named points", "[sim]")
   CHECK_THAT(error_of(kBase + "sweep: {cache.block_size: 8}\n"), Catch::Contains("non-empty list"));
 }
 
+TEST_CASE("a sweep may list its points, each setting its own keys", "[sim]") {
+  const Scenario s = parse(kBase +
+                           "sweep:\n"
+                           "  - {cache.block_size: 8}\n"
+                           "  - {cache.block_size: 32, cache.enable_prefix_caching: false}\n"
+                           "  - {scheduler.max_num_seqs: 4}\n");
+  CHECK(s.sweep.empty());
+  const auto points = sweep_points(s);
+  REQUIRE(points.size() == 3);
+  CHECK(sweep_point_name(points[0]) == "cache.block_size=8");
+  CHECK(sweep_point_name(points[1]) == "cache.block_size=32,cache.enable_prefix_caching=false");
+  CHECK(sweep_point_name(points[2]) == "scheduler.max_num_seqs=4");
+  CHECK_THAT(error_of(kBase + "sweep:\n  - {cahce.block_size: 8}\n"),
+             Catch::Contains("did you mean 'cache'"));
+  CHECK_THAT(error_of(kBase + "sweep:\n  - {cache.block_size: 8}\n  - 16\n"),
+             Catch::Contains("sweep[1]: expected a mapping of dotted keys to values"));
+  CHECK_THAT(error_of(kBase + "sweep: []\n"), Catch::Contains("non-empty list of points"));
+  CHECK_THAT(error_of(kBase + "sweep:\n  - {}\n"), Catch::Contains("sweep[0]: expected a mapping"));
+}
+
 TEST_CASE("random mutations of a scenario either load or raise ConfigError", "[sim]") {
   const std::string text = kBase +
                            "outputs: {trace_json: false, metrics_prom: true, steps_every: 5}\n"

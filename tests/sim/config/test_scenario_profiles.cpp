@@ -109,9 +109,8 @@ TEST_CASE("a model's sliding window reaches the KV cache config", "[sim]") {
 
 TEST_CASE("random profile, threshold and window settings load or raise ConfigError", "[sim]") {
   const std::vector<std::pair<std::string, std::vector<std::string>>> axes = {
-      {"engine.profile", {"vllm-0.7.2", "vllm-0.8.5", "vllm-0.20", "vllm-0.8", "''", "1"}},
-      {"scheduler.async_scheduling", {"true", "false", "1", "yes"}},
-      {"scheduler.scheduler_reserve_full_isl", {"true", "false", "~"}},
+      {"engine.profile", {"vllm-0.7.2", "vllm-0.8.5", "vllm-0.20", "vllm-0.8", "''", "1",
+                          "vllm-0.7.2-v0"}},
       {"scheduler.long_prefill_token_threshold", {"0", "1", "16", "-3", "abc", "1e12"}},
       {"model.sliding_window", {"1", "15", "16", "17", "4096", "0", "-1", "~"}},
       {"cache.block_size", {"1", "16", "32", "0"}},
@@ -123,13 +122,28 @@ TEST_CASE("random profile, threshold and window settings load or raise ConfigErr
       "model: {num_hidden_layers: 2, num_attention_heads: 4, hidden_size: 256, vocab_size: "
       "1000}\n"
       "cache: {num_gpu_blocks_override: 64}\n"
+      "scheduler: {max_model_len: 1024}\n"  // one such request fits the pool (v0.20 checks)
       "workload: {num_requests: 4, prompt_tokens: 40, output_tokens: 4}\n";
+  // The keys of one release, each drawn one time in four (any other profile refuses most of their
+  // values): vLLM v0.20's scheduler keys, and V0's.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> release_axes = {
+      {"scheduler.async_scheduling", {"true", "false", "1", "yes"}},
+      {"scheduler.scheduler_reserve_full_isl", {"true", "false", "~"}},
+      {"scheduler.preemption_mode", {"swap", "recompute", "~", "swapp"}},
+      {"scheduler.enable_chunked_prefill", {"true", "false", "~"}},
+      {"scheduler.scheduling_policy", {"fcfs", "priority"}},
+      {"cache.swap_space", {"4", "0", "0.25", "-1"}},
+      {"workload.parallel_sampling", {"fanout", "fork"}},
+      {"workload.n", {"1", "2", "0"}},
+  };
   RngStream rng = make_stream(4242, "fuzz.profiles");
-  int ok = 0, rejected = 0, v085 = 0;
-  for (int iter = 0; iter < 1000; ++iter) {
+  int ok = 0, rejected = 0, v085 = 0, v020 = 0, v0 = 0;
+  for (int iter = 0; iter < 2000; ++iter) {
     std::vector<std::string> sets;
     for (const auto& [key, values] : axes)
       if (rng() % 2) sets.push_back(key + "=" + values[rng() % values.size()]);
+    for (const auto& [key, values] : release_axes)
+      if (rng() % 4 == 0) sets.push_back(key + "=" + values[rng() % values.size()]);
     INFO("seed 4242 iteration " << iter << ": " << (sets.empty() ? "" : sets[0]));
     try {
       const Scenario s = parse(text, sets);
@@ -137,6 +151,8 @@ TEST_CASE("random profile, threshold and window settings load or raise ConfigErr
       const auto engine = make_engine(s.engine_params());
       CHECK(engine->profile() == s.engine.profile);
       v085 += s.engine.profile == Profile::kVllm085;
+      v020 += s.engine.profile == Profile::kVllm020;
+      v0 += s.engine.profile == Profile::kVllm072V0;
       ++ok;
     } catch (const ConfigError&) {
       ++rejected;
@@ -145,6 +161,8 @@ TEST_CASE("random profile, threshold and window settings load or raise ConfigErr
   CHECK(ok > 50);
   CHECK(rejected > 50);
   CHECK(v085 > 10);
+  CHECK(v020 > 5);
+  CHECK(v0 > 5);
 }
 
 TEST_CASE("vllm-0.20's scheduler keys: on by default, refused by the older releases", "[sim]") {

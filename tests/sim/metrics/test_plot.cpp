@@ -189,3 +189,59 @@ TEST_CASE("the shipped profile comparison sweeps both profiles and draws their c
   const std::string index = kvsim::test::slurp(out / "index.html");
   CHECK(index.find("profile=vllm-0.8.5") != std::string::npos);
 }
+
+TEST_CASE("the shipped V0-against-V1 sweep runs its listed points and plots them together",
+          "[sim]") {
+  // scenarios/v0-vs-v1.yaml lists three points (V1; V0 with recompute; V0 with swap and forks):
+  // each runs with its own keys, the fork run shares blocks and swaps, and `kvsim plot` of the
+  // sweep draws the engine comparisons (and each V0 run its swap/sharing figure with --per-run).
+  const kvsim::test::TempDir dir("plot-v0-v1");
+  const fs::path scenario = kSource / "scenarios/v0-vs-v1.yaml";
+  REQUIRE(shell(kvsim::test::kvsim_exe() + " sweep " + scenario.string() + " -o " +
+                dir.path.string() + " --set workload.num_requests=300 > " +
+                (dir.path / "log.txt").string() + " 2>&1") == 0);
+  const fs::path sweep = dir.path / "v0-vs-v1";
+  const std::string v1 = "engine.profile=vllm-0.7.2";
+  const std::string recompute = "engine.profile=vllm-0.7.2-v0,scheduler.preemption_mode=recompute";
+  const std::string fork =
+      "engine.profile=vllm-0.7.2-v0,scheduler.preemption_mode=swap,workload.parallel_sampling=fork";
+  for (const std::string& point : {v1, recompute, fork}) {
+    INFO(point);
+    REQUIRE(fs::exists(sweep / point / "summary.json"));
+  }
+  const std::string s1 = kvsim::test::slurp(sweep / v1 / "summary.json");
+  CHECK(s1.find("\"profile\": \"vllm-0.7.2\"") != std::string::npos);
+  CHECK(s1.find("num_preemptions_swap") == std::string::npos);  // V1: no V0 figures
+  const std::string sr = kvsim::test::slurp(sweep / recompute / "summary.json");
+  CHECK(sr.find("\"num_preemptions_swap\": 0,") != std::string::npos);
+  CHECK(sr.find("\"kv_sharing_saved_share\": 0.000000000") != std::string::npos);
+  const std::string sf = kvsim::test::slurp(sweep / fork / "summary.json");
+  CHECK(sf.find("\"num_preemptions_recompute\": 0,") != std::string::npos);
+  CHECK(sf.find("\"num_preemptions_swap\": 0,") == std::string::npos);
+  CHECK(sf.find("\"num_cow_copies\": 0,") == std::string::npos);
+  CHECK(sf.find("\"kv_sharing_saved_share\": 0.0") != std::string::npos);  // a few percent
+  CHECK(sf.find("\"kv_sharing_saved_share\": 0.000000000") == std::string::npos);
+  for (const std::string* s : {&s1, &sr, &sf})
+    CHECK(s->find("\"completed\": 1200,") != std::string::npos);
+  const std::string table = kvsim::test::slurp(sweep / "sweep.csv");
+  CHECK(table.rfind("engine.profile,scheduler.preemption_mode,workload.parallel_sampling,", 0) ==
+        0);
+
+  if (!have_matplotlib()) {
+    WARN("/usr/bin/python3 cannot import matplotlib: plots test skipped");
+    return;
+  }
+  const fs::path out = dir.path / "plots";
+  const int rc = plot(sweep.string() + " --per-run -o " + out.string(), dir.path / "plot-log.txt");
+  INFO(kvsim::test::slurp(dir.path / "plot-log.txt"));
+  REQUIRE(rc == 0);
+  for (const char* stem : {"engine_timelines", "engine_bars", "metrics_bars", "latency_cdf_overlay",
+                           "run_timelines", "kv_breakdown_bars"})
+    require_figure(out, stem);
+  const std::string index = kvsim::test::slurp(out / "index.html");
+  CHECK(index.find("lists its points") != std::string::npos);  // no grid figures, said so
+  int v0_figures = 0;
+  for (const auto& e : fs::recursive_directory_iterator(out / "runs"))
+    v0_figures += e.path().filename() == "v0_swap_sharing.png";
+  CHECK(v0_figures == 2);  // the two V0 runs
+}

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -206,4 +207,45 @@ TEST_CASE("the JSON writer escapes strings and keeps floats recognisable", "[sim
   const std::string s(buf.view());
   CHECK(s == R"({"q\"":"a\nb","f":0.0,"i":-5,"l":[true,null]})");
   CHECK_NOTHROW(json::parse(s));
+}
+
+TEST_CASE("the JSON writer's array and literal-key fast paths write what the element calls write",
+          "[sim]") {
+  // int_array, string_array and key("literal") against begin_array / value / end_array and
+  // key(std::string_view): the same bytes, escapes included (a string that needs escaping falls
+  // back mid-array), empty arrays, extremes, nested in objects and arrays.
+  const std::vector<std::int64_t> ints = {0,
+                                          -1,
+                                          7,
+                                          1234567890123LL,
+                                          std::numeric_limits<std::int64_t>::min(),
+                                          std::numeric_limits<std::int64_t>::max()};
+  const std::vector<std::string> strs = {
+      "r0", "", "a\"b", "c\\d", std::string("e\x01", 2), "tab\there", "plain-id-12345"};
+  for (std::size_t n = 0; n <= strs.size(); ++n) {
+    INFO("prefix of " << n);
+    const std::vector<std::int64_t> iv(ints.begin(), ints.begin() + std::min(n, ints.size()));
+    const std::vector<std::string> sv(strs.begin(), strs.begin() + n);
+    kvsim::OutBuf fast_buf, slow_buf;
+    kvsim::JsonWriter fast(fast_buf), slow(slow_buf);
+    fast.begin_array().begin_object().key("ints");
+    fast.int_array(iv, [](std::int64_t x) { return x; });
+    fast.key("strs");
+    fast.string_array(sv, [](const std::string& x) { return std::string_view(x); });
+    fast.end_object();
+    fast.int_array(iv, [](std::int64_t x) { return x; });
+    fast.string_array(sv, [](const std::string& x) { return std::string_view(x); });
+    fast.end_array();
+    slow.begin_array().begin_object().key(std::string_view("ints")).begin_array();
+    for (std::int64_t x : iv) slow.value(x);
+    slow.end_array().key(std::string_view("strs")).begin_array();
+    for (const std::string& x : sv) slow.value(std::string_view(x));
+    slow.end_array().end_object().begin_array();
+    for (std::int64_t x : iv) slow.value(x);
+    slow.end_array().begin_array();
+    for (const std::string& x : sv) slow.value(std::string_view(x));
+    slow.end_array().end_array();
+    CHECK(std::string(fast_buf.view()) == std::string(slow_buf.view()));
+    CHECK_NOTHROW(json::parse(std::string(fast_buf.view())));
+  }
 }

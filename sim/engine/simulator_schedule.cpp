@@ -1,0 +1,32 @@
+// Simulator::schedule_engine: one EngineCore::schedule and what the engine may answer besides a
+// batch -- requests it ignores (vLLM V0's FINISHED_IGNORED) and an engine that dies (vLLM V0
+// without CPU swap space for a preemption).
+
+#include <fmt/format.h>
+
+#include "sim/engine/simulator.h"
+
+namespace kvsim {
+
+void Simulator::schedule_engine() {
+  try {
+    core_->schedule(out_);
+  } catch (const EngineAborted& e) {
+    const Request* r = e.request();
+    const std::string who =
+        r && static_cast<std::size_t>(r->index()) < request_ids_.size()
+            ? fmt::format("request {}", request_ids_[static_cast<std::size_t>(r->index())])
+            : std::string("a request");
+    const bool fork = scenario_.workload.per_request.parallel_sampling ==
+                      PerRequestConfig::ParallelSampling::kFork;
+    throw RunError(fmt::format(
+        "step {}: {}: the engine aborted as vLLM's does: {}; cache.swap_space {} GiB = {} CPU "
+        "blocks of {} tokens{}",
+        step_, who, e.what(), scenario_.cache.swap_space, scenario_.num_cpu_blocks,
+        scenario_.cache.sizing.block_size,
+        fork ? "" : " (scheduler.on_swap_space_exhausted: recompute would recompute the victim)"));
+  }
+  for (Request* r : out_.ignored) finish_request(r->index(), FinishReason::kIgnored);
+}
+
+}  // namespace kvsim
