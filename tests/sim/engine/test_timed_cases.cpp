@@ -26,6 +26,7 @@ namespace {
 constexpr const char* kTimedCaseFolders[] = {
     "timed-vllm-0.7.2",
     "timed-vllm-0.8.5.post1",
+    "timed-vllm-0.20.1",
 };
 
 std::vector<std::string> lines_of(const std::string& text) {
