@@ -176,6 +176,10 @@ class EngineCore {
   /// Applies the step scheduled last: advances the scheduled requests, appends the sampled token
   /// of each that caught up, checks stops, frees finished requests. Replaces `outputs`.
   virtual void update_from_output(std::vector<RequestOutput>& outputs) = 0;
+  /// "" normally, else the exception the real engine raises out of the last schedule() or
+  /// update_from_output (vLLM v0.20.1's admission-cap defect: its engine dies there). The engine
+  /// must not be used after one.
+  virtual const char* step_error() const { return ""; }
   /// vLLM's finish_requests(id, FINISHED_ABORTED) for one live request; false if it is not live.
   virtual bool abort_request(Request& request) = 0;
 

@@ -403,9 +403,11 @@ METRIC_BARS = [
     ("prefix_cache_hit_rate", "prefix cache hit rate", "%.1f%%", 100.0),
     ("mean_kv_cache_usage_perc", "mean KV cache usage", "%.1f%%", 100.0),
     ("num_preemptions", "preemptions", "%d", 1.0),
+    ("mean_batch_size", "admitted batch, mean (requests)", "%.1f", 1.0),
     ("p50_ttft_ms", "TTFT p50 (ms)", "%.1f", 1.0),
     ("p99_ttft_ms", "TTFT p99 (ms)", "%.0f", 1.0),
     ("p99_tpot_ms", "TPOT p99 (ms)", "%.2f", 1.0),
+    ("max_batch_size", "admitted batch, max (requests)", "%d", 1.0),
 ]
 MAX_BAR_RUNS = 20
 
@@ -421,7 +423,7 @@ def metrics_bars(runs, out, formats):
         note = " (first %d of %d runs)" % (MAX_BAR_RUNS, len(rs))
         rs = rs[:MAX_BAR_RUNS]
     metrics = [m for m in METRIC_BARS if any(_metric(r.summary, m[0]) is not None for r in rs)]
-    ncols = min(3, len(metrics))
+    ncols = min(4, len(metrics))
     nrows = (len(metrics) + ncols - 1) // ncols
     label_w = max(len(r.label) for r in rs)
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, sharey=True,
@@ -447,7 +449,8 @@ def metrics_bars(runs, out, formats):
     fig.suptitle("Headline metrics per run" + note)
     save(fig, out, "metrics_bars", formats)
     return Figure("metrics_bars", "Headline metrics per run",
-                  "Hit rate, KV usage, preemptions, TTFT and TPOT, one bar per run" + note)
+                  "Hit rate, KV usage, preemptions, admitted batch size, TTFT and TPOT, one bar "
+                  "per run" + note)
 
 
 def _is_v0(run):

@@ -166,7 +166,7 @@ class Scheduler final : public EngineCore {
   /// v0.20: "" normally, else the exception vLLM raises out of the last schedule() or
   /// update_from_output (the manager's admission-cap defect of shared/spec/vllm-0.20-semantics.md
   /// §12; an output placeholder count going negative). The state after it is unspecified.
-  const char* step_error() const { return step_error_; }
+  const char* step_error() const override { return step_error_; }
 };
 
 }  // namespace kvsim

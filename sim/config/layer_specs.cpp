@@ -178,6 +178,13 @@ void parse_attention_layout(const json& e, bool multimodal, const ErrorAt& err, 
   }
 }
 
+bool mixes_sliding_and_full(const AttentionLayout& a) {
+  const auto has = [&](std::string_view t) {
+    return std::find(a.layer_types.begin(), a.layer_types.end(), t) != a.layer_types.end();
+  };
+  return has("sliding_attention") && has("full_attention");
+}
+
 bool hybrid_manager_off_by_default(const ModelConfig& m) {
   if (!m.attention.explicit_layers.empty()) {
     for (const json& l : m.attention.explicit_layers)

@@ -77,6 +77,11 @@ struct KVLayerOptions {
 [[nodiscard]] std::vector<NamedLayerSpec> model_layer_specs(const ModelConfig& m,
                                                             const KVLayerOptions& o);
 
+/// True when the model mixes sliding-window and full-attention layers (gpt-oss, Gemma 3): a
+/// release with one KV cache type (vLLM v0.8.5's unify_hybrid_kv_cache_specs) then treats every
+/// layer as full attention.
+[[nodiscard]] bool mixes_sliding_and_full(const AttentionLayout& a);
+
 /// True when vLLM switches the hybrid KV cache manager off by default for this model (it has
 /// chunked local attention: config/vllm.py:1266).
 [[nodiscard]] bool hybrid_manager_off_by_default(const ModelConfig& m);

@@ -57,6 +57,7 @@ constexpr std::string_view kModelKeys[] = {"config",
                                            "num_parameters",
                                            "text_config",
                                            "quantization_config",
+                                           "weight_format",
                                            "shared_expert_intermediate_size",
                                            "rope_scaling",
                                            "layers",
@@ -409,8 +410,14 @@ YAML::Node model_config_yaml(const ModelConfig& m) {
   n["vocab_size"] = m.vocab_size;
   n["max_position_embeddings"] = m.max_position_embeddings;
   n["dtype"] = m.dtype;
-  n["quantization"] =
-      m.weight_bytes_per_param != static_cast<double>(m.dtype_bytes) ? "fp8" : "none";
+  {
+    YAML::Node w(YAML::NodeType::Map);  // the format itself: the file's quantization_config aside
+    w["method"] = m.weights.method;
+    w["linear_bytes_per_param"] = m.weights.linear_bytes_per_param;
+    w["expert_bytes_per_param"] = m.weights.expert_bytes_per_param;
+    w["other_bytes_per_param"] = m.weights.other_bytes_per_param;
+    n["weight_format"] = w;
+  }
   n["tie_word_embeddings"] = m.tie_word_embeddings;
   n["gated_mlp"] = m.gated_mlp;
   n["sliding_window"] = optional_node(m.sliding_window);

@@ -162,6 +162,9 @@ KVCacheConfig Scenario::kv_cache_config() const {
   c.enable_caching = cache.enable_prefix_caching;
   c.num_preallocate_tokens = cache.num_preallocate_tokens;
   c.sliding_window = model && model->sliding_window ? *model->sliding_window : 0;
+  // One KV cache type per pool before v0.9: sliding-window layers mixed with full ones become
+  // full attention (vLLM v0.8.5.post1 kv_cache_utils.py unify_hybrid_kv_cache_specs).
+  if (model && mixes_sliding_and_full(model->attention)) c.sliding_window = 0;
   if (release_features(engine.profile).kv_cache_groups && plan && plan->layout) {
     // vLLM v0.20: one KV cache group per set of layers the pool sizing grouped (gpt-oss: a
     // sliding-window group and a full one), in vLLM's group order.

@@ -92,6 +92,28 @@ WeightFormat parse_weight_format(const json& e, std::int64_t dtype_bytes,
                             "(supported: {})",
                             method, supported_quant_methods()));
   }
+  // The resolved form (config.resolved.yaml): the format itself, whatever the file says.
+  if (const json* wf = field(e, "weight_format")) {
+    if (!wf->is_object())
+      throw err("weight_format", "field 'weight_format' must be an object");
+    WeightFormat f;
+    f.method = detail::opt_string(*wf, "method", err).value_or("none");
+    if (std::find(std::begin(kMethods), std::end(kMethods), f.method) == std::end(kMethods))
+      throw err("method", fmt::format("field 'weight_format.method': unsupported method '{}' "
+                                      "(supported: none, {})",
+                                      f.method, supported_quant_methods()));
+    const auto bytes = [&](const char* key) {
+      const std::optional<double> v = detail::opt_number(*wf, key, err);
+      if (!v || *v <= 0 || *v > 8)
+        throw err(key, fmt::format("field 'weight_format.{}' must be a number of bytes in (0, 8]",
+                                   key));
+      return *v;
+    };
+    f.linear_bytes_per_param = bytes("linear_bytes_per_param");
+    f.expert_bytes_per_param = bytes("expert_bytes_per_param");
+    f.other_bytes_per_param = bytes("other_bytes_per_param");
+    return f;
+  }
   if (auto inline_q = detail::opt_string(e, "quantization", err)) {
     if (*inline_q != "fp8" && *inline_q != "none")
       throw err(

@@ -44,7 +44,9 @@ struct WeightFormat {
 /// The supported quant_method values, comma-separated.
 [[nodiscard]] const char* supported_quant_methods();
 
-/// Reads `quantization_config` (and the inline `quantization`) of the effective config object,
+/// Reads `quantization_config` (and the inline `quantization`) of the effective config object, or
+/// the resolved form `weight_format: {method, linear_bytes_per_param, expert_bytes_per_param,
+/// other_bytes_per_param}` (config.resolved.yaml writes it; it replaces both),
 /// for a model whose dtype takes `dtype_bytes`. Throws ConfigError with file:line:col on an
 /// unsupported method or a malformed field.
 [[nodiscard]] WeightFormat parse_weight_format(const nlohmann::json& e, std::int64_t dtype_bytes,

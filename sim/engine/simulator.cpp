@@ -136,6 +136,7 @@ void Simulator::end_step() {
   if (async_) return end_step_async();
   EngineCore& eng = *core_;
   eng.update_from_output(outputs_);
+  check_step_error("update_from_output()");
   const std::vector<RequestOutput>& delivered = deliver_outputs(view_, /*executed=*/true);
   step_in_flight_ = false;
   finish_delivered(delivered);
@@ -211,6 +212,7 @@ void Simulator::start_step_async() {
   const SimTimeNs now = engine_.now();
   AsyncStep& a = async_steps_[(async_head_ + async_count_) % 2];
   eng.schedule(a.out);
+  check_step_error("schedule()");
   a.executed = a.out.total_num_scheduled_tokens > 0;
   int executed_in_flight = 0;
   for (int k = 0; k < async_count_; ++k)
@@ -258,6 +260,7 @@ void Simulator::end_step_async() {
     if (k < l.outputs.size()) r.sampled_token = l.outputs[k];
   }
   eng.update_from_output(outputs_);
+  check_step_error("update_from_output()");
   const std::vector<RequestOutput>& delivered = deliver_outputs(a.view, a.executed);
   // A request that finished (or was aborted) at the previous step's end may have been in this
   // step: its object lived until now.

@@ -125,6 +125,8 @@ class Simulator {
   /// EngineCore::schedule into out_, then the requests the engine ignored are finished; an
   /// engine that aborts ends the run (RunError naming the step, the request and the pool).
   void schedule_engine();
+  /// Ends the run (RunError naming the step) when the engine raised out of `where`.
+  void check_step_error(const char* where) const;
   /// Admits arrivals, in order, until the waiting queue holds every request schedule() may look at.
   void admit_waiting();
   /// Waiting requests: the scheduler's and those not yet admitted.

@@ -26,7 +26,22 @@ void Simulator::schedule_engine() {
         scenario_.cache.sizing.block_size,
         fork ? "" : " (scheduler.on_swap_space_exhausted: recompute would recompute the victim)"));
   }
+  check_step_error("schedule()");
   for (Request* r : out_.ignored) finish_request(r->index(), FinishReason::kIgnored);
+}
+
+void Simulator::check_step_error(const char* where) const {
+  const char* e = core_->step_error();
+  if (e == nullptr || *e == '\0') [[likely]]
+    return;
+  throw RunError(fmt::format(
+      "step {}: the engine raised out of {}, as the {} engine does, ending the run: {}{}", step_, where,
+      profile_name(scenario_.engine.profile), e,
+      std::string_view(e).find("free blocks") != std::string_view::npos
+          ? " (vLLM v0.20.1's sliding-window admission-cap defect, upstream PR #40027: a pool "
+            "nearly full while a request longer than the window + max_num_batched_tokens grows; "
+            "a larger pool or max_num_batched_tokens >= max_model_len - window + 1 avoids it)"
+          : ""));
 }
 
 }  // namespace kvsim

@@ -135,6 +135,32 @@ TEST_CASE("awq, gptq and compressed-tensors weights use their group formulas", "
         "'bitsandbytes' (supported: fp8, mxfp4, awq, gptq, compressed-tensors)");
 }
 
+TEST_CASE("the resolved weight_format replaces quantization_config, and is checked", "[sim]") {
+  const auto parse = [](const std::string& fields) {
+    return parse_model_config_json(
+        R"({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+            "intermediate_size": 14336, "torch_dtype": "bfloat16",
+            "quantization_config": {"quant_method": "fp8"}, )" +
+            fields + "}",
+        "w.json");
+  };
+  const ModelConfig m = parse(R"("weight_format": {"method": "mxfp4",
+      "linear_bytes_per_param": 2, "expert_bytes_per_param": 0.53125, "other_bytes_per_param": 2})");
+  CHECK(m.weights.method == "mxfp4");
+  CHECK(m.weights.expert_bytes_per_param == 0.53125);
+  CHECK(m.weights.linear_bytes_per_param == 2);
+  CHECK_THAT(error_of([&] { (void)parse(R"("weight_format": {"method": "int3",
+      "linear_bytes_per_param": 1, "expert_bytes_per_param": 1, "other_bytes_per_param": 1})"); }),
+             Catch::Contains("field 'weight_format.method': unsupported method 'int3'"));
+  CHECK_THAT(error_of([&] { (void)parse(R"("weight_format": {"method": "fp8",
+      "linear_bytes_per_param": 0, "expert_bytes_per_param": 1, "other_bytes_per_param": 1})"); }),
+             Catch::Contains("field 'weight_format.linear_bytes_per_param' must be a number of "
+                             "bytes in (0, 8]"));
+  CHECK_THAT(error_of([&] { (void)parse(R"("weight_format": 3)"); }),
+             Catch::StartsWith("w.json:"));
+}
+
 TEST_CASE("Gemma 3's multimodal config reads text_config with transformers' defaults", "[sim]") {
   const ModelConfig g = load_model_config_file(shipped("gemma-3-27b-it"));
   CHECK(g.vocab_size == 262'208);  // not in the public file

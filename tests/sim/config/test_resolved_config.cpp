@@ -409,11 +409,11 @@ TEST_CASE("a scenario that sets no key resolves to every key of every section", 
                                                         "num_hidden_layers",
                                                         "num_key_value_heads",
                                                         "num_parameters",
-                                                        "quantization",
                                                         "sliding_window",
                                                         "tie_word_embeddings",
                                                         "use_sliding_window",
-                                                        "vocab_size"});
+                                                        "vocab_size",
+                                                        "weight_format"});
   // The defaults, spelled out; an absent optional is null.
   CHECK(text(r["name"]) == "minimal");
   CHECK(text(r["seed"]) == "0");
@@ -422,7 +422,8 @@ TEST_CASE("a scenario that sets no key resolves to every key of every section", 
   CHECK(text(r["cache"]["activation_reserve_bytes"]) == "2147483648");
   CHECK(text(r["scheduler"]["max_model_len"]) == "131072");
   CHECK(text(r["workload"]["arrival"]["rate_per_s"]) == "10");
-  CHECK(text(r["model"]["quantization"]) == "none");
+  CHECK(text(r["model"]["weight_format"]["method"]) == "none");
+  CHECK(text(r["model"]["weight_format"]["expert_bytes_per_param"]) == "2");
   for (const char* key :
        {"model.sliding_window", "model.num_parameters", "cache.kv_cache_memory_bytes",
         "cache.num_gpu_blocks_override", "cache.capacity_tokens", "workload.duration_s",
@@ -463,7 +464,7 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
         {"model.num_key_value_heads", "4"},
         {"model.max_position_embeddings", "4096"},
         {"model.gated_mlp", "false"},
-        {"model.quantization", "fp8"},
+        {"model.quantization", "fp8", "model.weight_format.method"},  // resolved as the format
         {"model.sliding_window", "1024"},
         {"model.use_sliding_window", "true"},  // the file says false
         {"model.num_parameters", "1500000000"},

@@ -213,3 +213,17 @@ TEST_CASE("vllm-0.20 runs a hybrid model with one KV cache group per attention t
   CHECK(make_engine(parse(base("vllm-0.8.5", "gpt-oss-20b")).engine_params())
             ->num_kv_cache_groups() == 1);
 }
+
+TEST_CASE("a model mixing sliding-window and full layers is all full attention before v0.9",
+          "[sim]") {
+  // vLLM v0.8.5.post1's unify_hybrid_kv_cache_specs turns gpt-oss's sliding-window layers into
+  // full attention (one KV cache type per pool); v0.20 gives them their own group; a window on
+  // every layer (Mistral-7B v0.1) stays a window under v0.8.5.
+  const std::vector<std::string> len = {"scheduler.max_model_len=2048"};
+  CHECK(parse(base("vllm-0.8.5", "gpt-oss-20b"), len).kv_cache_config().sliding_window == 0);
+  CHECK(parse(base("vllm-0.8.5", "gemma-3-27b-it"), len).kv_cache_config().sliding_window == 0);
+  const KVCacheConfig hybrid = parse(base("vllm-0.20", "gpt-oss-20b"), len).kv_cache_config();
+  REQUIRE(hybrid.kv_cache_groups.size() == 2);
+  CHECK(hybrid.kv_cache_groups[0].sliding_window == 128);
+  CHECK(parse(base("vllm-0.8.5", "mistral-7b"), len).kv_cache_config().sliding_window == 4096);
+}

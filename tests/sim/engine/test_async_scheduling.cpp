@@ -155,3 +155,28 @@ TEST_CASE("vllm-0.20 async scheduling: a client abort waits for the oldest step 
     CHECK(j["num_steps"] == steps);
   }
 }
+
+TEST_CASE("vllm-0.20's admission-cap defect ends the run as vLLM's engine ends", "[sim]") {
+  // gpt-oss-120b at vLLM's max_num_batched_tokens of 8,192: once the pool runs full, the sliding
+  // group's capped count lets an allocation pass the free-space check and get_new_blocks raises
+  // (shared/spec/vllm-0.20-semantics.md §6, §12). The shipped scenario's token budget of
+  // max_model_len avoids it.
+  TempDir tmp("swa-defect");
+  const std::string file = std::string(KVSIM_SOURCE_DIR) + "/scenarios/gpt-oss-120b-long-chat.yaml";
+  const Scenario bad = load_scenario(file, {"scheduler.max_num_batched_tokens=8192"});
+  std::string msg;
+  try {
+    (void)run_scenario(bad, tmp.path / "bad");
+  } catch (const RunError& e) {
+    msg = e.what();
+  }
+  CHECK_THAT(msg, Catch::StartsWith("step 8768: the engine raised out of schedule(), as the "
+                                    "vllm-0.20 engine does, ending the run: ValueError: Cannot get"));
+  CHECK(msg.find('\n') == std::string::npos);
+  CHECK_FALSE(fs::exists(tmp.path / "bad" / bad.name));  // no half-written run folder
+  // The same workload in one pool of full-attention layers (vLLM v0.7.2) has no such cap.
+  const Scenario full = load_scenario(
+      file, {"scheduler.max_num_batched_tokens=8192", "engine.profile=vllm-0.7.2"});
+  CHECK(full.kv_cache_config().kv_cache_groups.empty());
+  CHECK(fs::exists(run_scenario(full, tmp.path / "full").folder / "summary.json"));
+}

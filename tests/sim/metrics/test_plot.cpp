@@ -153,41 +153,42 @@ TEST_CASE("a folder that is not a run is refused with status 2", "[sim][plots]")
         std::string::npos);
 }
 
-TEST_CASE("the shipped profile comparison sweeps both profiles and draws their comparison",
+TEST_CASE("the shipped release comparison sweeps every V1 release and draws their comparison",
           "[sim][plots]") {
   if (!have_matplotlib()) {
     WARN("/usr/bin/python3 cannot import matplotlib: plots test skipped");
     return;
   }
   const kvsim::test::TempDir dir("plot-profiles");
-  const fs::path scenario = kSource / "scenarios/vllm-0.7.2-vs-0.8.5.yaml";
+  const fs::path scenario = kSource / "scenarios/vllm-releases.yaml";
   REQUIRE(shell(kvsim::test::kvsim_exe() + " sweep " + scenario.string() + " -o " +
                 dir.path.string() + " --set workload.num_requests=60 > " +
                 (dir.path / "log.txt").string() + " 2>&1") == 0);
-  const fs::path sweep = dir.path / "vllm-0.7.2-vs-0.8.5";
-  // Every point under both profiles, each run recording its profile.
+  const fs::path sweep = dir.path / "vllm-releases";
+  // Every point under the three profiles, each run recording its profile.
   int runs = 0;
   for (const auto& e : fs::directory_iterator(sweep)) {
     if (!fs::is_directory(e.path())) continue;
     const std::string name = e.path().filename().string();
     const std::string summary = kvsim::test::slurp(e.path() / "summary.json");
     INFO(name);
-    CHECK(
-        summary.find(std::string("\"profile\": \"") +
-                     (name.find("vllm-0.8.5") != std::string::npos ? "vllm-0.8.5" : "vllm-0.7.2") +
-                     "\"") != std::string::npos);
+    const char* profile = name.find("vllm-0.8.5") != std::string::npos   ? "vllm-0.8.5"
+                          : name.find("vllm-0.20") != std::string::npos  ? "vllm-0.20"
+                                                                         : "vllm-0.7.2";
+    CHECK(summary.find(std::string("\"profile\": \"") + profile + "\"") != std::string::npos);
     ++runs;
   }
-  CHECK(runs == 4);
+  CHECK(runs == 6);
   const fs::path out = dir.path / "plots";
   const int rc = plot(sweep.string() + " -o " + out.string(), dir.path / "plot-log.txt");
   INFO(kvsim::test::slurp(dir.path / "plot-log.txt"));
   REQUIRE(rc == 0);
   for (const char* stem : {"kv_breakdown_bars", "latency_cdf_overlay", "metrics_bars",
-                           "run_timelines", "hit_rate_vs_capacity", "heatmap_vllm-0.7.2-vs-0.8.5"})
+                           "run_timelines", "hit_rate_vs_capacity", "heatmap_vllm-releases"})
     require_figure(out, stem);
   const std::string index = kvsim::test::slurp(out / "index.html");
   CHECK(index.find("profile=vllm-0.8.5") != std::string::npos);
+  CHECK(index.find("profile=vllm-0.20") != std::string::npos);
 }
 
 TEST_CASE("the shipped V0-against-V1 sweep runs its listed points and plots them together",
