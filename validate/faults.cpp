@@ -31,7 +31,65 @@ std::size_t shortest_with_context(const StepBatch& batch, std::int64_t min_conte
   return best;
 }
 
+/// Whether pool block `x`, as the shadow says now, holds other K/V than a request of the batch
+/// reads from it at a position it does not write in this step.
+bool read_with_other_content(const StepBatch& batch, std::int64_t x) {
+  const std::int64_t block_size = batch.block_size;
+  for (std::size_t i = 0; i < batch.num_seqs; ++i) {
+    const SeqWork& s = batch.seqs[i];
+    for (std::size_t j = 0; j < s.table.size(); ++j) {
+      if (s.table[j] != x) continue;
+      const std::int64_t first = (static_cast<std::int64_t>(j) + s.table_first) * block_size;
+      for (std::int64_t p = first; p < std::min(first + block_size, s.computed); ++p)
+        if (batch.shadow[static_cast<std::size_t>(x * block_size + p - first)] !=
+            s.keys[static_cast<std::size_t>(p)])
+          return true;
+    }
+  }
+  return false;
+}
+
+/// The first pool block after `from` (cyclically) that no move of the step names and no request
+/// of the batch reads, or -1.
+std::int64_t unused_block(const StepBatch& batch, std::int64_t from) {
+  const std::int64_t num_blocks = batch.num_slots() / batch.block_size;
+  const auto named = [](const std::vector<std::int64_t>& pairs, std::int64_t b, std::size_t pos) {
+    for (std::size_t i = pos; i < pairs.size(); i += 2)
+      if (pairs[i] == b) return true;
+    return false;
+  };
+  for (std::int64_t k = 1; k < num_blocks; ++k) {
+    const std::int64_t b = (from + k) % num_blocks;
+    if (named(batch.swap_in, b, 1) || named(batch.swap_out, b, 0) || named(batch.copies, b, 0) ||
+        named(batch.copies, b, 1))
+      continue;
+    bool read = false;
+    for (std::size_t i = 0; i < batch.num_seqs && !read; ++i)
+      read = std::find(batch.seqs[i].table.begin(), batch.seqs[i].table.end(), b) !=
+             batch.seqs[i].table.end();
+    if (!read) return b;
+  }
+  return -1;
+}
+
+/// Redirects the first pair of `pairs` ([n, 2]: (src, pool block)) whose destination a request
+/// reads while it holds other K/V than the move brings to an unused block.
+bool redirect_move(StepBatch& batch, std::vector<std::int64_t>& pairs) {
+  for (std::size_t i = 1; i < pairs.size(); i += 2) {
+    if (!read_with_other_content(batch, pairs[i])) continue;
+    const std::int64_t x = unused_block(batch, pairs[i]);
+    if (x < 0) return false;
+    pairs[i] = x;
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+bool plant_wrong_swap_in(StepBatch& batch) { return redirect_move(batch, batch.swap_in); }
+
+bool plant_wrong_copy_dst(StepBatch& batch) { return redirect_move(batch, batch.copies); }
 
 bool plant_shared_in_use(StepBatch& batch) {
   const std::int64_t block_size = batch.block_size;

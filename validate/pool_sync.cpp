@@ -53,8 +53,7 @@ void PoolSync::release_held(Drop drop) {
 }
 
 void PoolSync::reserve(std::int64_t step) {
-  if (backend_.kind() != kernels::BackendKind::kCpu) return;  // dense, checked up front
-  if (++epoch_ == 0) {                                        // wrapped: forget every stamp
+  if (++epoch_ == 0) {  // wrapped: forget every stamp
     std::fill(seen_.begin(), seen_.end(), 0);
     epoch_ = 2;
   }
@@ -66,8 +65,10 @@ void PoolSync::reserve(std::int64_t step) {
       seen_[bi] = epoch_;
       ++distinct;
       not_held += (state_[bi] & kHeld) ? 0 : 1;
+      usage_.moved_blocks_read += (state_[bi] & (kMoved | kStale)) == kMoved;
     }
-  if (keep_all_) return;
+  // The CUDA pool is dense, checked up front.
+  if (keep_all_ || backend_.kind() != kernels::BackendKind::kCpu) return;
   // Not read now: let go when stale, or when the previous checked step did not read it either.
   release_held([&](std::int32_t b, std::uint8_t state) {
     const std::uint32_t seen = seen_[static_cast<std::size_t>(b)];
@@ -79,13 +80,39 @@ void PoolSync::reserve(std::int64_t step) {
         [&](std::int32_t b, std::uint8_t) { return seen_[static_cast<std::size_t>(b)] != epoch_; });
     ++usage_.clears;
   }
-  if (bookkeeping_bytes_ + distinct * block_bytes_ > limit_bytes_)
+  // What else is held now: the swap pool's blocks (vLLM V0), never let go while swapped out.
+  const std::int64_t others =
+      backend_.pool_resident_bytes() - static_cast<std::int64_t>(held_.size()) * block_bytes_;
+  if (bookkeeping_bytes_ + others + distinct * block_bytes_ > limit_bytes_)
     throw ConfigError(fmt::format(
         "step {} reads {} blocks of the validation KV pool ({:.2f} GiB, one layer), which with "
         "{:.2f} GiB of bookkeeping is over the {:.2f} GiB limit; validate a smaller model or fewer "
         "concurrent requests (scheduler.max_num_seqs)",
         step, distinct, static_cast<double>(distinct * block_bytes_) / kGiB,
-        static_cast<double>(bookkeeping_bytes_) / kGiB, static_cast<double>(limit_bytes_) / kGiB));
+        static_cast<double>(bookkeeping_bytes_ + others) / kGiB,
+        static_cast<double>(limit_bytes_) / kGiB));
+}
+
+void PoolSync::prepare_move_source(std::int64_t b) {
+  refresh_block(b, [](std::int64_t, std::uint64_t) {
+    return std::pair<const float*, const float*>(nullptr, nullptr);
+  });
+}
+
+void PoolSync::moved_into(std::int64_t b) {
+  std::uint8_t& state = state_[static_cast<std::size_t>(b)];
+  if (!(state & kHeld)) held_.push_back(static_cast<std::int32_t>(b));
+  state = kHeld | kMoved;
+  usage_.peak_bytes =
+      std::max(usage_.peak_bytes, bookkeeping_bytes_ + backend_.pool_resident_bytes());
+}
+
+void PoolSync::trim_to_limit() {
+  if (keep_all_ || backend_.kind() != kernels::BackendKind::kCpu ||
+      bookkeeping_bytes_ + backend_.pool_resident_bytes() <= limit_bytes_)
+    return;
+  release_held([](std::int32_t, std::uint8_t) { return true; });
+  ++usage_.clears;
 }
 
 void PoolSync::push_row(std::int64_t slot, const float* k, const float* v) {

@@ -36,8 +36,20 @@ class PoolSync {
 
   /// The shadow entry of `slot` changed: its block must be rewritten before its next read. O(1).
   void mark_stale(std::int64_t slot) {
-    state_[static_cast<std::size_t>(slot / block_size_)] |= kStale;
+    std::uint8_t& state = state_[static_cast<std::size_t>(slot / block_size_)];
+    state = static_cast<std::uint8_t>((state | kStale) & ~kMoved);
   }
+
+  // ---- block moves (vLLM V0): the backend moves whole blocks; the harness moves the shadow ----
+  /// Brings block `b` up to date before the backend copies it (a move's source). Buffered as
+  /// refresh(): flush() before the move. O(block) when stale, else O(1).
+  void prepare_move_source(std::int64_t b);
+  /// The backend has just overwritten block `b` with a whole moved block, and the shadow of `b`
+  /// says what that block held: `b` is up to date, held, and marked moved until its next write.
+  void moved_into(std::int64_t b);
+  /// After a step's moves: when the pool held plus bookkeeping passes the limit, lets go of every
+  /// held block (they are rewritten from the shadow when read; counted in clears). O(held).
+  void trim_to_limit();
 
   /// Makes room for the blocks the batch's (possibly faulted) tables read. Held blocks this step
   /// does not read are let go when stale (they are rewritten in full when read again, so holding
@@ -61,6 +73,7 @@ class PoolSync {
  private:
   static constexpr std::uint8_t kStale = 1;  // the pool's copy may differ from the shadow
   static constexpr std::uint8_t kHeld = 2;   // the backend holds storage for the block
+  static constexpr std::uint8_t kMoved = 4;  // content put there by a block move, not rewritten
 
   /// Rewrites block `b` if stale; `own(o)` gives the floats of offset o's key, or null.
   template <typename Own>
