@@ -31,22 +31,27 @@ std::size_t shortest_with_context(const StepBatch& batch, std::int64_t min_conte
   return best;
 }
 
-/// Whether pool block `x`, as the shadow says now, holds other K/V than a request of the batch
-/// reads from it at a position it does not write in this step.
-bool read_with_other_content(const StepBatch& batch, std::int64_t x) {
+/// How much of what the batch reads from pool block `x` at positions it does not write in this
+/// step differs from what the shadow says `x` holds now: the largest share, over the requests
+/// reading `x` at least half a block of other K/V there, of a request's context that differs
+/// (0: none does).
+double read_with_other_content(const StepBatch& batch, std::int64_t x) {
   const std::int64_t block_size = batch.block_size;
+  double worst = 0;
   for (std::size_t i = 0; i < batch.num_seqs; ++i) {
     const SeqWork& s = batch.seqs[i];
     for (std::size_t j = 0; j < s.table.size(); ++j) {
       if (s.table[j] != x) continue;
       const std::int64_t first = (static_cast<std::int64_t>(j) + s.table_first) * block_size;
+      std::int64_t differ = 0;
       for (std::int64_t p = first; p < std::min(first + block_size, s.computed); ++p)
-        if (batch.shadow[static_cast<std::size_t>(x * block_size + p - first)] !=
-            s.keys[static_cast<std::size_t>(p)])
-          return true;
+        differ += batch.shadow[static_cast<std::size_t>(x * block_size + p - first)] !=
+                  s.keys[static_cast<std::size_t>(p)];
+      if (2 * differ >= block_size)
+        worst = std::max(worst, static_cast<double>(differ) / static_cast<double>(s.context));
     }
   }
-  return false;
+  return worst;
 }
 
 /// The first pool block after `from` (cyclically) that no move of the step names and no request
@@ -72,17 +77,23 @@ std::int64_t unused_block(const StepBatch& batch, std::int64_t from) {
   return -1;
 }
 
-/// Redirects the first pair of `pairs` ([n, 2]: (src, pool block)) whose destination a request
-/// reads while it holds other K/V than the move brings to an unused block.
+/// Of the pool blocks `pairs` ([n, 2]: (src, pool block)) moves into, the one whose readers in
+/// the batch would see the most other K/V if the move did not come (see read_with_other_content)
+/// is moved into an unused block instead, by every pair that names it (vLLM V0 lists a block
+/// shared by a group's sequences once per sequence).
 bool redirect_move(StepBatch& batch, std::vector<std::int64_t>& pairs) {
+  double best_score = 0;
+  std::int64_t best = -1;
   for (std::size_t i = 1; i < pairs.size(); i += 2) {
-    if (!read_with_other_content(batch, pairs[i])) continue;
-    const std::int64_t x = unused_block(batch, pairs[i]);
-    if (x < 0) return false;
-    pairs[i] = x;
-    return true;
+    const double score = read_with_other_content(batch, pairs[i]);
+    if (score > best_score) best_score = score, best = pairs[i];
   }
-  return false;
+  if (best < 0) return false;
+  const std::int64_t x = unused_block(batch, best);
+  if (x < 0) return false;
+  for (std::size_t i = 1; i < pairs.size(); i += 2)
+    if (pairs[i] == best) pairs[i] = x;
+  return true;
 }
 
 }  // namespace

@@ -131,17 +131,23 @@ ValidationHarness::ValidationHarness(const Scenario& scenario, const ValidationO
   const std::int64_t swap_fixed = setup_.num_cpu_blocks * bs * 8;
   // The shadow (8 bytes per slot) and per-block state always; the CUDA pool (and its timing
   // mirror, alike) whole; the CPU pool only as far as checked steps read it (PoolSync).
-  const std::int64_t per_block_fixed = bs * 8 + detail::PoolSync::kBytesPerBlock;
+  const std::int64_t per_block_fixed =
+      bs * 8 + detail::PoolSync::kBytesPerBlock +
+      (setup_.block_moves ? bs * detail::PoolSync::kBytesPerMovedSlot : 0);
   setup_.bookkeeping_bytes = blocks * per_block_fixed + swap_fixed;
-  if (setup_.bookkeeping_bytes + setup_.swap_pool_bytes > options.max_pool_bytes)
-    throw ConfigError(fmt::format(
-        "{}: the validation swap pool ({} CPU blocks of cache.swap_space, one layer: {:.2f} GiB "
-        "with its shadow) and the pool's bookkeeping would take {:.2f} GiB, over the {:.2f} GiB "
-        "limit; lower cache.swap_space",
-        who, setup_.num_cpu_blocks, static_cast<double>(setup_.swap_pool_bytes + swap_fixed) / kGiB,
-        static_cast<double>(setup_.bookkeeping_bytes + setup_.swap_pool_bytes) / kGiB,
-        static_cast<double>(options.max_pool_bytes) / kGiB));
+  // The CUDA backend's swap pool is pinned host memory, whole; the CPU backend's, the blocks
+  // swapped out (PoolSync counts them). Its shadow always.
   const bool dense = options.backend == BackendKind::kCuda;
+  const std::int64_t swap_held = swap_fixed + (dense ? setup_.swap_pool_bytes : 0);
+  const std::int64_t pool_fixed = blocks * per_block_fixed + (dense ? setup_.pool_bytes : 0);
+  if (pool_fixed <= options.max_pool_bytes && pool_fixed + swap_held > options.max_pool_bytes)
+    throw ConfigError(fmt::format(
+        "{}: the validation swap pool of {} CPU blocks (cache.swap_space, one layer) would hold "
+        "{:.2f} GiB ({}an 8-byte shadow per slot), which with the pool is over the {:.2f} GiB "
+        "limit; lower cache.swap_space",
+        who, setup_.num_cpu_blocks, static_cast<double>(swap_held) / kGiB,
+        dense ? "pinned host memory for its blocks and " : "",
+        static_cast<double>(options.max_pool_bytes) / kGiB));
   const std::int64_t fixed =
       setup_.bookkeeping_bytes + (dense ? setup_.pool_bytes + setup_.swap_pool_bytes : 0);
   if (fixed > options.max_pool_bytes) {
@@ -209,9 +215,9 @@ ValidationHarness::ValidationHarness(const Scenario& scenario, const ValidationO
   } else {
     setup_.device = cpu_model_name();
   }
-  im.pool = std::make_unique<detail::PoolSync>(im, *im.backend, im.timer.get(), im.content,
-                                               setup_.block_bytes, setup_.bookkeeping_bytes,
-                                               options.max_pool_bytes, options.write_every_step);
+  im.pool = std::make_unique<detail::PoolSync>(
+      im, *im.backend, im.timer.get(), im.content, setup_.block_bytes, setup_.bookkeeping_bytes,
+      options.max_pool_bytes, options.write_every_step, setup_.block_moves);
 }
 
 ValidationHarness::~ValidationHarness() = default;
@@ -233,8 +239,7 @@ void ValidationHarness::set_plan(SamplePlan plan, std::vector<StepTraits> traits
         worst = s;
     const std::int64_t read =
         worst < 0 ? 0 : std::int64_t{traits[static_cast<std::size_t>(worst)].read_blocks};
-    if (setup_.bookkeeping_bytes + setup_.swap_pool_bytes + read * setup_.block_bytes >
-        impl_->opt.max_pool_bytes)
+    if (setup_.bookkeeping_bytes + read * setup_.block_bytes > impl_->opt.max_pool_bytes)
       throw ConfigError(fmt::format(
           "checked step {} reads {} blocks of the validation KV pool ({:.2f} GiB: {} tokens x {} "
           "KV heads x head {} x {}, K and V, one layer), which with {:.2f} GiB of bookkeeping is "
@@ -363,7 +368,7 @@ void ValidationHarness::on_step_begin(const StepView& view) {
       planted = detail::plant_wrong_swap_in(m);
     if (fault_armed && fault_step_ < 0 && f.kind == Kind::kWrongCopyDst)
       planted = detail::plant_wrong_copy_dst(m);
-    moved = m.apply_moves();
+    if (!m.opt.ignore_block_moves) moved = m.apply_moves();
   }
   if (fault_armed && fault_step_ < 0 && f.kind == Kind::kBlockSharedInUse)
     planted = detail::plant_shared_in_use(m);

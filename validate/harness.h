@@ -86,7 +86,8 @@ struct ValidationOptions {
   std::int32_t warmup = -1;             // untimed calls before timing; -1: cuda 3, cpu 0
   std::int32_t repeats = -1;            // timed calls (median); -1: cuda 20, cpu 3
   std::int64_t max_pool_bytes = std::int64_t{2} << 30;  // pool held + shadow + bookkeeping
-  bool write_every_step = false;  // tests: write K/V into the pool at every step (no lazy writes)
+  bool write_every_step = false;    // tests: write K/V into the pool at every step (no lazy writes)
+  bool ignore_block_moves = false;  // tests: leave vLLM V0's block moves out (the pool goes wrong)
   /// Called once before the run with the plan's one-line description (CLI: stdout).
   std::function<void(const std::string&)> announce;
   /// Called while the run goes, at most every 0.25 s of wall clock, and once at the end
@@ -145,12 +146,13 @@ struct ValidationSetup {
 
 /// How the pool's memory went (CPU backend: the lazily held blocks).
 struct PoolUsage {
-  std::int64_t peak_bytes = 0;         // most pool bytes held at once (+ bookkeeping)
-  std::int64_t clears = 0;             // checked steps that let go of every other block (limit)
-  std::int64_t rows_written = 0;       // K/V rows written into the backend's pool
-  std::int64_t blocks_refreshed = 0;   // stale blocks brought up to date before a checked step
-  std::int64_t blocks_released = 0;    // held blocks let go (pool_sync.h)
-  std::int64_t moved_blocks_read = 0;  // blocks checked steps read as a move left them (V0)
+  std::int64_t peak_bytes = 0;        // most pool bytes held at once (+ bookkeeping)
+  std::int64_t clears = 0;            // checked steps that let go of every other block (limit)
+  std::int64_t rows_written = 0;      // K/V rows written into the backend's pool
+  std::int64_t blocks_refreshed = 0;  // stale blocks brought up to date before a checked step
+  std::int64_t blocks_released = 0;   // held blocks let go (pool_sync.h)
+  std::int64_t moved_slots_read = 0;  // (V0) slots of blocks checked steps read that still
+                                      // hold what a block move put there
 };
 
 /// vLLM V0's block moves the harness applied to the pool (harness.h, "Block moves").

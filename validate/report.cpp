@@ -104,7 +104,7 @@ std::string validation_json(const Scenario& scenario, const ValidationHarness& h
                         {"copied_blocks", mv.copied},
                         {"steps_with_moves", mv.steps},
                         {"checked_steps_with_moves", mv.checked_steps},
-                        {"moved_blocks_read", pool.moved_blocks_read}};
+                        {"moved_slots_read", pool.moved_slots_read}};
   }
   j["tolerance"] = {{"atol", u.tol.atol}, {"rtol", u.tol.rtol}, {"max_rel_err", u.tol.max_rel_fro}};
   const SamplePlan& plan = harness.plan();
