@@ -21,16 +21,8 @@ namespace {
 using kvsim::validate::test::kSmall;
 using kvsim::validate::test::out_dir;
 
-/// validate-small under vLLM V0 with parallel sampling by fork (n = 3) on a 48-block pool:
-/// groups are preempted by swapping to a CPU pool and back, forks copy shared partial blocks.
-/// (No chunked prefill in V0: the batch budget is max_model_len.)
-Scenario v0_swap_fork() {
-  return load_scenario(
-      kSmall, {"engine.profile=vllm-0.7.2-v0", "scheduler.max_num_batched_tokens=2048",
-               "scheduler.max_num_seqs=16", "scheduler.preemption_mode=swap", "workload.n=3",
-               "workload.parallel_sampling=fork", "cache.swap_space=0.01",
-               "cache.num_preallocate_tokens=0", "cache.num_gpu_blocks_override=48"});
-}
+/// validate-small under vLLM V0 with swaps and forks (validate_test_util.h).
+Scenario v0_swap_fork() { return load_scenario(kSmall, kvsim::validate::test::kV0SwapFork); }
 
 ValidationOptions cpu_options(std::int64_t sample_every) {
   return kvsim::validate::test::options(kernels::BackendKind::kCpu, kernels::DType::kBF16,
