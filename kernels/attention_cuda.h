@@ -20,7 +20,7 @@ struct attention_work_view {
   const std::int32_t* row_item_indptr = nullptr;  // [num_rows + 1]
   std::int32_t num_items = 0;
   std::int32_t num_rows = 0;
-  std::int32_t max_items_per_row = 0;             // > 1: the merge kernel runs
+  std::int32_t max_items_per_row = 0;  // > 1: the merge kernel runs
 };
 
 /// Split-KV partials; needed only when work.max_items_per_row > 1.
@@ -62,6 +62,24 @@ cudaError_t PagedAttentionMaxResidentCtas(DType dtype, std::int32_t head_size,
 cudaError_t ReshapeAndCache(const paged_kv_view& kv, const void* key, const void* value,
                             const std::int64_t* slot_mapping, std::int64_t num_tokens,
                             cudaStream_t stream);
+
+/// vLLM's swap_blocks (csrc/cache_kernels.cu) for one layer: for each pair (src, dst) of the host
+/// array `block_mapping` [num_pairs, 2], in order, K and V of block src of `src` are copied to
+/// block dst of `dst` (two cudaMemcpyAsync per pair: K and V of a block are each one run of
+/// stride_block elements, stride_kv apart). One view is device memory and the other host memory
+/// (pinned: the copies are then asynchronous on `stream`); same dtype, block shape and
+/// contiguous-block strides. Block ids are not range-checked here (check_block_mapping).
+cudaError_t SwapBlocks(const paged_kv_view& src, const paged_kv_view& dst,
+                       const std::int64_t* block_mapping, std::int64_t num_pairs,
+                       cudaStream_t stream);
+
+/// vLLM's copy_blocks_kernel for one layer: for each pair (src, dst) of the device array
+/// `block_mapping` [num_pairs, 2], block dst of `kv` (K and V) becomes a copy of block src. Grid
+/// (num_pairs, 2: K and V), 128 threads copying 16-byte words (2-byte words when a block's K run
+/// is not a multiple of 16 bytes or the pool is not 16-byte aligned). The pairs run at once: no
+/// block may be both a source and a destination (check_block_mapping).
+cudaError_t CopyBlocks(const paged_kv_view& kv, const std::int64_t* block_mapping,
+                       std::int64_t num_pairs, cudaStream_t stream);
 
 /// Dense fp32 reference attention (kernels.md §7.5), no paging, no shared code with the fast path.
 struct dense_attention_args {

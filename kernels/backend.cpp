@@ -1,5 +1,6 @@
 #include "kernels/backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -26,9 +27,71 @@ void fill_nan(void* data, DType dtype, std::int64_t n) {
     store_from_float(data, dtype, i, std::numeric_limits<float>::quiet_NaN());
 }
 
-/// The pool as one allocation per block, made at the block's first write. Every block starts
-/// pointing at one shared NaN block (read-only by construction: writes go through held() first),
-/// so a read of a never-written block is a NaN read, as with a NaN-filled dense pool.
+/// Blocks of one pool (the attention pool or the swap pool) as one allocation per block, made at
+/// the block's first write. Every block starts pointing at one shared NaN block (read-only by
+/// construction: writes go through hold() first), so a read of a never-written block is a NaN
+/// read, as with a NaN-filled dense pool.
+class BlockStore {
+ public:
+  /// `num_blocks` blocks of `nan_block`'s `block_bytes` (which must outlive this), all NaN.
+  void reset(std::int64_t num_blocks, std::byte* nan_block, std::size_t block_bytes) {
+    nan_block_ = nan_block;
+    block_bytes_ = block_bytes;
+    const auto n = static_cast<std::size_t>(num_blocks);
+    storage_.clear();
+    storage_.resize(n);
+    base_.assign(n, nan_block);  // never written through: see hold()
+    held_blocks_ = 0;
+  }
+  std::int64_t size() const { return static_cast<std::int64_t>(base_.size()); }
+  std::int64_t held_bytes() const { return held_blocks_ * static_cast<std::int64_t>(block_bytes_); }
+  /// Gives block `b` its own storage (a NaN-filled copy of the shared NaN block) if it has none.
+  std::byte* hold(std::int64_t b) {
+    auto& mine = storage_[static_cast<std::size_t>(b)];
+    if (!mine) {
+      mine = std::make_unique_for_overwrite<std::byte[]>(block_bytes_);
+      std::memcpy(mine.get(), nan_block_, block_bytes_);
+      base_[static_cast<std::size_t>(b)] = mine.get();
+      ++held_blocks_;
+    }
+    return mine.get();
+  }
+  void release(std::int64_t b) {
+    auto& mine = storage_[static_cast<std::size_t>(b)];
+    if (!mine) return;
+    mine.reset();
+    base_[static_cast<std::size_t>(b)] = nan_block_;
+    --held_blocks_;
+  }
+  const std::byte* block(std::int64_t b) const {
+    return static_cast<const std::byte*>(base_[static_cast<std::size_t>(b)]);
+  }
+  /// Block b's storage (or the NaN block) for views; per block `[2, block_size, Hkv, D]`.
+  void* const* bases() const { return base_.data(); }
+  /// Copies block `src` of `from` into block `dst` of this store (held afterwards).
+  void copy_from(const BlockStore& from, std::int64_t src, std::int64_t dst) {
+    const std::byte* data = from.block(src);
+    std::memcpy(hold(dst), data, block_bytes_);
+  }
+  /// Per block, K then V: each a run of block_bytes / 2 in both layouts.
+  void read_dense(void* dst) const {
+    const std::size_t half = block_bytes_ / 2;
+    const std::size_t part_stride = half * base_.size();
+    for (std::size_t b = 0; b < base_.size(); ++b)
+      for (std::size_t part = 0; part < 2; ++part)
+        std::memcpy(static_cast<std::byte*>(dst) + part * part_stride + b * half,
+                    static_cast<const std::byte*>(base_[b]) + part * half, half);
+  }
+
+ private:
+  std::byte* nan_block_ = nullptr;
+  std::size_t block_bytes_ = 0;
+  std::vector<std::unique_ptr<std::byte[]>> storage_;  // [num_blocks] held blocks, else null
+  std::vector<void*> base_;                            // [num_blocks] storage or the NaN block
+  std::int64_t held_blocks_ = 0;
+};
+
+/// The CPU backend: the pool and the swap pool as BlockStores.
 class CpuBackend final : public AttentionBackend {
  public:
   BackendKind kind() const override { return BackendKind::kCpu; }
@@ -40,27 +103,18 @@ class CpuBackend final : public AttentionBackend {
     nan_block_ = std::make_unique_for_overwrite<std::byte[]>(block_bytes_);
     fill_nan(nan_block_.get(), shape.dtype, block_elems_);
     clear_pool();
+    swap_.reset(0, nan_block_.get(), block_bytes_);
   }
   const kv_pool_shape& pool_shape() const override { return shape_; }
   std::int64_t pool_resident_bytes() const override {
-    return held_blocks_ * static_cast<std::int64_t>(block_bytes_);
+    return pool_.held_bytes() + swap_.held_bytes();
   }
-  void clear_pool() override {
-    const auto n = static_cast<std::size_t>(shape_.num_blocks);
-    storage_.clear();
-    storage_.resize(n);
-    base_.assign(n, nan_block_.get());
-    held_blocks_ = 0;
-  }
+  void clear_pool() override { pool_.reset(shape_.num_blocks, nan_block_.get(), block_bytes_); }
 
   void release_block(std::int64_t block) override {
     KVSIM_KERNELS_CHECK(block >= 0 && block < shape_.num_blocks,
                         "block " + std::to_string(block) + " out of range");
-    auto& mine = storage_[static_cast<std::size_t>(block)];
-    if (!mine) return;
-    mine.reset();
-    base_[static_cast<std::size_t>(block)] = nan_block_.get();
-    --held_blocks_;
+    pool_.release(block);
   }
 
   void write_kv(const void* key, const void* value, const std::int64_t* slot_mapping,
@@ -70,7 +124,7 @@ class CpuBackend final : public AttentionBackend {
       const std::int64_t slot = slot_mapping[i];
       if (slot < 0) continue;
       KVSIM_KERNELS_CHECK(slot < num_slots, "slot " + std::to_string(slot) + " out of range");
-      hold(slot / shape_.block_size);
+      pool_.hold(slot / shape_.block_size);
     }
     cpu_write_kv(view(), key, value, slot_mapping, num_tokens);
   }
@@ -85,48 +139,84 @@ class CpuBackend final : public AttentionBackend {
     cpu_paged_attention(kv, queries, q, out);
   }
 
-  // Per block, K then V: each a run of block_size * Hkv * D elements in both layouts.
-  void read_pool(void* dst) const override {
-    const std::size_t half = block_bytes_ / 2;
-    const std::size_t part_stride = half * static_cast<std::size_t>(shape_.num_blocks);
-    for (std::size_t b = 0; b < base_.size(); ++b)
-      for (std::size_t part = 0; part < 2; ++part)
-        std::memcpy(static_cast<std::byte*>(dst) + part * part_stride + b * half,
-                    static_cast<const std::byte*>(base_[b]) + part * half, half);
-  }
+  void read_pool(void* dst) const override { pool_.read_dense(dst); }
   void load_pool(const void* src) override {
     const std::size_t half = block_bytes_ / 2;
     const std::size_t part_stride = half * static_cast<std::size_t>(shape_.num_blocks);
-    for (std::size_t b = 0; b < base_.size(); ++b) {
-      hold(static_cast<std::int64_t>(b));
+    for (std::int64_t b = 0; b < shape_.num_blocks; ++b) {
+      std::byte* mine = pool_.hold(b);
       for (std::size_t part = 0; part < 2; ++part)
-        std::memcpy(static_cast<std::byte*>(base_[b]) + part * half,
-                    static_cast<const std::byte*>(src) + part * part_stride + b * half, half);
+        std::memcpy(mine + part * half,
+                    static_cast<const std::byte*>(src) + part * part_stride +
+                        static_cast<std::size_t>(b) * half,
+                    half);
     }
   }
 
- private:
-  paged_kv_view view() { return make_per_block_view(base_.data(), shape_); }
-  /// Gives block `b` its own storage (a NaN-filled copy of the shared NaN block) if it has none.
-  void hold(std::int64_t b) {
-    auto& mine = storage_[static_cast<std::size_t>(b)];
-    if (mine) return;
-    mine = std::make_unique_for_overwrite<std::byte[]>(block_bytes_);
-    std::memcpy(mine.get(), nan_block_.get(), block_bytes_);
-    base_[static_cast<std::size_t>(b)] = mine.get();
-    ++held_blocks_;
+  void init_swap_pool(std::int64_t num_blocks) override {
+    KVSIM_KERNELS_CHECK(num_blocks >= 0, "negative swap pool");
+    swap_.reset(num_blocks, nan_block_.get(), block_bytes_);
   }
+  std::int64_t swap_pool_blocks() const override { return swap_.size(); }
+  // Blocks are whole allocations in both stores: a move is one memcpy per pair, in order.
+  void swap_blocks(SwapDirection direction, const std::int64_t* block_mapping,
+                   std::int64_t num_pairs) override {
+    const bool out = direction == SwapDirection::kOut;
+    BlockStore& from = out ? pool_ : swap_;
+    BlockStore& to = out ? swap_ : pool_;
+    check_block_mapping(block_mapping, num_pairs, from.size(), to.size(), false);
+    for (std::int64_t i = 0; i < num_pairs; ++i)
+      to.copy_from(from, block_mapping[2 * i], block_mapping[2 * i + 1]);
+  }
+  void copy_blocks(const std::int64_t* block_mapping, std::int64_t num_pairs) override {
+    check_block_mapping(block_mapping, num_pairs, pool_.size(), pool_.size(), true);
+    for (std::int64_t i = 0; i < num_pairs; ++i)
+      pool_.copy_from(pool_, block_mapping[2 * i], block_mapping[2 * i + 1]);
+  }
+  void release_swap_block(std::int64_t block) override {
+    KVSIM_KERNELS_CHECK(block >= 0 && block < swap_.size(),
+                        "swap block " + std::to_string(block) + " out of range");
+    swap_.release(block);
+  }
+  void read_swap_pool(void* dst) const override { swap_.read_dense(dst); }
+
+ private:
+  paged_kv_view view() { return make_per_block_view(pool_.bases(), shape_); }
 
   kv_pool_shape shape_;
   std::int64_t block_elems_ = 0;
   std::size_t block_bytes_ = 0;
-  std::unique_ptr<std::byte[]> nan_block_;             // one block, every element NaN
-  std::vector<std::unique_ptr<std::byte[]>> storage_;  // [num_blocks] held blocks, else null
-  std::vector<void*> base_;                            // [num_blocks] storage or nan_block_
-  std::int64_t held_blocks_ = 0;
+  std::unique_ptr<std::byte[]> nan_block_;  // one block, every element NaN
+  BlockStore pool_;                         // [num_blocks]
+  BlockStore swap_;                         // [swap blocks] vLLM V0's CPU cache
 };
 
 }  // namespace
+
+void check_block_mapping(const std::int64_t* block_mapping, std::int64_t num_pairs,
+                         std::int64_t src_blocks, std::int64_t dst_blocks, bool independent) {
+  KVSIM_KERNELS_CHECK(num_pairs >= 0 && (num_pairs == 0 || block_mapping != nullptr), "no mapping");
+  for (std::int64_t i = 0; i < num_pairs; ++i) {
+    const std::int64_t src = block_mapping[2 * i], dst = block_mapping[2 * i + 1];
+    KVSIM_KERNELS_CHECK(src >= 0 && src < src_blocks && dst >= 0 && dst < dst_blocks,
+                        "pair " + std::to_string(i) + " (" + std::to_string(src) + ", " +
+                            std::to_string(dst) + ") out of range");
+  }
+  if (!independent) return;
+  std::vector<std::int64_t> src(static_cast<std::size_t>(num_pairs));
+  std::vector<std::int64_t> dst(src.size());
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    src[i] = block_mapping[2 * i];
+    dst[i] = block_mapping[2 * i + 1];
+  }
+  std::sort(src.begin(), src.end());
+  std::sort(dst.begin(), dst.end());
+  KVSIM_KERNELS_CHECK(std::adjacent_find(dst.begin(), dst.end()) == dst.end(),
+                      "a block is the destination of two pairs");
+  for (const std::int64_t d : dst)
+    KVSIM_KERNELS_CHECK(!std::binary_search(src.begin(), src.end(), d),
+                        "block " + std::to_string(d) + " is both a source and a destination");
+}
 
 BackendKind parse_backend_kind(std::string_view name) {
   if (name == "cpu") return BackendKind::kCpu;

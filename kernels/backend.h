@@ -18,6 +18,12 @@ BackendKind parse_backend_kind(std::string_view name);
 /// "cpu" or "cuda".
 const char* backend_name(BackendKind kind);
 
+/// Which way swap_blocks copies (vLLM V0's CacheEngine.swap_in / swap_out).
+enum class SwapDirection : std::uint8_t {
+  kIn,   // swap pool (CPU memory) -> pool
+  kOut,  // pool -> swap pool
+};
+
 /// True when this build has CUDA and a usable device is present. Never throws: any CUDA error
 /// (no driver, no device, insufficient driver) means false.
 bool cuda_device_available();
@@ -48,7 +54,8 @@ class AttentionBackend {
   /// never written costs nothing and reads as NaN. The CUDA backend allocates the whole pool.
   virtual void init_pool(const kv_pool_shape& shape) = 0;
   virtual const kv_pool_shape& pool_shape() const = 0;
-  /// Bytes of pool storage held now (CPU: written blocks x block bytes; CUDA: the whole pool).
+  /// Bytes of pool storage held now, the swap pool's included (CPU: written blocks x block bytes;
+  /// CUDA: the whole pool and the whole swap pool).
   virtual std::int64_t pool_resident_bytes() const = 0;
   /// Forgets every block's content (every element reads as NaN again, as after init_pool); the
   /// CPU backend frees the blocks' storage. O(blocks held).
@@ -73,12 +80,41 @@ class AttentionBackend {
   /// then held.
   virtual void load_pool(const void* src) = 0;
 
+  // ---- vLLM V0's block moves (CacheEngine.swap_in / swap_out / copy) ----
+  // `block_mapping` is [num_pairs, 2] (src, dst) block ids, host memory, as vLLM's tensor.
+
+  /// (Re)creates the swap pool (vLLM V0's CPU cache): `num_blocks` blocks shaped like the pool's,
+  /// in host memory, every element NaN. CPU backend: a block takes memory at its first swap-out;
+  /// CUDA: pinned host memory, whole. 0 = none (the state after init_pool).
+  virtual void init_swap_pool(std::int64_t num_blocks) = 0;
+  virtual std::int64_t swap_pool_blocks() const = 0;
+  /// vLLM's swap_blocks: for each pair in order, the whole block (K and V) from pool block src to
+  /// swap block dst (kOut) or from swap block src to pool block dst (kIn). Throws
+  /// std::invalid_argument for a block out of range. O(num_pairs x block).
+  virtual void swap_blocks(SwapDirection direction, const std::int64_t* block_mapping,
+                           std::int64_t num_pairs) = 0;
+  /// vLLM's copy_blocks: for each pair, pool block dst (K and V) becomes a copy of pool block src.
+  /// The pairs are independent (the CUDA kernel copies them at once): no block may be both a
+  /// source and a destination, nor a destination twice (std::invalid_argument, as out of range).
+  /// O(num_pairs x block).
+  virtual void copy_blocks(const std::int64_t* block_mapping, std::int64_t num_pairs) = 0;
+  /// Forgets swap block `block`'s content (it reads as NaN again); the CPU backend frees it.
+  virtual void release_swap_block(std::int64_t block) = 0;
+  /// Copies the whole swap pool (`[2, swap_pool_blocks(), block_size, Hkv, D]`) into `dst`.
+  virtual void read_swap_pool(void* dst) const = 0;
+
   /// Forces the split-KV count (CUDA only; 0 = automatic policy). The CPU backend ignores it.
   virtual void set_forced_splits(std::int32_t /*splits*/) {}
   /// Forces the attention kernel (CUDA only; kAuto = chosen by the group size, see
   /// resolve_attention_path). The CPU backend ignores it.
   virtual void set_attention_path(AttentionPath /*path*/) {}
 };
+
+/// Checks a block_mapping for swap_blocks (`src_blocks`/`dst_blocks`: the sizes of the source and
+/// destination pools) or, with `independent`, for copy_blocks (also: no block both a source and a
+/// destination, no destination twice). Throws std::invalid_argument. O(n log n).
+void check_block_mapping(const std::int64_t* block_mapping, std::int64_t num_pairs,
+                         std::int64_t src_blocks, std::int64_t dst_blocks, bool independent);
 
 /// A backend of `kind`. Throws std::runtime_error for kCuda when !cuda_device_available().
 std::unique_ptr<AttentionBackend> make_attention_backend(BackendKind kind);

@@ -1,5 +1,6 @@
 // AttentionBackend over the CUDA kernels: the pool lives on the device, arguments are host arrays.
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -24,10 +25,13 @@ class CudaBackend final : public AttentionBackend {
     pool_.resize(pool_bytes());
     // 0xff bytes are NaN in fp16 (0xffff) and bf16 (0xffff) alike.
     KVSIM_CUDA_CHECK(cudaMemset(pool_.get(), 0xff, pool_bytes()));
+    swap_.reset();
+    swap_shape_ = shape;
+    swap_shape_.num_blocks = 0;
   }
   const kv_pool_shape& pool_shape() const override { return shape_; }
   std::int64_t pool_resident_bytes() const override {
-    return static_cast<std::int64_t>(pool_bytes());
+    return static_cast<std::int64_t>(pool_bytes() + swap_.size_bytes());
   }
   void clear_pool() override { KVSIM_CUDA_CHECK(cudaMemset(pool_.get(), 0xff, pool_bytes())); }
   void release_block(std::int64_t block) override {
@@ -95,6 +99,47 @@ class CudaBackend final : public AttentionBackend {
   void load_pool(const void* src) override {
     pool_.upload(static_cast<const std::byte*>(src), pool_bytes());
   }
+  void init_swap_pool(std::int64_t num_blocks) override {
+    KVSIM_KERNELS_CHECK(num_blocks >= 0 && num_blocks <= INT32_MAX, "swap pool size");
+    swap_shape_ = shape_;
+    swap_shape_.num_blocks = static_cast<std::int32_t>(num_blocks);
+    const std::size_t bytes =
+        static_cast<std::size_t>(swap_shape_.num_elements()) * dtype_size_bytes(shape_.dtype);
+    swap_.resize(bytes);
+    if (bytes > 0) std::memset(swap_.get(), 0xff, bytes);  // NaN, as the pool
+  }
+  std::int64_t swap_pool_blocks() const override { return swap_shape_.num_blocks; }
+  void swap_blocks(SwapDirection direction, const std::int64_t* block_mapping,
+                   std::int64_t num_pairs) override {
+    const bool out = direction == SwapDirection::kOut;
+    const paged_kv_view gpu = view();
+    const paged_kv_view cpu = swap_view();
+    check_block_mapping(block_mapping, num_pairs, out ? gpu.num_blocks : cpu.num_blocks,
+                        out ? cpu.num_blocks : gpu.num_blocks, false);
+    KVSIM_CUDA_CHECK(
+        SwapBlocks(out ? gpu : cpu, out ? cpu : gpu, block_mapping, num_pairs, nullptr));
+    KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  void copy_blocks(const std::int64_t* block_mapping, std::int64_t num_pairs) override {
+    check_block_mapping(block_mapping, num_pairs, shape_.num_blocks, shape_.num_blocks, true);
+    if (num_pairs == 0) return;
+    mapping_.upload(block_mapping, static_cast<std::size_t>(2 * num_pairs));
+    KVSIM_CUDA_CHECK(CopyBlocks(view(), mapping_.get(), num_pairs, nullptr));
+    KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  void release_swap_block(std::int64_t block) override {
+    KVSIM_KERNELS_CHECK(block >= 0 && block < swap_shape_.num_blocks, "swap block out of range");
+    const paged_kv_view v = swap_view();
+    const std::size_t elt = dtype_size_bytes(shape_.dtype);
+    for (std::int64_t part = 0; part < 2; ++part)
+      std::memset(
+          swap_.get() + static_cast<std::size_t>(part * v.stride_kv + block * v.stride_block) * elt,
+          0xff, static_cast<std::size_t>(v.stride_block) * elt);
+  }
+  void read_swap_pool(void* dst) const override {
+    if (swap_.size_bytes() > 0) std::memcpy(dst, swap_.get(), swap_.size_bytes());
+  }
+
   void set_forced_splits(std::int32_t splits) override { forced_splits_ = splits; }
   void set_attention_path(AttentionPath path) override { path_ = path; }
 
@@ -103,6 +148,7 @@ class CudaBackend final : public AttentionBackend {
     return static_cast<std::size_t>(shape_.num_elements()) * dtype_size_bytes(shape_.dtype);
   }
   paged_kv_view view() const { return make_vllm_v1_view(pool_.get(), shape_); }
+  paged_kv_view swap_view() const { return make_vllm_v1_view(swap_.get(), swap_shape_); }
 
   kv_pool_shape shape_;
   std::int32_t forced_splits_ = 0;
@@ -116,6 +162,9 @@ class CudaBackend final : public AttentionBackend {
   DeviceBuffer<std::byte> q_;          // [num_rows, num_q_heads, head_size]
   DeviceBuffer<std::byte> out_;        // [num_rows, num_q_heads, head_size]
   DeviceWorkPlan work_;
+  kv_pool_shape swap_shape_;            // the pool's, with the swap pool's block count
+  PinnedBuffer<std::byte> swap_;        // [2, swap blocks, block_size, Hkv, D], host
+  DeviceBuffer<std::int64_t> mapping_;  // [num_pairs, 2] copy_blocks
 };
 
 }  // namespace

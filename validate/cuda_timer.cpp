@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -45,11 +46,17 @@ struct CudaAttentionTimer::Impl {
   DeviceBuffer<std::byte> q, out;      // [rows, Hq, D]
   kernels::DeviceWorkPlan work;
   cudaEvent_t start = nullptr, stop = nullptr;
+  kernels::kv_pool_shape swap_shape;      // shape, with the swap pool's block count
+  kernels::PinnedBuffer<std::byte> swap;  // [2, swap blocks, block_size, Hkv, D], host
+  DeviceBuffer<std::int64_t> mapping;     // [num_pairs, 2] copy_blocks
 
   std::size_t pool_bytes() const {
     return static_cast<std::size_t>(shape.num_elements()) * kernels::dtype_size_bytes(shape.dtype);
   }
   kernels::paged_kv_view view() const { return kernels::make_vllm_v1_view(pool.get(), shape); }
+  kernels::paged_kv_view swap_view() const {
+    return kernels::make_vllm_v1_view(swap.get(), swap_shape);
+  }
 };
 
 CudaAttentionTimer::CudaAttentionTimer(const kernels::kv_pool_shape& shape)
@@ -79,6 +86,44 @@ void CudaAttentionTimer::write_kv(const void* key, const void* value,
   KVSIM_CUDA_CHECK(kernels::ReshapeAndCache(m.view(), m.key.get(), m.value.get(), m.slots.get(),
                                             num_tokens, nullptr));
   KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void CudaAttentionTimer::init_swap_pool(std::int64_t num_blocks) {
+  Impl& m = *impl_;
+  m.swap_shape = m.shape;
+  m.swap_shape.num_blocks = static_cast<std::int32_t>(num_blocks);
+  const std::size_t bytes = static_cast<std::size_t>(m.swap_shape.num_elements()) *
+                            kernels::dtype_size_bytes(m.shape.dtype);
+  m.swap.resize(bytes);
+  if (bytes > 0) std::memset(m.swap.get(), 0xff, bytes);  // NaN, as the backend's
+}
+
+void CudaAttentionTimer::swap_blocks(kernels::SwapDirection direction,
+                                     const std::int64_t* block_mapping, std::int64_t num_pairs) {
+  Impl& m = *impl_;
+  const bool out = direction == kernels::SwapDirection::kOut;
+  KVSIM_CUDA_CHECK(kernels::SwapBlocks(out ? m.view() : m.swap_view(),
+                                       out ? m.swap_view() : m.view(), block_mapping, num_pairs,
+                                       nullptr));
+  KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void CudaAttentionTimer::copy_blocks(const std::int64_t* block_mapping, std::int64_t num_pairs) {
+  if (num_pairs <= 0) return;
+  Impl& m = *impl_;
+  m.mapping.upload(block_mapping, static_cast<std::size_t>(2 * num_pairs));
+  KVSIM_CUDA_CHECK(kernels::CopyBlocks(m.view(), m.mapping.get(), num_pairs, nullptr));
+  KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void CudaAttentionTimer::release_swap_block(std::int64_t block) {
+  Impl& m = *impl_;
+  const kernels::paged_kv_view v = m.swap_view();
+  const std::size_t elt = kernels::dtype_size_bytes(m.shape.dtype);
+  for (std::int64_t part = 0; part < 2; ++part)
+    std::memset(
+        m.swap.get() + static_cast<std::size_t>(part * v.stride_kv + block * v.stride_block) * elt,
+        0xff, static_cast<std::size_t>(v.stride_block) * elt);
 }
 
 KernelTiming CudaAttentionTimer::time(const kernels::attention_batch& batch, const void* q,
@@ -140,6 +185,10 @@ CudaAttentionTimer::CudaAttentionTimer(const kernels::kv_pool_shape&) {
 }
 CudaAttentionTimer::~CudaAttentionTimer() = default;
 void CudaAttentionTimer::write_kv(const void*, const void*, const std::int64_t*, std::int64_t) {}
+void CudaAttentionTimer::init_swap_pool(std::int64_t) {}
+void CudaAttentionTimer::swap_blocks(kernels::SwapDirection, const std::int64_t*, std::int64_t) {}
+void CudaAttentionTimer::copy_blocks(const std::int64_t*, std::int64_t) {}
+void CudaAttentionTimer::release_swap_block(std::int64_t) {}
 KernelTiming CudaAttentionTimer::time(const kernels::attention_batch&, const void*, std::int32_t,
                                       std::int32_t, void*) {
   return {};

@@ -3,8 +3,8 @@
 // around the launcher, after warm-up; median of the repeats). The CUDA AttentionBackend's
 // attention() also uploads its arguments, plans and downloads, so it cannot be timed from the
 // host; the timer launches the same launchers with the same automatic split plan on a device
-// mirror of the backend's pool (kept in sync by replaying every write_kv), then downloads the
-// last repeat's output so the harness can check it is bitwise equal to the backend's.
+// mirror of the backend's pool (kept in sync by replaying every write_kv and block move), then
+// downloads the last repeat's output so the harness can check it is bitwise equal to the backend's.
 // Without CUDA in the build, the constructor throws std::runtime_error.
 
 #include <cstdint>
@@ -40,6 +40,13 @@ class CudaAttentionTimer {
   /// Replays a backend write_kv on the mirror (same arguments, host memory).
   void write_kv(const void* key, const void* value, const std::int64_t* slot_mapping,
                 std::int64_t num_tokens);
+
+  /// Replays the backend's vLLM V0 block moves on the mirror (and its own swap pool).
+  void init_swap_pool(std::int64_t num_blocks);
+  void swap_blocks(kernels::SwapDirection direction, const std::int64_t* block_mapping,
+                   std::int64_t num_pairs);
+  void copy_blocks(const std::int64_t* block_mapping, std::int64_t num_pairs);
+  void release_swap_block(std::int64_t block);
 
   /// Runs `warmup` untimed then `repeats` timed launches of the batch (decode when
   /// batch.q_indptr is null, else prefill/append); copies the last output into `out`

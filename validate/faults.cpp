@@ -31,7 +31,76 @@ std::size_t shortest_with_context(const StepBatch& batch, std::int64_t min_conte
   return best;
 }
 
+/// How much of what the batch reads from pool block `x` at positions it does not write in this
+/// step differs from what the shadow says `x` holds now: the largest share, over the requests
+/// reading `x` at least half a block of other K/V there, of a request's context that differs
+/// (0: none does).
+double read_with_other_content(const StepBatch& batch, std::int64_t x) {
+  const std::int64_t block_size = batch.block_size;
+  double worst = 0;
+  for (std::size_t i = 0; i < batch.num_seqs; ++i) {
+    const SeqWork& s = batch.seqs[i];
+    for (std::size_t j = 0; j < s.table.size(); ++j) {
+      if (s.table[j] != x) continue;
+      const std::int64_t first = (static_cast<std::int64_t>(j) + s.table_first) * block_size;
+      std::int64_t differ = 0;
+      for (std::int64_t p = first; p < std::min(first + block_size, s.computed); ++p)
+        differ += batch.shadow[static_cast<std::size_t>(x * block_size + p - first)] !=
+                  s.keys[static_cast<std::size_t>(p)];
+      if (2 * differ >= block_size)
+        worst = std::max(worst, static_cast<double>(differ) / static_cast<double>(s.context));
+    }
+  }
+  return worst;
+}
+
+/// The first pool block after `from` (cyclically) that no move of the step names and no request
+/// of the batch reads, or -1.
+std::int64_t unused_block(const StepBatch& batch, std::int64_t from) {
+  const std::int64_t num_blocks = batch.num_slots() / batch.block_size;
+  const auto named = [](const std::vector<std::int64_t>& pairs, std::int64_t b, std::size_t pos) {
+    for (std::size_t i = pos; i < pairs.size(); i += 2)
+      if (pairs[i] == b) return true;
+    return false;
+  };
+  for (std::int64_t k = 1; k < num_blocks; ++k) {
+    const std::int64_t b = (from + k) % num_blocks;
+    if (named(batch.swap_in, b, 1) || named(batch.swap_out, b, 0) || named(batch.copies, b, 0) ||
+        named(batch.copies, b, 1))
+      continue;
+    bool read = false;
+    for (std::size_t i = 0; i < batch.num_seqs && !read; ++i)
+      read = std::find(batch.seqs[i].table.begin(), batch.seqs[i].table.end(), b) !=
+             batch.seqs[i].table.end();
+    if (!read) return b;
+  }
+  return -1;
+}
+
+/// Of the pool blocks `pairs` ([n, 2]: (src, pool block)) moves into, the one whose readers in
+/// the batch would see the most other K/V if the move did not come (see read_with_other_content)
+/// is moved into an unused block instead, by every pair that names it (vLLM V0 lists a block
+/// shared by a group's sequences once per sequence).
+bool redirect_move(StepBatch& batch, std::vector<std::int64_t>& pairs) {
+  double best_score = 0;
+  std::int64_t best = -1;
+  for (std::size_t i = 1; i < pairs.size(); i += 2) {
+    const double score = read_with_other_content(batch, pairs[i]);
+    if (score > best_score) best_score = score, best = pairs[i];
+  }
+  if (best < 0) return false;
+  const std::int64_t x = unused_block(batch, best);
+  if (x < 0) return false;
+  for (std::size_t i = 1; i < pairs.size(); i += 2)
+    if (pairs[i] == best) pairs[i] = x;
+  return true;
+}
+
 }  // namespace
+
+bool plant_wrong_swap_in(StepBatch& batch) { return redirect_move(batch, batch.swap_in); }
+
+bool plant_wrong_copy_dst(StepBatch& batch) { return redirect_move(batch, batch.copies); }
 
 bool plant_shared_in_use(StepBatch& batch) {
   const std::int64_t block_size = batch.block_size;

@@ -37,6 +37,10 @@ const char* fault_kind_name(FaultInjection::Kind kind) {
       return "corrupt_block_table";
     case FaultInjection::Kind::kPermutedBlockTable:
       return "permuted_block_table";
+    case FaultInjection::Kind::kWrongSwapIn:
+      return "wrong_swap_in";
+    case FaultInjection::Kind::kWrongCopyDst:
+      return "wrong_copy_dst";
   }
   return "?";
 }
@@ -119,12 +123,33 @@ ValidationHarness::ValidationHarness(const Scenario& scenario, const ValidationO
   setup_.block_bytes = kernels::block_elements(setup_.pool) *
                        static_cast<std::int64_t>(kernels::dtype_size_bytes(options.dtype));
   setup_.pool_bytes = blocks * setup_.block_bytes;
+  // vLLM V0: its steps' block moves are applied, with a swap pool of the engine's CPU blocks (one
+  // layer), whose shadow (8 bytes per slot) is bookkeeping.
+  setup_.block_moves = profile_info(scenario.engine.profile).family == EngineFamily::kV0;
+  setup_.num_cpu_blocks = setup_.block_moves ? scenario.num_cpu_blocks : 0;
+  setup_.swap_pool_bytes = setup_.num_cpu_blocks * setup_.block_bytes;
+  const std::int64_t swap_fixed = setup_.num_cpu_blocks * bs * 8;
   // The shadow (8 bytes per slot) and per-block state always; the CUDA pool (and its timing
   // mirror, alike) whole; the CPU pool only as far as checked steps read it (PoolSync).
-  const std::int64_t per_block_fixed = bs * 8 + detail::PoolSync::kBytesPerBlock;
-  setup_.bookkeeping_bytes = blocks * per_block_fixed;
+  const std::int64_t per_block_fixed =
+      bs * 8 + detail::PoolSync::kBytesPerBlock +
+      (setup_.block_moves ? bs * detail::PoolSync::kBytesPerMovedSlot : 0);
+  setup_.bookkeeping_bytes = blocks * per_block_fixed + swap_fixed;
+  // The CUDA backend's swap pool is pinned host memory, whole; the CPU backend's, the blocks
+  // swapped out (PoolSync counts them). Its shadow always.
   const bool dense = options.backend == BackendKind::kCuda;
-  const std::int64_t fixed = setup_.bookkeeping_bytes + (dense ? setup_.pool_bytes : 0);
+  const std::int64_t swap_held = swap_fixed + (dense ? setup_.swap_pool_bytes : 0);
+  const std::int64_t pool_fixed = blocks * per_block_fixed + (dense ? setup_.pool_bytes : 0);
+  if (pool_fixed <= options.max_pool_bytes && pool_fixed + swap_held > options.max_pool_bytes)
+    throw ConfigError(fmt::format(
+        "{}: the validation swap pool of {} CPU blocks (cache.swap_space, one layer) would hold "
+        "{:.2f} GiB ({}an 8-byte shadow per slot), which with the pool is over the {:.2f} GiB "
+        "limit; lower cache.swap_space",
+        who, setup_.num_cpu_blocks, static_cast<double>(swap_held) / kGiB,
+        dense ? "pinned host memory for its blocks and " : "",
+        static_cast<double>(options.max_pool_bytes) / kGiB));
+  const std::int64_t fixed =
+      setup_.bookkeeping_bytes + (dense ? setup_.pool_bytes + setup_.swap_pool_bytes : 0);
   if (fixed > options.max_pool_bytes) {
     const std::int64_t fit =
         options.max_pool_bytes / (per_block_fixed + (dense ? setup_.block_bytes : 0));
@@ -181,15 +206,18 @@ ValidationHarness::ValidationHarness(const Scenario& scenario, const ValidationO
   im.shadow.assign(static_cast<std::size_t>(blocks * bs), 0);
   im.backend = kernels::make_attention_backend(options.backend);
   im.backend->init_pool(setup_.pool);
+  im.backend->init_swap_pool(setup_.num_cpu_blocks);
+  im.swap_shadow.assign(static_cast<std::size_t>(setup_.num_cpu_blocks * bs), 0);
   if (options.backend == BackendKind::kCuda) {
     im.timer = std::make_unique<CudaAttentionTimer>(setup_.pool);
+    im.timer->init_swap_pool(setup_.num_cpu_blocks);
     setup_.device = im.timer->device_name();
   } else {
     setup_.device = cpu_model_name();
   }
-  im.pool = std::make_unique<detail::PoolSync>(im, *im.backend, im.timer.get(), im.content,
-                                               setup_.block_bytes, setup_.bookkeeping_bytes,
-                                               options.max_pool_bytes, options.write_every_step);
+  im.pool = std::make_unique<detail::PoolSync>(
+      im, *im.backend, im.timer.get(), im.content, setup_.block_bytes, setup_.bookkeeping_bytes,
+      options.max_pool_bytes, options.write_every_step, setup_.block_moves);
 }
 
 ValidationHarness::~ValidationHarness() = default;
@@ -231,6 +259,8 @@ void ValidationHarness::set_plan(SamplePlan plan, std::vector<StepTraits> traits
 const SamplePlan& ValidationHarness::plan() const { return impl_->plan; }
 
 PoolUsage ValidationHarness::pool_usage() const { return impl_->pool->usage(); }
+
+BlockMoveCounts ValidationHarness::block_moves() const { return impl_->moves; }
 
 // ---- one step -------------------------------------------------------------------------------
 
@@ -331,7 +361,15 @@ void ValidationHarness::on_step_begin(const StepView& view) {
   const bool fault_armed = f.kind != Kind::kNone && view.step >= f.from_step;
   std::uint8_t reasons = m.plan.reason(view.step);
   m.load_batch(view, reasons != 0 || (fault_armed && fault_step_ < 0));
-  bool planted = false;
+  bool planted = false, moved = false;
+  if (setup_.block_moves) {  // before the step's writes, as vLLM V0's worker
+    m.load_moves(view);
+    if (fault_armed && fault_step_ < 0 && f.kind == Kind::kWrongSwapIn)
+      planted = detail::plant_wrong_swap_in(m);
+    if (fault_armed && fault_step_ < 0 && f.kind == Kind::kWrongCopyDst)
+      planted = detail::plant_wrong_copy_dst(m);
+    if (!m.opt.ignore_block_moves) moved = m.apply_moves();
+  }
   if (fault_armed && fault_step_ < 0 && f.kind == Kind::kBlockSharedInUse)
     planted = detail::plant_shared_in_use(m);
   const bool off_by_one = fault_armed && f.kind == Kind::kSlotOffByOne;
@@ -362,6 +400,7 @@ void ValidationHarness::on_step_begin(const StepView& view) {
     rec.reasons = reasons;
     m.check(rec, view.step);
     records_.push_back(rec);
+    m.moves.checked_steps += moved;
     ++m.checked;
     m.work_done_s += t.check_s;
   }

@@ -25,6 +25,13 @@
 //      are clean: the audit catches what attention cannot see (a permuted block table leaves a
 //      decode row's output unchanged, since attention sums over its keys).
 //
+// Block moves (vLLM V0), every step before the writes, in the worker's order (worker.py
+// execute_worker): blocks_to_swap_in (swap pool -> pool), blocks_to_swap_out (pool -> swap pool),
+// blocks_to_copy (pool -> pool). The backend moves whole blocks physically (its swap_blocks /
+// copy_blocks, a source brought up to date from the shadow first) and the shadow follows the
+// same moves, so a block a move filled is read as the move left it, and a wrong mapping leaves
+// a block with other K/V than its request's tokens say: the reference and the audit see it.
+//
 // Memory (CPU backend): the pool holds only blocks written for a checked step (kernels/backend.h);
 // those, plus the shadow (8 bytes per slot) and per-block bookkeeping, stay under
 // ValidationOptions::max_pool_bytes: when a checked step would pass it, the blocks it does not
@@ -60,6 +67,8 @@ struct FaultInjection {
     kSlotOffByOne,        // every write from from_step on goes to slot + 1 (persistent)
     kCorruptBlockTable,   // a request's first block-table entry read with one bit of its id flipped
     kPermutedBlockTable,  // two full context entries of a request's table swapped for the read
+    kWrongSwapIn,         // (V0) a swapped-in block lands in another GPU block than the table's
+    kWrongCopyDst,        // (V0) a copy-on-write copy goes to another GPU block than the table's
   };
   Kind kind = Kind::kNone;
   std::int64_t from_step = 0;
@@ -77,7 +86,8 @@ struct ValidationOptions {
   std::int32_t warmup = -1;             // untimed calls before timing; -1: cuda 3, cpu 0
   std::int32_t repeats = -1;            // timed calls (median); -1: cuda 20, cpu 3
   std::int64_t max_pool_bytes = std::int64_t{2} << 30;  // pool held + shadow + bookkeeping
-  bool write_every_step = false;  // tests: write K/V into the pool at every step (no lazy writes)
+  bool write_every_step = false;    // tests: write K/V into the pool at every step (no lazy writes)
+  bool ignore_block_moves = false;  // tests: leave vLLM V0's block moves out (the pool goes wrong)
   /// Called once before the run with the plan's one-line description (CLI: stdout).
   std::function<void(const std::string&)> announce;
   /// Called while the run goes, at most every 0.25 s of wall clock, and once at the end
@@ -127,6 +137,9 @@ struct ValidationSetup {
   std::int64_t pool_bytes = 0;         // the whole pool, K and V, one layer
   std::int64_t bookkeeping_bytes = 0;  // shadow and per-block state (counted in the limit)
   std::int64_t block_bytes = 0;
+  bool block_moves = false;         // vLLM V0: the steps' block moves are applied
+  std::int64_t num_cpu_blocks = 0;  // V0: the swap pool (vLLM's CPU cache), one layer
+  std::int64_t swap_pool_bytes = 0;
   kernels::tolerance tol;
   std::int32_t warmup = 0, repeats = 0;
 };
@@ -138,6 +151,17 @@ struct PoolUsage {
   std::int64_t rows_written = 0;      // K/V rows written into the backend's pool
   std::int64_t blocks_refreshed = 0;  // stale blocks brought up to date before a checked step
   std::int64_t blocks_released = 0;   // held blocks let go (pool_sync.h)
+  std::int64_t moved_slots_read = 0;  // (V0) slots of blocks checked steps read that still
+                                      // hold what a block move put there
+};
+
+/// vLLM V0's block moves the harness applied to the pool (harness.h, "Block moves").
+struct BlockMoveCounts {
+  std::int64_t swapped_in = 0;     // blocks, swap pool -> pool
+  std::int64_t swapped_out = 0;    // blocks, pool -> swap pool
+  std::int64_t copied = 0;         // blocks, pool -> pool (copy-on-write)
+  std::int64_t steps = 0;          // steps with at least one move
+  std::int64_t checked_steps = 0;  // of those, checked steps
 };
 
 class ValidationHarness final : public StepObserver {
@@ -167,6 +191,8 @@ class ValidationHarness final : public StepObserver {
   std::int64_t steps_seen() const { return steps_seen_; }
   std::int64_t tokens_written() const { return tokens_written_; }
   PoolUsage pool_usage() const;
+  /// vLLM V0: the block moves applied so far (zeros for other families).
+  BlockMoveCounts block_moves() const;
   /// The step the injected fault was planted at, or -1.
   std::int64_t fault_step() const { return fault_step_; }
 

@@ -39,6 +39,9 @@ struct ValidationHarness::Impl : detail::StepBatch {
     std::vector<std::uint64_t> keys;
   };
   std::vector<KeyCache> key_cache;
+  // vLLM V0's swap pool: the key each swap slot last received (0 = none), and the moves applied.
+  std::vector<std::uint64_t> swap_shadow;
+  BlockMoveCounts moves;
   // Scratch, reused across steps.
   std::vector<std::int64_t> written_blocks;  // write-every-step mode
   std::vector<std::int32_t> tables, lens, q_indptr;
@@ -52,6 +55,11 @@ struct ValidationHarness::Impl : detail::StepBatch {
 
   void load_batch(const StepView& view, bool full_tables);
   void write_step(bool off_by_one);
+  /// Copies the step's block moves into the batch (swap_in, swap_out, copies).
+  void load_moves(const StepView& view);
+  /// Applies the batch's block moves to the backend (and timer) and the shadows (block_moves.cpp).
+  /// Returns whether the step had any.
+  bool apply_moves();
   void check(ValidationRecord& rec, std::int64_t step);
   void report(std::int64_t steps_seen, bool done);
 };

@@ -17,7 +17,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 PoolSync::PoolSync(const StepBatch& batch, kernels::AttentionBackend& backend,
                    CudaAttentionTimer* timer, const KvContentModel& content,
                    std::int64_t block_bytes, std::int64_t bookkeeping_bytes,
-                   std::int64_t limit_bytes, bool keep_all)
+                   std::int64_t limit_bytes, bool keep_all, bool moves)
     : batch_(batch),
       backend_(backend),
       timer_(timer),
@@ -27,7 +27,10 @@ PoolSync::PoolSync(const StepBatch& batch, kernels::AttentionBackend& backend,
       bookkeeping_bytes_(bookkeeping_bytes),
       limit_bytes_(limit_bytes),
       keep_all_(keep_all),
+      moves_(moves),
       state_(static_cast<std::size_t>(batch.num_slots() / batch.block_size), 0),
+      pool_keys_(moves ? batch.shadow.size() : 0, 0),
+      moved_(pool_keys_.size(), 0),
       seen_(state_.size(), 0),
       kgen_(static_cast<std::size_t>(content.kv_elems())),
       vgen_(kgen_.size()) {
@@ -47,18 +50,22 @@ void PoolSync::release_held(Drop drop) {
     backend_.release_block(b);
     // The pool reads NaN there now: stale if the shadow holds any key in it.
     state = kStale;
+    if (moves_) {
+      std::fill_n(pool_keys_.begin() + b * block_size_, block_size_, 0);
+      std::fill_n(moved_.begin() + b * block_size_, block_size_, 0);
+    }
     ++usage_.blocks_released;
   }
   held_.resize(kept);
 }
 
 void PoolSync::reserve(std::int64_t step) {
-  if (backend_.kind() != kernels::BackendKind::kCpu) return;  // dense, checked up front
-  if (++epoch_ == 0) {                                        // wrapped: forget every stamp
+  if (++epoch_ == 0) {  // wrapped: forget every stamp
     std::fill(seen_.begin(), seen_.end(), 0);
     epoch_ = 2;
   }
   std::int64_t distinct = 0, not_held = 0;
+  read_.clear();
   for (std::size_t i = 0; i < batch_.num_seqs; ++i)
     for (const std::int32_t b : batch_.seqs[i].table) {
       const auto bi = static_cast<std::size_t>(b);
@@ -66,8 +73,10 @@ void PoolSync::reserve(std::int64_t step) {
       seen_[bi] = epoch_;
       ++distinct;
       not_held += (state_[bi] & kHeld) ? 0 : 1;
+      if (moves_) read_.push_back(b);
     }
-  if (keep_all_) return;
+  // The CUDA pool is dense, checked up front.
+  if (keep_all_ || backend_.kind() != kernels::BackendKind::kCpu) return;
   // Not read now: let go when stale, or when the previous checked step did not read it either.
   release_held([&](std::int32_t b, std::uint8_t state) {
     const std::uint32_t seen = seen_[static_cast<std::size_t>(b)];
@@ -79,13 +88,51 @@ void PoolSync::reserve(std::int64_t step) {
         [&](std::int32_t b, std::uint8_t) { return seen_[static_cast<std::size_t>(b)] != epoch_; });
     ++usage_.clears;
   }
-  if (bookkeeping_bytes_ + distinct * block_bytes_ > limit_bytes_)
+  // What else is held now: the swap pool's blocks (vLLM V0), never let go while swapped out.
+  const std::int64_t others =
+      backend_.pool_resident_bytes() - static_cast<std::int64_t>(held_.size()) * block_bytes_;
+  if (bookkeeping_bytes_ + others + distinct * block_bytes_ > limit_bytes_)
     throw ConfigError(fmt::format(
         "step {} reads {} blocks of the validation KV pool ({:.2f} GiB, one layer), which with "
         "{:.2f} GiB of bookkeeping is over the {:.2f} GiB limit; validate a smaller model or fewer "
         "concurrent requests (scheduler.max_num_seqs)",
         step, distinct, static_cast<double>(distinct * block_bytes_) / kGiB,
-        static_cast<double>(bookkeeping_bytes_) / kGiB, static_cast<double>(limit_bytes_) / kGiB));
+        static_cast<double>(bookkeeping_bytes_ + others) / kGiB,
+        static_cast<double>(limit_bytes_) / kGiB));
+}
+
+void PoolSync::prepare_move_source(std::int64_t b) {
+  refresh_block(b, [](std::int64_t, std::uint64_t) {
+    return std::pair<const float*, const float*>(nullptr, nullptr);
+  });
+}
+
+void PoolSync::moved_into(std::int64_t b) {
+  KVSIM_ASSERT(moves_, "a block move without move tracking");
+  std::uint8_t& state = state_[static_cast<std::size_t>(b)];
+  if (!(state & kHeld)) held_.push_back(static_cast<std::int32_t>(b));
+  state = kHeld;
+  const auto first = static_cast<std::ptrdiff_t>(b * block_size_);
+  std::copy_n(batch_.shadow.begin() + first, block_size_, pool_keys_.begin() + first);
+  std::fill_n(moved_.begin() + first, block_size_, 1);
+  usage_.peak_bytes =
+      std::max(usage_.peak_bytes, bookkeeping_bytes_ + backend_.pool_resident_bytes());
+}
+
+void PoolSync::count_moved_reads() {
+  for (const std::int32_t b : read_)
+    for (std::int64_t slot = b * block_size_; slot < (b + 1) * block_size_; ++slot) {
+      const auto si = static_cast<std::size_t>(slot);
+      usage_.moved_slots_read += moved_[si] != 0 && pool_keys_[si] != 0;
+    }
+}
+
+void PoolSync::trim_to_limit() {
+  if (keep_all_ || backend_.kind() != kernels::BackendKind::kCpu ||
+      bookkeeping_bytes_ + backend_.pool_resident_bytes() <= limit_bytes_)
+    return;
+  release_held([](std::int32_t, std::uint8_t) { return true; });
+  ++usage_.clears;
 }
 
 void PoolSync::push_row(std::int64_t slot, const float* k, const float* v) {
@@ -142,6 +189,12 @@ void PoolSync::refresh_block(std::int64_t b, Own own) {
     const std::int64_t slot = b * block_size_ + o;
     const std::uint64_t key = batch_.shadow[static_cast<std::size_t>(slot)];
     if (key == 0) continue;  // never written: the pool's NaN stays
+    if (moves_) {            // only the slots written since the pool's copy was made
+      const auto si = static_cast<std::size_t>(slot);
+      if (pool_keys_[si] == key) continue;
+      pool_keys_[si] = key;
+      moved_[si] = 0;
+    }
     const auto [k, v] = own(o, key);
     if (k != nullptr) {
       push_row(slot, k, v);

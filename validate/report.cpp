@@ -95,6 +95,17 @@ std::string validation_json(const Scenario& scenario, const ValidationHarness& h
       {"bookkeeping_bytes", u.bookkeeping_bytes},     {"clears", pool.clears},
       {"kv_rows_written_to_pool", pool.rows_written}, {"blocks_refreshed", pool.blocks_refreshed},
       {"blocks_released", pool.blocks_released}};
+  if (u.block_moves) {
+    const BlockMoveCounts mv = harness.block_moves();
+    j["block_moves"] = {{"num_cpu_blocks", u.num_cpu_blocks},
+                        {"swap_pool_bytes", u.swap_pool_bytes},
+                        {"swapped_in_blocks", mv.swapped_in},
+                        {"swapped_out_blocks", mv.swapped_out},
+                        {"copied_blocks", mv.copied},
+                        {"steps_with_moves", mv.steps},
+                        {"checked_steps_with_moves", mv.checked_steps},
+                        {"moved_slots_read", pool.moved_slots_read}};
+  }
   j["tolerance"] = {{"atol", u.tol.atol}, {"rtol", u.tol.rtol}, {"max_rel_err", u.tol.max_rel_fro}};
   const SamplePlan& plan = harness.plan();
   nlohmann::ordered_json sampling{{"mode", sample_mode_name(plan.mode)}};

@@ -31,6 +31,10 @@ struct StepBatch {
   std::vector<SeqWork> seqs;  // [0, num_seqs): this step's batch (entries reused across steps)
   std::size_t num_seqs = 0;
   std::vector<std::uint64_t> shadow;  // [num_slots] key last written into each slot, 0 = never
+  // vLLM V0's block moves of the step, [pairs, 2] flat as the backend takes them (faults applied).
+  std::vector<std::int64_t> swap_in;   // (swap block, pool block)
+  std::vector<std::int64_t> swap_out;  // (pool block, swap block)
+  std::vector<std::int64_t> copies;    // (src, dst) pool blocks
 
   std::int64_t num_slots() const { return static_cast<std::int64_t>(shadow.size()); }
   /// The pool slot of position `p` of `s` through its (possibly faulted) table.
@@ -53,5 +57,10 @@ bool plant_wrong_prefix_hit(StepBatch& batch, const EngineCore& engine);
 bool plant_corrupt_table(StepBatch& batch);
 /// Two full entries of a request's table swapped.
 bool plant_permuted_table(StepBatch& batch);
+/// A swap-in pair's pool block replaced by a block no move of the step names and no request of
+/// the batch reads: the request then reads what its own block held before.
+bool plant_wrong_swap_in(StepBatch& batch);
+/// A copy-on-write pair's destination replaced likewise.
+bool plant_wrong_copy_dst(StepBatch& batch);
 
 }  // namespace kvsim::validate::detail

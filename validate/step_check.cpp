@@ -91,6 +91,7 @@ void ValidationHarness::Impl::check(ValidationRecord& rec, std::int64_t step) {
     std::copy(ref.begin(), ref.end(), ref_f.begin() + std::int64_t{q_indptr[i]} * qe);
   }
   pool->flush();
+  pool->count_moved_reads();
 
   out.resize(q.size());
   KernelTiming timing;

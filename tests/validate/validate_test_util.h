@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "validate/harness.h"
 
@@ -13,6 +14,19 @@ namespace kvsim::validate::test {
 
 /// The small CI scenario.
 inline const std::string kSmall = std::string(KVSIM_SOURCE_DIR) + "/scenarios/validate-small.yaml";
+
+/// --set overrides that turn validate-small into a vLLM V0 run with parallel sampling by fork
+/// (n = 3) on a 48-block pool: groups are preempted by swapping to a CPU pool and back, forks
+/// copy shared partial blocks (no chunked prefill in V0: the batch budget is max_model_len).
+inline const std::vector<std::string> kV0SwapFork = {"engine.profile=vllm-0.7.2-v0",
+                                                     "scheduler.max_num_batched_tokens=2048",
+                                                     "scheduler.max_num_seqs=16",
+                                                     "scheduler.preemption_mode=swap",
+                                                     "workload.n=3",
+                                                     "workload.parallel_sampling=fork",
+                                                     "cache.swap_space=0.01",
+                                                     "cache.num_preallocate_tokens=0",
+                                                     "cache.num_gpu_blocks_override=48"};
 
 /// A fresh, empty output folder for one test (per process, so parallel ctest runs do not clash).
 inline std::filesystem::path out_dir(const std::string& name) {

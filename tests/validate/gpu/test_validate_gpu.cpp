@@ -60,3 +60,32 @@ TEST_CASE("a block shared while in use fails validation on the cuda backend too"
   CHECK_FALSE(r.summary.pass);
   CHECK(r.summary.first_failed_step == r.fault_step);
 }
+
+TEST_CASE("a V0 run with swaps and copy-on-write passes on the cuda backend, moves applied",
+          "[validate][gpu]") {
+  // The swaps go through SwapBlocks (host swap pool <-> device pool) and the copies through the
+  // CopyBlocks kernel, on the backend and on the timing mirror alike.
+  const Scenario s = load_scenario(kSmall, kvsim::validate::test::kV0SwapFork);
+  const ValidationRunResult gpu = run_validation(
+      s, out_dir("gpu-v0"), options(kernels::BackendKind::kCuda, kernels::DType::kBF16));
+  const ValidationRunResult cpu = run_validation(
+      s, out_dir("cpu-v0"), options(kernels::BackendKind::kCpu, kernels::DType::kBF16));
+  CHECK(gpu.summary.pass);
+  CHECK(gpu.summary.steps_sampled == gpu.summary.steps_total);
+  CHECK(gpu.summary.timer_output_mismatch_steps == 0);
+  CHECK(gpu.summary.mismatched_slots == 0);
+  CHECK(gpu.summary.nonfinite == 0);
+  REQUIRE(gpu.records.size() == cpu.records.size());
+  for (std::size_t i = 0; i < gpu.records.size(); ++i) {
+    INFO("step " << gpu.records[i].step);
+    CHECK(kernels::passes_against_baseline(gpu.records[i].err, cpu.records[i].err));
+  }
+  // Faulted: a swapped-in block lands in the wrong GPU block.
+  ValidationOptions o = options(kernels::BackendKind::kCuda, kernels::DType::kBF16);
+  o.sample_every_steps = 1 << 30;
+  o.fault = {FaultInjection::Kind::kWrongSwapIn, 10};
+  const ValidationRunResult bad = run_validation(s, out_dir("gpu-v0-fault"), o);
+  REQUIRE(bad.fault_step >= 10);
+  CHECK_FALSE(bad.summary.pass);
+  CHECK(bad.summary.first_failed_step == bad.fault_step);
+}
