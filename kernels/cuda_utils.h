@@ -21,17 +21,36 @@
 
 namespace kvsim::kernels {
 
-/// Owns `count` elements of T in device memory (cudaMalloc; contents uninitialised). Move-only.
-template <typename T>
-class DeviceBuffer {
+/// Where a CudaBuffer's memory lives: device memory (cudaMalloc) or page-locked host memory
+/// (cudaHostAlloc: the GPU copies to and from it asynchronously).
+struct DeviceMemory {
+  static void* allocate(std::size_t bytes) {
+    void* p = nullptr;
+    KVSIM_CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
+  }
+  static void release(void* p) noexcept { cudaFree(p); }
+};
+struct PinnedHostMemory {
+  static void* allocate(std::size_t bytes) {
+    void* p = nullptr;
+    KVSIM_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+    return p;
+  }
+  static void release(void* p) noexcept { cudaFreeHost(p); }
+};
+
+/// Owns `count` elements of T in `Memory` (contents uninitialised). Move-only.
+template <typename T, typename Memory>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t count) { resize(count); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& other) noexcept
+  CudaBuffer() = default;
+  explicit CudaBuffer(std::size_t count) { resize(count); }
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
+  CudaBuffer(CudaBuffer&& other) noexcept
       : ptr_(std::exchange(other.ptr_, nullptr)), count_(std::exchange(other.count_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+  CudaBuffer& operator=(CudaBuffer&& other) noexcept {
     if (this != &other) {
       reset();
       ptr_ = std::exchange(other.ptr_, nullptr);
@@ -39,87 +58,51 @@ class DeviceBuffer {
     }
     return *this;
   }
-  ~DeviceBuffer() { reset(); }
+  ~CudaBuffer() { reset(); }
 
   /// Frees the old allocation and allocates `count` elements (no-op when the size is unchanged).
   void resize(std::size_t count) {
     if (count == count_ && ptr_ != nullptr) return;
     reset();
     if (count == 0) return;
-    void* p = nullptr;
-    KVSIM_CUDA_CHECK(cudaMalloc(&p, count * sizeof(T)));
-    ptr_ = static_cast<T*>(p);
+    ptr_ = static_cast<T*>(Memory::allocate(count * sizeof(T)));
     count_ = count;
   }
   void reset() noexcept {
-    if (ptr_ != nullptr) cudaFree(ptr_);
+    if (ptr_ != nullptr) Memory::release(ptr_);
     ptr_ = nullptr;
     count_ = 0;
   }
+
+  T* get() const { return ptr_; }
+  std::size_t size() const { return count_; }
+  std::size_t size_bytes() const { return count_ * sizeof(T); }
+
+ private:
+  T* ptr_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// `count` elements of T in device memory, with synchronous copies from and to the host.
+template <typename T>
+class DeviceBuffer : public CudaBuffer<T, DeviceMemory> {
+ public:
+  using CudaBuffer<T, DeviceMemory>::CudaBuffer;
   /// Synchronous host -> device copy of `count` elements into the start of the buffer.
   void upload(const T* host, std::size_t count) {
-    if (count > count_) resize(count);
+    if (count > this->size()) this->resize(count);
     if (count > 0)
-      KVSIM_CUDA_CHECK(cudaMemcpy(ptr_, host, count * sizeof(T), cudaMemcpyHostToDevice));
+      KVSIM_CUDA_CHECK(cudaMemcpy(this->get(), host, count * sizeof(T), cudaMemcpyHostToDevice));
   }
   /// Synchronous device -> host copy of the first `count` elements.
   void download(T* host, std::size_t count) const {
     if (count > 0)
-      KVSIM_CUDA_CHECK(cudaMemcpy(host, ptr_, count * sizeof(T), cudaMemcpyDeviceToHost));
+      KVSIM_CUDA_CHECK(cudaMemcpy(host, this->get(), count * sizeof(T), cudaMemcpyDeviceToHost));
   }
-
-  T* get() const { return ptr_; }
-  std::size_t size() const { return count_; }
-  std::size_t size_bytes() const { return count_ * sizeof(T); }
-
- private:
-  T* ptr_ = nullptr;
-  std::size_t count_ = 0;
 };
 
-/// Owns `count` elements of T in page-locked host memory (cudaHostAlloc: the GPU copies to and
-/// from it asynchronously; contents uninitialised). Move-only.
+/// `count` elements of T in page-locked host memory.
 template <typename T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& other) noexcept
-      : ptr_(std::exchange(other.ptr_, nullptr)), count_(std::exchange(other.count_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
-    if (this != &other) {
-      reset();
-      ptr_ = std::exchange(other.ptr_, nullptr);
-      count_ = std::exchange(other.count_, 0);
-    }
-    return *this;
-  }
-  ~PinnedBuffer() { reset(); }
-
-  /// Frees the old allocation and allocates `count` elements (no-op when the size is unchanged).
-  void resize(std::size_t count) {
-    if (count == count_ && ptr_ != nullptr) return;
-    reset();
-    if (count == 0) return;
-    void* p = nullptr;
-    KVSIM_CUDA_CHECK(cudaHostAlloc(&p, count * sizeof(T), cudaHostAllocDefault));
-    ptr_ = static_cast<T*>(p);
-    count_ = count;
-  }
-  void reset() noexcept {
-    if (ptr_ != nullptr) cudaFreeHost(ptr_);
-    ptr_ = nullptr;
-    count_ = 0;
-  }
-
-  T* get() const { return ptr_; }
-  std::size_t size() const { return count_; }
-  std::size_t size_bytes() const { return count_ * sizeof(T); }
-
- private:
-  T* ptr_ = nullptr;
-  std::size_t count_ = 0;
-};
+using PinnedBuffer = CudaBuffer<T, PinnedHostMemory>;
 
 }  // namespace kvsim::kernels
