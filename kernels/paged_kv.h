@@ -86,11 +86,10 @@ inline std::int64_t block_elements(const kv_pool_shape& shape) {
   return std::int64_t{2} * shape.block_size * shape.num_kv_heads * shape.head_size;
 }
 
-/// A view over per-block storage `block_base[num_blocks]`, each block laid out
-/// `[2, block_size, num_kv_heads, head_size]` (block tables and lengths left empty). Host only.
-inline paged_kv_view make_per_block_view(void* const* block_base, const kv_pool_shape& shape) {
+/// The fields every view of `shape` shares: its shape, and the head and token strides of a
+/// `[block_size, num_kv_heads, head_size]` page.
+inline paged_kv_view shaped_view(const kv_pool_shape& shape) {
   paged_kv_view v;
-  v.block_base = block_base;
   v.dtype = shape.dtype;
   v.num_blocks = shape.num_blocks;
   v.block_size = shape.block_size;
@@ -98,6 +97,14 @@ inline paged_kv_view make_per_block_view(void* const* block_base, const kv_pool_
   v.head_size = shape.head_size;
   v.stride_head = shape.head_size;
   v.stride_token = std::int64_t{shape.num_kv_heads} * shape.head_size;
+  return v;
+}
+
+/// A view over per-block storage `block_base[num_blocks]`, each block laid out
+/// `[2, block_size, num_kv_heads, head_size]` (block tables and lengths left empty). Host only.
+inline paged_kv_view make_per_block_view(void* const* block_base, const kv_pool_shape& shape) {
+  paged_kv_view v = shaped_view(shape);
+  v.block_base = block_base;
   v.stride_kv = v.stride_token * shape.block_size;
   v.stride_block = 2 * v.stride_kv;
   return v;
@@ -105,15 +112,8 @@ inline paged_kv_view make_per_block_view(void* const* block_base, const kv_pool_
 
 /// A view with the contiguous vLLM V1 strides over `pool` (block tables and lengths left empty).
 inline paged_kv_view make_vllm_v1_view(void* pool, const kv_pool_shape& shape) {
-  paged_kv_view v;
+  paged_kv_view v = shaped_view(shape);
   v.pool = pool;
-  v.dtype = shape.dtype;
-  v.num_blocks = shape.num_blocks;
-  v.block_size = shape.block_size;
-  v.num_kv_heads = shape.num_kv_heads;
-  v.head_size = shape.head_size;
-  v.stride_head = shape.head_size;
-  v.stride_token = std::int64_t{shape.num_kv_heads} * shape.head_size;
   v.stride_block = v.stride_token * shape.block_size;
   v.stride_kv = v.stride_block * shape.num_blocks;
   return v;
