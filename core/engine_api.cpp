@@ -58,6 +58,16 @@ std::string profile_names() {
 
 void EngineCore::check_invariants() const { KVSIM_ASSERT_NO_VIOLATION(find_violation()); }
 
+KVBreakdown EngineCore::kv_breakdown_by_group(std::span<const std::int64_t> final_kv_tokens,
+                                              std::span<KVGroupShare> by_group) const {
+  KVSIM_ASSERT(by_group.size() == 1, "kv_breakdown_by_group: one share per KV cache group");
+  const KVBreakdown b = kv_breakdown(final_kv_tokens);
+  const KVPoolStats pool = pool_stats();
+  by_group[0] = KVGroupShare{pool.num_blocks - pool.num_free_blocks, b.token_states, b.reservation,
+                             b.internal_fragmentation, b.cached_free};
+  return b;
+}
+
 void EngineCore::add_forking_request(Request& /*parent*/, std::span<Request* const> /*children*/) {
   KVSIM_ASSERT(false, "add_forking_request: this engine family has no forks");
 }

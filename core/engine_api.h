@@ -131,6 +131,18 @@ struct KVBreakdown {
   }
 };
 
+/// One KV cache group's share of the pool at a step (vLLM v0.20's hybrid pool, where the groups of
+/// a model -- full attention, sliding window, ... -- draw blocks from one pool). The slots are the
+/// pool's (a block is `block_size` slots whatever the group's own block size); the shares of every
+/// group, the null block and the free slots of the pool add up to KVBreakdown::total().
+struct KVGroupShare {
+  std::int64_t blocks = 0;                  // pool blocks the group's tables hold (shared: once)
+  std::int64_t token_states = 0;            // slots of those blocks, as in KVBreakdown
+  std::int64_t reservation = 0;             // the same
+  std::int64_t internal_fragmentation = 0;  // the same
+  std::int64_t cached_free = 0;             // free slots still cached under the group's key
+};
+
 /// The pool as vLLM reports it. Counters are running totals since construction.
 struct KVPoolStats {
   std::int32_t block_size = 0;        // token slots per block
@@ -225,6 +237,11 @@ class EngineCore {
   /// The breakdown of the pool now. `final_kv_tokens[Request::index()]` is the number of positions
   /// the request will ever hold K/V for (prompt + outputs - 1). O(running + shared blocks).
   virtual KVBreakdown kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const = 0;
+  /// kv_breakdown, and each KV cache group's share of it into `by_group` (one entry per group,
+  /// num_kv_cache_groups(), replaced). The default is for an engine of one group: every block in
+  /// use is the group's.
+  virtual KVBreakdown kv_breakdown_by_group(std::span<const std::int64_t> final_kv_tokens,
+                                            std::span<KVGroupShare> by_group) const;
   /// The block table a scheduled request's kernels read (ids into the GPU pool): the first KV
   /// cache group's.
   virtual std::span<const BlockId> block_table(const Request& request) const = 0;

@@ -99,6 +99,25 @@ def _single_table(run):
         for k, v in kb.items():
             out.append('<tr><td class="k">%s</td><td>%s</td></tr>' % (
                 html.escape(k), html.escape(_fmt("kv_breakdown." + k, v))))
+    groups = s.get("kv_cache_groups")
+    if isinstance(groups, dict):
+        shown.add("kv_cache_groups")
+        out.append('<tr class="sec"><td colspan="2">KV cache groups (mean usage, max usage, '
+                   'token states)</td></tr>')
+        for k in sorted(groups, key=lambda g: int(g[1:]) if g[1:].isdigit() else 0):
+            g = groups[k]
+            desc = k + ": " + str(g.get("kind", "?")).replace("_", " ")
+            for w in ("sliding_window", "attention_chunk_size"):
+                if w in g:
+                    desc += " %s" % g[w]
+            if g.get("num_layers"):
+                desc += " (%d layers)" % g["num_layers"]
+            vals = "%s, %s, %s" % (
+                _fmt("mean_kv_cache_usage_perc", g.get("mean_kv_cache_usage_perc")),
+                _fmt("max_kv_cache_usage_perc", g.get("max_kv_cache_usage_perc")),
+                _fmt("kv_breakdown.token_states", g.get("kv_breakdown", {}).get("token_states")))
+            out.append('<tr><td class="k">%s</td><td>%s</td></tr>' % (html.escape(desc),
+                                                                     html.escape(vals)))
     rest = [k for k in s if k not in shown]
     if rest:
         out.append('<tr class="sec"><td colspan="2">Other</td></tr>')

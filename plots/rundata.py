@@ -24,6 +24,17 @@ STEP_COUNTERS = ["prefix_queries", "prefix_hits", "preemptions", "evictions", "b
 V0_GAUGES = ["num_swapped", "cpu_cache_usage_perc", "blocks_without_sharing", "blocks_used"]
 V0_COUNTERS = ["swapped_in_blocks", "swapped_out_blocks", "cow_copies", "preemptions_swap",
                "preemptions_recompute"]
+# Runs of several KV cache groups (vllm-0.20 with a hybrid model) have these per group k, "g<k>_".
+GROUP_GAUGES = ["blocks", "token_states", "reservation", "internal_fragmentation", "cached_free"]
+
+
+def group_columns(header):
+    """The KV cache groups a steps.csv header has columns for (0, 1, ... while g<k>_blocks is
+    there), as column-name lists."""
+    groups = []
+    while "g%d_blocks" % len(groups) in header:
+        groups.append(["g%d_%s" % (len(groups), c) for c in GROUP_GAUGES])
+    return groups
 
 # Keys whose change changes the cache capacity (num_gpu_blocks * block_size).
 CAPACITY_KEYS = ("num_gpu_blocks", "num_gpu_blocks_override", "capacity_tokens",
@@ -164,7 +175,11 @@ def load_steps(path, max_points):
     if missing:
         raise DataError("%s: missing columns %s" % (path, ", ".join(missing)))
     v0 = all(c in header for c in V0_GAUGES + V0_COUNTERS)
-    gauges = STEP_GAUGES + (V0_GAUGES if v0 else [])
+    groups = group_columns(header)
+    missing = [c for g in groups for c in g if c not in header]
+    if missing:
+        raise DataError("%s: missing columns %s" % (path, ", ".join(missing)))
+    gauges = STEP_GAUGES + (V0_GAUGES if v0 else []) + [c for g in groups for c in g]
     counters = STEP_COUNTERS + (V0_COUNTERS if v0 else [])
     wanted = ["step", "time_s"] + gauges + counters
     cols = [header.index(c) for c in wanted]
@@ -184,7 +199,7 @@ def load_steps(path, max_points):
     bucket = max(1, int(math.ceil(n / float(max_points))))
     starts = np.arange(0, n, bucket)
     ends = np.minimum(starts + bucket, n) - 1
-    out = {"num_rows": n, "bucket": bucket, "v0": v0}
+    out = {"num_rows": n, "bucket": bucket, "v0": v0, "num_groups": len(groups)}
     for c in ("step", "time_s"):
         out[c] = full[c][ends]
     counts = (ends - starts + 1).astype(np.float64)

@@ -335,5 +335,77 @@ def v0_swap_sharing(run, out, formats, max_points):
                   "copy-on-write copies and preemptions by mode, KV memory saved by sharing")
 
 
-FIGURES = [kv_breakdown, kv_usage_queue, prefix_hit_rate, latency_cdfs, preemptions_evictions,
-           v0_swap_sharing]
+def group_label(key, group):
+    """'g0: sliding window 128 (18 layers)' from a summary.json kv_cache_groups entry."""
+    kind = group.get("kind", "?")
+    text = kind.replace("_", " ")
+    if kind == "sliding_window":
+        text += " %s" % group.get("sliding_window", "?")
+    elif kind == "chunked_local":
+        text += " %s" % group.get("attention_chunk_size", "?")
+    if group.get("num_layers"):
+        text += " (%d layers)" % group["num_layers"]
+    return "%s: %s" % (key, text)
+
+
+GROUP_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                "#bcbd22", "#17becf", "#d62728"]
+
+
+def kv_groups(run, out, formats, max_points):
+    """Runs of several KV cache groups (vllm-0.20 with a hybrid model): each group's share of
+    the one pool over time, and its mean KV breakdown."""
+    groups = run.summary.get("kv_cache_groups")
+    if not groups:
+        return []  # one KV cache group: nothing to draw, nothing missing
+    steps = _need_steps(run, max_points)
+    if steps.get("num_groups", 0) != len(groups):
+        raise Skipped("steps.csv in %s has columns for %d KV cache groups, summary.json %d"
+                      % (run.path, steps.get("num_groups", 0), len(groups)))
+    x, xlabel = _time_axis(steps)
+    usable = max(1.0, float(run.summary.get("num_gpu_blocks", 1)) - 1)
+    keys = sorted(groups, key=lambda k: int(k[1:]))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12.5, 5.8),
+                                   gridspec_kw={"width_ratios": [3, 2]})
+    layers = [steps["%s_blocks" % k] / usable for k in keys]
+    labels = ["%s (mean %.1f%%)" % (group_label(k, groups[k]),
+                                    100 * groups[k].get("mean_kv_cache_usage_perc", 0))
+              for k in keys]
+    cols = [GROUP_COLORS[i % len(GROUP_COLORS)] for i in range(len(keys))]
+    ax1.stackplot(x, *layers, labels=labels, colors=cols, linewidth=0, alpha=0.85)
+    ax1.plot(x, steps["kv_cache_usage_perc"], color="black", lw=0.8, ls="--",
+             label="pool usage (vLLM)")
+    ax1.set_xlim(float(x[0]), float(x[-1]) if x[-1] > x[0] else float(x[0]) + 1)
+    ax1.set_ylim(0, 1.02)
+    percent_axis(ax1)
+    ax1.set_xlabel(xlabel)
+    ax1.set_ylabel("share of the pool's blocks")
+    ax1.set_title("blocks held by each KV cache group", loc="left", fontsize=10)
+    ax1.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=8, frameon=False,
+               ncol=2)
+    parts = [b for b in BREAKDOWN if b[0] not in ("external_fragmentation", "free")]
+    y = np.arange(len(keys))
+    left = np.zeros(len(keys))
+    for key, label, color in parts:
+        v = np.array([groups[k].get("kv_breakdown", {}).get(key, 0.0) for k in keys])
+        ax2.barh(y, v, left=left, color=color, label=label, height=0.6)
+        left += v
+    ax2.set_yticks(y)
+    ax2.set_yticklabels([group_label(k, groups[k]) for k in keys], fontsize=8)
+    ax2.invert_yaxis()
+    ax2.set_xlim(0, max(0.05, float(left.max()) * 1.15))
+    percent_axis(ax2, "x")
+    ax2.set_xlabel("mean share of the pool's token slots")
+    ax2.set_title("mean KV breakdown by group", loc="left", fontsize=10)
+    ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=8, frameon=False,
+               ncol=2)
+    fig.suptitle("%s: KV cache groups in one pool of %s blocks%s" % (
+        run.label, "{:,}".format(int(usable + 1)), _note(steps)), fontsize=11)
+    save(fig, out, "kv_groups", formats, rect=(0, 0, 1, 0.95))
+    return Figure("kv_groups", "KV cache groups",
+                  "Each KV cache group's blocks in the shared pool over time (a sliding-window "
+                  "group holds only its window's blocks), and its mean breakdown" + _note(steps))
+
+
+FIGURES = [kv_breakdown, kv_usage_queue, kv_groups, prefix_hit_rate, latency_cdfs,
+           preemptions_evictions, v0_swap_sharing]

@@ -12,7 +12,8 @@ BlockPool::BlockPool(std::int32_t num_blocks, bool enable_caching, bool null_blo
     : enable_caching_(enable_caching),
       group_shift_(std::bit_width(static_cast<std::uint32_t>(num_groups - 1))),
       hashes_(hashes),
-      blocks_(static_cast<std::size_t>(num_blocks)) {
+      blocks_(static_cast<std::size_t>(num_blocks)),
+      cached_by_group_(static_cast<std::size_t>(num_groups), 0) {
   KVSIM_ASSERT(num_blocks > 0 && num_groups > 0 && num_groups <= 256);
   for (std::int32_t i = 0; i < num_blocks; ++i) {
     free_queue_.push_back(blocks_[static_cast<std::size_t>(i)]);
@@ -104,6 +105,7 @@ void BlockPool::cache_block(BlockId b, HashId key) {
   }
   hash_tail_[s] = b;
   ++num_cached_blocks_;
+  ++cached_by_group_[static_cast<std::size_t>(group_of_key(key))];
 }
 
 // vLLM's _maybe_evict_cached_block: the block leaves its hash group; an emptied group is deleted.
@@ -119,6 +121,7 @@ void BlockPool::evict(KVCacheBlock& blk) {
     block(blk.hash_next).hash_prev = blk.hash_prev;
   if (hash_head_[s] == kNoBlock) --num_cached_hashes_;
   --num_cached_blocks_;
+  --cached_by_group_[static_cast<std::size_t>(group_of_key(blk.block_hash))];
   blk.hash_prev = blk.hash_next = kNoBlock;
   const HashId h = hash_of_key(blk.block_hash);
   blk.block_hash = kNoHash;
@@ -139,6 +142,7 @@ bool BlockPool::reset_prefix_cache() {
   }
   num_cached_hashes_ = 0;
   num_cached_blocks_ = 0;
+  std::fill(cached_by_group_.begin(), cached_by_group_.end(), 0);
   return true;
 }
 
@@ -158,6 +162,7 @@ std::string BlockPool::find_violation() const {
   }
   KVSIM_CHECK(queue_len == static_cast<std::int64_t>(free_queue_.size()), "queue size mismatch");
   std::int64_t cached_blocks = 0;
+  std::vector<std::int64_t> by_group(cached_by_group_.size(), 0);
   std::int64_t heads = 0;
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     const KVCacheBlock& blk = blocks_[i];
@@ -177,6 +182,9 @@ std::string BlockPool::find_violation() const {
     KVSIM_CHECK(hashes_.ref_count(hash_of_key(blk.block_hash)) > 0,
                 "cached block with a dead hash");
     ++cached_blocks;
+    const auto g = static_cast<std::size_t>(group_of_key(blk.block_hash));
+    KVSIM_CHECK(g < by_group.size(), "cached block keyed to a group the pool does not have");
+    ++by_group[g];
     const std::size_t s = head_slot(blk.block_hash);
     if (blk.hash_prev == kNoBlock) {
       KVSIM_CHECK(hash_head_[s] == id_of(blk), "chain head mismatch");
@@ -188,6 +196,7 @@ std::string BlockPool::find_violation() const {
     if (blk.hash_next == kNoBlock) KVSIM_CHECK(hash_tail_[s] == id_of(blk), "chain tail mismatch");
   }
   KVSIM_CHECK(cached_blocks == num_cached_blocks_, "cached block count mismatch");
+  KVSIM_CHECK(by_group == cached_by_group_, "cached block count of a KV cache group mismatch");
   KVSIM_CHECK(heads == num_cached_hashes_, "cached hash count mismatch");
   for (std::size_t s = 0; s < hash_head_.size(); ++s) {
     if (hash_head_[s] == kNoBlock) {

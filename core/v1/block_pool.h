@@ -122,6 +122,10 @@ class BlockPool {
   /// Number of distinct hashes in the index, and of blocks in it (>= hashes when duplicated).
   std::int64_t num_cached_hashes() const { return num_cached_hashes_; }
   std::int64_t num_cached_blocks() const { return num_cached_blocks_; }
+  /// The cached blocks (free or in use) keyed to KV cache group `group`.
+  std::int64_t num_cached_blocks(std::int32_t group) const {
+    return cached_by_group_[static_cast<std::size_t>(group)];
+  }
   /// Blocks of one cache key in insertion order (for snapshots and tests).
   void cached_blocks_of(HashId key, std::vector<BlockId>& out) const;
 
@@ -147,6 +151,7 @@ class BlockPool {
   std::vector<BlockId> hash_tail_;  // by HashId: last cached block with that hash
   std::int64_t num_cached_hashes_ = 0;
   std::int64_t num_cached_blocks_ = 0;
+  std::vector<std::int64_t> cached_by_group_;  // num_cached_blocks_ by the keys' group
   Stats stats_;
 };
 

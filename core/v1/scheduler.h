@@ -94,6 +94,10 @@ class Scheduler final : public EngineCore {
   /// the null block is never-filled, once; null entries of sliding-window tables hold nothing.
   /// Several KV cache groups: every group's tables, each block once.
   KVBreakdown kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const override;
+  /// The same walk, each group's share into `by_group` (a block counts in the group whose table
+  /// holds it; a free cached block in the group of its cache key).
+  KVBreakdown kv_breakdown_by_group(std::span<const std::int64_t> final_kv_tokens,
+                                    std::span<KVGroupShare> by_group) const override;
   std::span<const BlockId> block_table(const Request& request) const override {
     return kv_.coordinator() ? std::span<const BlockId>(request.kv_groups[0].blocks)
                              : std::span<const BlockId>(request.blocks);
@@ -135,7 +139,11 @@ class Scheduler final : public EngineCore {
                           std::int64_t num_computed, ScheduledRequest::Kind kind);
   void update_in_scheduling_order(std::vector<RequestOutput>& outputs);
   std::int64_t cache_only_request_v020(Request& request);
-  KVBreakdown kv_breakdown_groups(std::span<const std::int64_t> final_kv_tokens) const;
+  /// kv_breakdown; `by_group` empty or one share per group.
+  KVBreakdown breakdown(std::span<const std::int64_t> final_kv_tokens,
+                        std::span<KVGroupShare> by_group) const;
+  KVBreakdown kv_breakdown_groups(std::span<const std::int64_t> final_kv_tokens,
+                                  std::span<KVGroupShare> by_group) const;
   /// Forgets a finished request in the steps in flight.
   void drop_in_flight(const Request& request);
 
@@ -151,6 +159,11 @@ class Scheduler final : public EngineCore {
   // kv_breakdown's scratch: a block's stamp == epoch once counted in this call.
   mutable std::vector<std::uint32_t> stamp_;
   mutable std::uint32_t epoch_ = 0;
+  struct GroupTally {
+    KVGroupShare share;
+    std::int64_t hashed = 0;  // blocks of the share that carry a hash
+  };
+  mutable std::vector<GroupTally> group_scratch_;  // kv_breakdown_groups, by group
   SchedulerStats stats_;
   // A schedule() whose num_scheduled_tokens no update_from_output has consumed (and reset) yet.
   bool scheduled_unconsumed_ = false;

@@ -139,6 +139,18 @@ void Scheduler::cached_blocks(std::vector<BlockId>& out) const {
 }
 
 KVBreakdown Scheduler::kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const {
+  return breakdown(final_kv_tokens, {});
+}
+
+KVBreakdown Scheduler::kv_breakdown_by_group(std::span<const std::int64_t> final_kv_tokens,
+                                             std::span<KVGroupShare> by_group) const {
+  KVSIM_ASSERT(by_group.size() == static_cast<std::size_t>(num_kv_cache_groups()),
+               "kv_breakdown_by_group: one share per KV cache group");
+  return breakdown(final_kv_tokens, by_group);
+}
+
+KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
+                                 std::span<KVGroupShare> by_group) const {
   const BlockPool& pool = kv_.pool();
   const std::int64_t bs = kv_.block_size();
   if (stamp_.size() < static_cast<std::size_t>(pool.num_blocks()))
@@ -147,7 +159,7 @@ KVBreakdown Scheduler::kv_breakdown(std::span<const std::int64_t> final_kv_token
     std::fill(stamp_.begin(), stamp_.end(), 0);
     epoch_ = 1;
   }
-  if (kv_.coordinator()) return kv_breakdown_groups(final_kv_tokens);
+  if (kv_.coordinator()) return kv_breakdown_groups(final_kv_tokens, by_group);
   KVBreakdown b;
   std::int64_t used_blocks = 0, used_hashed = 0;
   const bool caching = pool.enable_caching();
@@ -216,39 +228,47 @@ KVBreakdown Scheduler::kv_breakdown(std::span<const std::int64_t> final_kv_token
   b.cached_free = cached_free_blocks * bs;
   b.free = (num_free - cached_free_blocks) * bs;
   b.external_fragmentation = 0;
+  if (!by_group.empty()) {  // one group: every block in use but the null block
+    const std::int64_t null_blocks = null != kNoBlock ? 1 : 0;
+    by_group[0] = KVGroupShare{used_blocks - null_blocks, b.token_states, b.reservation,
+                               b.internal_fragmentation - null_blocks * bs, b.cached_free};
+  }
   return b;
 }
 
 // vLLM v0.20: every group's tables, block by block (a block of a group of block size bs_g counts
 // as the pool's block size B of slots, its tokens scaled by B / bs_g); a block held by several
-// tables (ref_cnt > 1) counts once as token states; a block counts as cached when it carries a
-// hash (output blocks are cached one step late with async scheduling).
-KVBreakdown Scheduler::kv_breakdown_groups(std::span<const std::int64_t> final_kv_tokens) const {
+// tables (ref_cnt > 1) counts once as token states, in the group whose table holds it (a block is
+// in one group only); a block counts as cached when it carries a hash (output blocks are cached one
+// step late with async scheduling), a free cached block in the group its cache key names.
+KVBreakdown Scheduler::kv_breakdown_groups(std::span<const std::int64_t> final_kv_tokens,
+                                           std::span<KVGroupShare> by_group) const {
   const BlockPool& pool = kv_.pool();
   const KVCacheCoordinator& c = *kv_.coordinator();
   const std::int64_t big_b = kv_.block_size();
   const BlockId null = pool.null_block();
-  KVBreakdown b;
-  b.internal_fragmentation += big_b;  // the null block: reserved, never filled
-  std::int64_t used_blocks = 1, used_hashed = 0;
+  const auto num_groups = static_cast<std::size_t>(c.num_groups());
+  if (group_scratch_.size() != num_groups) group_scratch_.resize(num_groups);
+  for (GroupTally& t : group_scratch_) t = GroupTally{};
   for (const Request* r : running_) {
     const std::int64_t idx = r->index();
     const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()
                                  ? final_kv_tokens[static_cast<std::size_t>(idx)]
                                  : r->num_tokens();
-    for (std::int32_t g = 0; g < c.num_groups(); ++g) {
-      const std::int64_t bs = c.manager(g).block_size();
-      const auto& table = r->kv_groups[static_cast<std::size_t>(g)].blocks;
+    for (std::size_t g = 0; g < num_groups; ++g) {
+      GroupTally& t = group_scratch_[g];
+      const std::int64_t bs = c.manager(static_cast<std::int32_t>(g)).block_size();
+      const auto& table = r->kv_groups[g].blocks;
       for (std::size_t k = 0; k < table.size(); ++k) {
         const BlockId blk = table[k];
         if (blk == null) continue;
         std::uint32_t& st = stamp_[static_cast<std::size_t>(to_int(blk))];
         if (st == epoch_) continue;  // counted in another table
         st = epoch_;
-        ++used_blocks;
-        used_hashed += pool.block(blk).block_hash != kNoHash;
+        ++t.share.blocks;
+        t.hashed += pool.block(blk).block_hash != kNoHash;
         if (pool.block(blk).ref_cnt > 1) {
-          b.token_states += big_b;
+          t.share.token_states += big_b;
           continue;
         }
         const auto start = static_cast<std::int64_t>(k) * bs;
@@ -256,17 +276,30 @@ KVBreakdown Scheduler::kv_breakdown_groups(std::span<const std::int64_t> final_k
         const std::int64_t fill = std::clamp<std::int64_t>(fin - start, comp, bs);
         const std::int64_t comp_slots = comp * big_b / bs;
         const std::int64_t fill_slots = fill * big_b / bs;
-        b.token_states += comp_slots;
-        b.reservation += fill_slots - comp_slots;
-        b.internal_fragmentation += big_b - fill_slots;
+        t.share.token_states += comp_slots;
+        t.share.reservation += fill_slots - comp_slots;
+        t.share.internal_fragmentation += big_b - fill_slots;
       }
     }
+  }
+  KVBreakdown b;
+  b.internal_fragmentation += big_b;  // the null block: reserved, never filled
+  std::int64_t used_blocks = 1, cached_free_blocks = 0;
+  for (std::size_t g = 0; g < num_groups; ++g) {
+    GroupTally& t = group_scratch_[g];
+    if (pool.enable_caching())
+      t.share.cached_free =
+          (pool.num_cached_blocks(static_cast<std::int32_t>(g)) - t.hashed) * big_b;
+    used_blocks += t.share.blocks;
+    cached_free_blocks += t.share.cached_free / big_b;
+    b.token_states += t.share.token_states;
+    b.reservation += t.share.reservation;
+    b.internal_fragmentation += t.share.internal_fragmentation;
+    if (!by_group.empty()) by_group[g] = t.share;
   }
   const std::int64_t num_free = pool.num_free_blocks();
   KVSIM_ASSERT(used_blocks == pool.num_blocks() - num_free,
                "KV breakdown: blocks in running tables disagree with the free count");
-  const std::int64_t cached_free_blocks =
-      pool.enable_caching() ? pool.num_cached_blocks() - used_hashed : 0;
   b.cached_free = cached_free_blocks * big_b;
   b.free = (num_free - cached_free_blocks) * big_b;
   return b;

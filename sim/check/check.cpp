@@ -242,7 +242,8 @@ CheckRule default_check_rule(std::string_view m) {
   }
   if (m.ends_with("hit_rate")) return {K::kAbsolute, 1e-9};
   // Step-averaged fractions and counts: deterministic, but averaged in floating point.
-  if (m.starts_with("kv_breakdown.") || m.ends_with("_perc") || m.starts_with("mean_")) {
+  if (m.starts_with("kv_breakdown.") || m.find(".kv_breakdown.") != std::string_view::npos ||
+      m.ends_with("_perc") || m.starts_with("mean_")) {
     return {K::kAbsolute, 1e-6};
   }
   return {K::kExact, 0.0};

@@ -35,7 +35,7 @@ struct CheckRule {
 /// The rule a metric gets when its baseline names none: exact for deterministic counters
 /// (prefix_cache_hits, num_preemptions, total_*_tokens, ...), rel 2% for `*_ms` latency statistics,
 /// `duration` and throughputs, abs 1e-9 for hit rates, abs 1e-6 for step averages
-/// (`mean_*` other than `*_ms`, `*_perc`, `kv_breakdown.*`).
+/// (`mean_*` other than `*_ms`, `*_perc`, `kv_breakdown.*` also inside a KV cache group).
 CheckRule default_check_rule(std::string_view metric);
 
 /// Scalars by flattened key (nested objects joined with '.'), plus the rules a baseline states.

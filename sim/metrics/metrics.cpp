@@ -208,14 +208,40 @@ void MetricsCollector::on_step(const StepView& v) {
   if (v.step % steps_every_ == 0) record_pending(eng);
 }
 
+void MetricsCollector::enable_kv_groups(std::vector<KVGroupLabel> labels) {
+  group_labels_ = std::move(labels);
+  group_shares_.assign(group_labels_.size(), KVGroupShare{});
+  group_sums_.assign(group_labels_.size(), GroupSums{});
+}
+
 void MetricsCollector::record_pending(const EngineCore& e) {
   StepRecord& r = pending_;
-  r.slots = e.kv_breakdown(*final_kv_tokens_);
+  if (group_labels_.empty()) {
+    r.slots = e.kv_breakdown(*final_kv_tokens_);
+  } else {
+    r.slots = e.kv_breakdown_by_group(*final_kv_tokens_, group_shares_);
+    r.groups = group_shares_;
+  }
   const double total = static_cast<double>(r.slots.total());
   const std::int64_t parts[6] = {
       r.slots.token_states,           r.slots.reservation, r.slots.internal_fragmentation,
       r.slots.external_fragmentation, r.slots.cached_free, r.slots.free};
   for (int k = 0; k < 6; ++k) sum_breakdown_frac_[k] += static_cast<double>(parts[k]) / total;
+  if (!group_labels_.empty()) {
+    // A group's usage is vLLM v0.20's usage restricted to its blocks: blocks / (num_blocks - 1),
+    // the null block excluded; the groups' usages add up to the pool's.
+    const double usable = static_cast<double>(e.pool_stats().num_blocks - 1);
+    for (std::size_t g = 0; g < group_shares_.size(); ++g) {
+      const KVGroupShare& sh = group_shares_[g];
+      GroupSums& sum = group_sums_[g];
+      const double usage = usable > 0 ? static_cast<double>(sh.blocks) / usable : 0.0;
+      sum.usage += usage;
+      sum.max_usage = std::max(sum.max_usage, usage);
+      const std::int64_t gparts[4] = {sh.token_states, sh.reservation, sh.internal_fragmentation,
+                                      sh.cached_free};
+      for (int k = 0; k < 4; ++k) sum.frac[k] += static_cast<double>(gparts[k]) / total;
+    }
+  }
   ++num_recorded_;
   if (sink_) sink_->on_step_record(r);
   pending_ = StepRecord{};
@@ -352,6 +378,7 @@ std::string MetricsCollector::summary_json(const std::string& header) {
   i64("max_batch_size", max_batch_size_);
   f6("mean_batch_tokens", sum_batch_tokens_ / steps);
   if (v0_) summary_v0(o);
+  if (!group_labels_.empty()) summary_groups(o);
   const char* names[6] = {"token_states",           "reservation", "internal_fragmentation",
                           "external_fragmentation", "cached_free", "free"};
   o += "  \"kv_breakdown\": {";
@@ -363,6 +390,28 @@ std::string MetricsCollector::summary_json(const std::string& header) {
   }
   o += "}\n}\n";
   return o;
+}
+
+void MetricsCollector::summary_groups(std::string& o) const {
+  const double rec = num_recorded_ ? static_cast<double>(num_recorded_) : 1.0;
+  const char* names[4] = {"token_states", "reservation", "internal_fragmentation", "cached_free"};
+  o += "  \"kv_cache_groups\": {\n";
+  for (std::size_t g = 0; g < group_labels_.size(); ++g) {
+    const KVGroupLabel& l = group_labels_[g];
+    const GroupSums& sum = group_sums_[g];
+    o += fmt::format("    \"g{}\": {{\"kind\": \"{}\", ", g, l.kind);
+    if (l.kind == "sliding_window") o += fmt::format("\"sliding_window\": {}, ", l.window_tokens);
+    if (l.kind == "chunked_local")
+      o += fmt::format("\"attention_chunk_size\": {}, ", l.window_tokens);
+    o += fmt::format(
+        "\"num_layers\": {}, \"block_size\": {}, \"mean_kv_cache_usage_perc\": {:.9f}, "
+        "\"max_kv_cache_usage_perc\": {:.9f}, \"kv_breakdown\": {{",
+        l.num_layers, l.block_size, sum.usage / rec, sum.max_usage);
+    for (int k = 0; k < 4; ++k)
+      o += fmt::format("{}\"{}\": {:.9f}", k ? ", " : "", names[k], sum.frac[k] / rec);
+    o += g + 1 < group_labels_.size() ? "}},\n" : "}}\n";
+  }
+  o += "  },\n";
 }
 
 std::string MetricsCollector::prometheus_text(const std::string& model_name) {

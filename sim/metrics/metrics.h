@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,17 @@ struct StepRecord {
   std::int64_t blocks_without_sharing = 0, blocks_used = 0;
   std::int64_t swapped_in_blocks = 0, swapped_out_blocks = 0, cow_copies = 0, preemptions_swap = 0,
                preemptions_recompute = 0;
+  // Several KV cache groups (MetricsCollector::enable_kv_groups): each group's share of the pool
+  // at the row's step (valid until the next record).
+  std::span<const KVGroupShare> groups;
+};
+
+/// What a run's KV cache group is (summary.json names it so).
+struct KVGroupLabel {
+  std::string kind;                // full_attention, mla, sliding_window, chunked_local, mamba
+  std::int64_t window_tokens = 0;  // sliding_window / chunked_local: the window or chunk
+  std::int64_t num_layers = 0;     // the layers sharing the group's block table
+  std::int64_t block_size = 0;     // tokens per block of the group
 };
 
 /// Receives recorded steps and finished requests (the CSV writers).
@@ -112,6 +124,10 @@ class MetricsCollector : public StepObserver {
     v0_ = true;
     page_bytes_ = page_bytes;
   }
+  /// Each KV cache group's share of the pool at recorded steps (StepRecord::groups, steps.csv's
+  /// g<k>_* columns) and its means in summary.json (`kv_cache_groups`): for an engine of several
+  /// groups (vLLM v0.20 with a hybrid model), one label per group in the engine's order.
+  void enable_kv_groups(std::vector<KVGroupLabel> labels);
   /// metrics.prom text with vLLM's metric names; `model_name` labels the series.
   std::string prometheus_text(const std::string& model_name);
   /// The number of requests completed so far (for progress).
@@ -145,6 +161,16 @@ class MetricsCollector : public StepObserver {
   std::int64_t max_batch_size_ = 0;
   std::int64_t num_recorded_ = 0;
   std::array<double, 6> sum_breakdown_frac_{};
+  // KV cache groups (enable_kv_groups): labels, the shares at the latest recorded step, and sums
+  // over recorded steps of each group's usage and breakdown fractions.
+  struct GroupSums {
+    double usage = 0, max_usage = 0;
+    std::array<double, 4> frac{};  // token_states, reservation, internal_fragmentation, cached_free
+  };
+  std::vector<KVGroupLabel> group_labels_;
+  std::vector<KVGroupShare> group_shares_;
+  std::vector<GroupSums> group_sums_;
+  void summary_groups(std::string& o) const;
   std::int64_t last_running_ = 0, last_waiting_ = 0;
   double last_usage_ = 0;
 

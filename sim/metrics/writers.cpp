@@ -11,6 +11,8 @@
 #include <system_error>
 #include <vector>
 
+#include "core/common/assert.h"
+
 namespace kvsim {
 namespace fs = std::filesystem;
 namespace {
@@ -139,8 +141,11 @@ void write_text_file(const fs::path& path, std::string_view text) {
 }
 
 CsvRecordWriter::CsvRecordWriter(const fs::path& requests_csv, const fs::path& steps_csv,
-                                 bool v0_columns)
-    : requests_(requests_csv), steps_(steps_csv), v0_columns_(v0_columns) {
+                                 bool v0_columns, std::int32_t num_kv_groups)
+    : requests_(requests_csv),
+      steps_(steps_csv),
+      v0_columns_(v0_columns),
+      num_kv_groups_(num_kv_groups) {
   requests_.write(
       "request_id,arrival_s,prompt_tokens,output_tokens,first_scheduled_s,first_token_s,finish_s,"
       "ttft_ms,tpot_ms,e2el_ms,queue_ms,first_lookup_hit_tokens,num_preemptions,finish_reason\n");
@@ -153,6 +158,11 @@ CsvRecordWriter::CsvRecordWriter(const fs::path& requests_csv, const fs::path& s
     steps_.write(
         ",num_swapped,cpu_cache_usage_perc,blocks_without_sharing,blocks_used,swapped_in_blocks,"
         "swapped_out_blocks,cow_copies,preemptions_swap,preemptions_recompute");
+  for (std::int32_t g = 0; g < num_kv_groups_; ++g)
+    steps_.write(
+        fmt::format(",g{0}_blocks,g{0}_token_states,g{0}_reservation,g{0}_internal_fragmentation,g{"
+                    "0}_cached_free",
+                    g));
   steps_.write("\n");
   line_.reserve(512);
 }
@@ -227,6 +237,15 @@ void CsvRecordWriter::on_step_record(const StepRecord& r) {
     for (std::int64_t v :
          {r.blocks_without_sharing, r.blocks_used, r.swapped_in_blocks, r.swapped_out_blocks,
           r.cow_copies, r.preemptions_swap, r.preemptions_recompute}) {
+      l += ',';
+      append_int(l, v);
+    }
+  }
+  KVSIM_ASSERT(r.groups.size() == static_cast<std::size_t>(num_kv_groups_),
+               "steps.csv: one share per KV cache group column set");
+  for (const KVGroupShare& g : r.groups) {
+    for (std::int64_t v :
+         {g.blocks, g.token_states, g.reservation, g.internal_fragmentation, g.cached_free}) {
       l += ',';
       append_int(l, v);
     }

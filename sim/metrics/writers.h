@@ -59,11 +59,12 @@ class OutFile {
 void write_text_file(const std::filesystem::path& path, std::string_view text);
 
 /// requests.csv and steps.csv, streamed (either may be disabled by passing an empty path).
-/// `v0_columns` appends vLLM V0's columns to steps.csv (sim/OUTPUTS.md).
+/// `v0_columns` appends vLLM V0's columns to steps.csv, `num_kv_groups` > 0 each KV cache group's
+/// (g0_blocks, g0_token_states, ...; sim/OUTPUTS.md).
 class CsvRecordWriter : public RecordSink {
  public:
   CsvRecordWriter(const std::filesystem::path& requests_csv, const std::filesystem::path& steps_csv,
-                  bool v0_columns = false);
+                  bool v0_columns = false, std::int32_t num_kv_groups = 0);
   void on_step_record(const StepRecord& r) override;
   void on_request_record(const RequestRecord& r) override;
   void close();
@@ -72,6 +73,7 @@ class CsvRecordWriter : public RecordSink {
   OutFile requests_, steps_;
   std::string line_;
   bool v0_columns_ = false;
+  std::int32_t num_kv_groups_ = 0;
 };
 
 /// trace.json (Chrome / Perfetto trace events): one complete event per step, counters for KV

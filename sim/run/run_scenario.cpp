@@ -13,6 +13,44 @@
 #include "sim/metrics/writers.h"
 
 namespace kvsim {
+namespace {
+
+/// The KV cache groups of an engine of several (vLLM v0.20 with a hybrid model) as the pool sizing
+/// grouped the model's layers, in the engine's order; empty for an engine of one group.
+std::vector<KVGroupLabel> kv_group_labels(const Scenario& scenario) {
+  const KVCacheConfig config = scenario.kv_cache_config();
+  if (config.kv_cache_groups.size() < 2) return {};
+  const KVPoolLayout* layout =
+      scenario.plan && scenario.plan->layout ? &*scenario.plan->layout : nullptr;
+  std::vector<KVGroupLabel> labels;
+  for (std::size_t g = 0; g < config.kv_cache_groups.size(); ++g) {
+    const KVGroupSpec& spec = config.kv_cache_groups[g];
+    const KVCacheGroup* group = layout && g < layout->groups.size() ? &layout->groups[g] : nullptr;
+    KVGroupLabel l;
+    switch (spec.kind) {
+      case KVGroupKind::kFullAttention:
+        l.kind = group && group->spec.kind == KVSpecKind::kMLA ? "mla" : "full_attention";
+        break;
+      case KVGroupKind::kSlidingWindow:
+        l.kind = "sliding_window";
+        l.window_tokens = spec.sliding_window;
+        break;
+      case KVGroupKind::kChunkedLocal:
+        l.kind = "chunked_local";
+        l.window_tokens = spec.attention_chunk_size;
+        break;
+      case KVGroupKind::kMamba:
+        l.kind = "mamba";
+        break;
+    }
+    l.num_layers = group ? static_cast<std::int64_t>(group->layer_names.size()) : 0;
+    l.block_size = spec.block_size;
+    labels.push_back(std::move(l));
+  }
+  return labels;
+}
+
+}  // namespace
 
 StepTimeFn make_step_time(const Scenario& scenario) {
   if (!scenario.model)
@@ -57,11 +95,17 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
   RunFolder folder(out_dir, scenario.name);
   write_text_file(folder.file("config.resolved.yaml"), resolved_yaml(scenario));
   const bool v0 = profile_info(scenario.engine.profile).family == EngineFamily::kV0;
-  CsvRecordWriter csv(folder.file("requests.csv"), folder.file("steps.csv"), v0);
+  std::vector<KVGroupLabel> groups = kv_group_labels(scenario);
+  CsvRecordWriter csv(folder.file("requests.csv"), folder.file("steps.csv"), v0,
+                      static_cast<std::int32_t>(groups.size()));
   Simulator sim(scenario, *source, std::move(step_time));
+  KVSIM_ASSERT(groups.empty() ||
+                   static_cast<std::size_t>(sim.engine().num_kv_cache_groups()) == groups.size(),
+               "the engine's KV cache groups are the scenario's");
   MetricsCollector metrics(&sim.final_kv_tokens(), scenario.outputs.steps_every,
                            scenario.scheduler.max_model_len, &csv);
   metrics.enable_prometheus(scenario.outputs.metrics_prom);
+  if (!groups.empty()) metrics.enable_kv_groups(std::move(groups));
   if (v0) metrics.enable_v0(scenario.plan ? scenario.plan->spec.page_bytes_all_layers() : 0);
   sim.attach(&metrics);
   std::unique_ptr<TraceJsonWriter> trace;

@@ -79,6 +79,12 @@ TEST_CASE(
   CHECK(kvsim::default_check_rule("mean_batch_size") == CheckRule{K::kAbsolute, 1e-6});
   CHECK(kvsim::default_check_rule("mean_ttft_ms") == CheckRule{K::kRelative, 0.02});
   CHECK(kvsim::default_check_rule("max_batch_size").kind == K::kExact);
+  // A KV cache group's step-averaged figures (summary.json kv_cache_groups) are averages too.
+  CHECK(kvsim::default_check_rule("kv_cache_groups.g1.kv_breakdown.cached_free") ==
+        CheckRule{K::kAbsolute, 1e-6});
+  CHECK(kvsim::default_check_rule("kv_cache_groups.g0.mean_kv_cache_usage_perc") ==
+        CheckRule{K::kAbsolute, 1e-6});
+  CHECK(kvsim::default_check_rule("kv_cache_groups.g0.num_layers").kind == K::kExact);
 }
 
 TEST_CASE("rules round-trip through their baseline spelling and bad ones are refused", "[sim]") {

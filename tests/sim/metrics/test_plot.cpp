@@ -1,6 +1,7 @@
 // plots/kvsim_plot.py renders synthetic run folders (tests/sim/fixtures/make_plot_fixtures.py,
-// which follows sim/OUTPUTS.md) into PNG, SVG and index.html. Skipped with a warning when Debian's
-// /usr/bin/python3 has no matplotlib.
+// which follows sim/OUTPUTS.md) into PNG, SVG and index.html, and a simulated hybrid-model run its
+// KV cache groups. The tests require matplotlib under Debian's /usr/bin/python3
+// (scripts/install-deps.sh installs it).
 
 #include <sys/wait.h>
 
@@ -12,6 +13,8 @@
 #include <sstream>
 #include <string>
 
+#include "sim/config/scenario.h"
+#include "sim/run/run_scenario.h"
 #include "sim_test_util.h"
 
 namespace fs = std::filesystem;
@@ -85,6 +88,55 @@ TEST_CASE("one run folder renders its five figures and an index", "[sim][plots]"
     INFO(entry.path().filename());
     CHECK(kvsim::test::slurp(entry.path()) == kvsim::test::slurp(again / entry.path().filename()));
   }
+}
+
+TEST_CASE("a run of several KV cache groups draws each group's share of the pool", "[sim][plots]") {
+  REQUIRE(have_matplotlib());
+  Fixtures fx;
+  // gpt-oss-20b under vllm-0.20: a sliding-window group (window 128) and a full one.
+  const std::string yaml =
+      "name: hybrid\nseed: 2\nengine: {profile: vllm-0.20}\nmodel: {config: " +
+      (kSource / "scenarios/models/gpt-oss-20b.json").string() +
+      "}\ncache: {block_size: 16, num_gpu_blocks_override: 400}\nscheduler: {max_model_len: "
+      "1024}\nworkload: {num_requests: 30, arrival: {process: poisson, rate_per_s: 40}, "
+      "prompt_tokens: {uniform: {min: 100, max: 700}}, output_tokens: {uniform: {min: 10, max: "
+      "300}}}\noutputs: {steps_every: 2}\n";
+  kvsim::RunOptions opt;
+  opt.step_time = [](const kvsim::StepView&) { return kvsim::SimTimeNs{5'000'000}; };
+  const fs::path run =
+      kvsim::run_scenario(kvsim::parse_scenario(kvsim::load_yaml_string(yaml, "h.yaml"), "h.yaml"),
+                          fx.root / "hybrid", opt)
+          .folder;
+  const fs::path out = fx.root / "hybrid-plots";
+  int rc = plot(run.string() + " -o " + out.string(), fx.root / "log.txt");
+  INFO(kvsim::test::slurp(fx.root / "log.txt"));
+  REQUIRE(rc == 0);
+  require_figure(out, "kv_groups");
+  const std::string svg = kvsim::test::slurp(out / "kv_groups.svg");
+  CHECK(svg.find("g0: sliding window 128 (12 layers)") != std::string::npos);
+  CHECK(svg.find("g1: full attention (12 layers)") != std::string::npos);
+  // A run of one group draws no such figure and reports nothing missing.
+  const fs::path single = fx.root / "single";
+  REQUIRE(plot((fx.root / "fx/runs/chat-a").string() + " -o " + single.string(),
+               fx.root / "log.txt") == 0);
+  CHECK_FALSE(fs::exists(single / "kv_groups.png"));
+  CHECK(kvsim::test::slurp(single / "index.html").find("kv_groups") == std::string::npos);
+  // steps.csv without the second group's columns: the figure is skipped, saying why.
+  {
+    std::ifstream in(run / "steps.csv");
+    std::ofstream cut(fx.root / "steps-cut.csv");
+    for (std::string line; std::getline(in, line);) {
+      std::size_t pos = line.size();
+      for (int k = 0; k < 5; ++k) pos = line.rfind(',', pos - 1);
+      cut << line.substr(0, pos) << "\n";
+    }
+  }
+  fs::rename(fx.root / "steps-cut.csv", run / "steps.csv");
+  const fs::path cut_out = fx.root / "hybrid-cut";
+  REQUIRE(plot(run.string() + " -o " + cut_out.string(), fx.root / "log.txt") == 0);
+  CHECK_FALSE(fs::exists(cut_out / "kv_groups.png"));
+  CHECK(kvsim::test::slurp(cut_out / "index.html")
+            .find("has columns for 1 KV cache groups, summary.json 2") != std::string::npos);
 }
 
 TEST_CASE("a sweep folder renders the comparison figures and a heatmap", "[sim][plots]") {
@@ -162,9 +214,9 @@ TEST_CASE("the shipped release comparison sweeps every V1 release and draws thei
     const std::string name = e.path().filename().string();
     const std::string summary = kvsim::test::slurp(e.path() / "summary.json");
     INFO(name);
-    const char* profile = name.find("vllm-0.8.5") != std::string::npos   ? "vllm-0.8.5"
-                          : name.find("vllm-0.20") != std::string::npos  ? "vllm-0.20"
-                                                                         : "vllm-0.7.2";
+    const char* profile = name.find("vllm-0.8.5") != std::string::npos  ? "vllm-0.8.5"
+                          : name.find("vllm-0.20") != std::string::npos ? "vllm-0.20"
+                                                                        : "vllm-0.7.2";
     CHECK(summary.find(std::string("\"profile\": \"") + profile + "\"") != std::string::npos);
     ++runs;
   }
