@@ -45,7 +45,7 @@ std::string error_of(const Args& args) {
 
 }  // namespace
 
-TEST_CASE("a flag takes its value as --flag value or --flag=value; short forms too", "[cli]") {
+TEST_CASE("a flag takes its value as --flag value or --flag=value, short forms too", "[cli]") {
   for (const Args& args :
        {Args{"s.yaml", "--jobs", "3", "--output", "out", "--seed", "11", "--emit-jobs", "j.txt"},
         Args{"--jobs=3", "--output=out", "s.yaml", "--seed=11", "--emit-jobs=j.txt"},
@@ -66,7 +66,7 @@ TEST_CASE("a flag takes its value as --flag value or --flag=value; short forms t
   }
 }
 
-TEST_CASE("absent flags keep their defaults; a value flag given twice keeps the last", "[cli]") {
+TEST_CASE("absent flags keep their defaults, a value flag given twice keeps the last", "[cli]") {
   Sweepish s;
   REQUIRE(s.cl.parse({"s.yaml"}));
   CHECK(s.in.out_dir == "results");

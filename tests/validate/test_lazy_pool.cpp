@@ -113,7 +113,7 @@ TEST_CASE("the pool holds only the blocks checked steps read", "[validate]") {
 }
 
 TEST_CASE(
-    "over the memory limit the held blocks are dropped; a step that alone passes it is "
+    "over the memory limit the held blocks are dropped, a step that alone passes it is "
     "refused before anything runs",
     "[validate]") {
   const Scenario s = load_scenario(kSmall, {});

@@ -154,7 +154,7 @@ TEST_CASE(
   CHECK(plan_samples(synthetic_steps(9, {}, {}), rule).num_sampled == 8);
 }
 
-TEST_CASE("a run with no more steps than the bounded count is checked whole; every and prob rules",
+TEST_CASE("a run with no more steps than the bounded count is checked whole, every and prob rules",
           "[validate]") {
   const auto steps = synthetic_steps(150, {3}, {4});
   SamplingRule rule;
@@ -282,7 +282,7 @@ TEST_CASE(
   CHECK(j["sampling"]["description"] == announced[0]);
 }
 
-TEST_CASE("no progress is drawn where stderr is not a terminal; the line says where the run is",
+TEST_CASE("no progress is drawn where stderr is not a terminal, the line says where the run is",
           "[validate]") {
   std::FILE* f = std::tmpfile();
   REQUIRE(f != nullptr);

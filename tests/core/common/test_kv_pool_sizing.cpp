@@ -259,7 +259,7 @@ TEST_CASE("max_model_len auto (-1) finds the largest length that fits", "[core]"
         "available GPU memory (8.0 GiB available for KV cache)");
 }
 
-TEST_CASE("mamba layers: one state block each; the old releases have no spec for them", "[core]") {
+TEST_CASE("mamba layers: one state block each, the old releases have no spec for them", "[core]") {
   LayerKVSpec gdn;
   gdn.kind = KVSpecKind::kMamba;
   gdn.block_size = 262'144;

@@ -107,7 +107,7 @@ TEST_CASE("V0 engine preempts the newest running request by recompute when block
   for (const Request& r : reqs) CHECK(r.num_output_tokens() == 6);
 }
 
-TEST_CASE("V0 engine swaps a victim out and back in; no CPU space is a RuntimeError", "[core]") {
+TEST_CASE("V0 engine swaps a victim out and back in, no CPU space is a RuntimeError", "[core]") {
   {
     auto e = make_v0(2, 6, 8, false, v0::PreemptionMode::kSwap);
     std::vector<Request> reqs;

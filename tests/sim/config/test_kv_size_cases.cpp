@@ -168,7 +168,7 @@ TEST_CASE("kv-size --model ... --json answers the model-config sizing cases exac
   if (std::getenv("KVSIM_KV_CASE") == nullptr) CHECK(model_cases >= 24);
 }
 
-TEST_CASE("Llama 4's default is the hybrid manager off; =false enables it as the env var does",
+TEST_CASE("Llama 4's default is the hybrid manager off, =false enables it as the env var does",
           "[sim]") {
   const std::string model = (kDir / "models" / "llama-4-scout-17b-16e.json").string();
   const std::string base = "--profile vllm-0.20 --json --model " + model +

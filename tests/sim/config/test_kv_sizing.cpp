@@ -166,10 +166,10 @@ TEST_CASE("a scenario whose max_model_len cannot fit is refused as vLLM refuses 
   CHECK(s.plan->layout->num_blocks == s.num_gpu_blocks);
 }
 
-TEST_CASE("the pending hybrid scenario parses; with every layer full it gets 9,632 blocks",
+TEST_CASE("the hybrid scenario parses, with every layer full it gets 9,632 blocks",
           "[sim]") {
   const std::string path =
-      std::string(KVSIM_SOURCE_DIR) + "/scenarios/pending/gpt-oss-120b-long-chat.yaml";
+      std::string(KVSIM_SOURCE_DIR) + "/scenarios/gpt-oss-120b-long-chat.yaml";
   const Scenario s = load_scenario(path, {"engine.profile=vllm-0.7.2"});
   CHECK(s.num_gpu_blocks == 9632);
   CHECK(static_cast<double>(s.plan->budget.weight_bytes) / (1 << 30) ==

@@ -131,7 +131,7 @@ TEST_CASE("the detector's buckets widen without losing a count", "[sim]") {
         Approx((19'999.9e9 - static_cast<double>(v.window_start_ns)) / 1e8 + 1).margin(1));
 }
 
-TEST_CASE("an overloaded run says so in summary.json and once on stderr; a stable one does not",
+TEST_CASE("an overloaded run says so in summary.json and once on stderr, a stable one does not",
           "[sim]") {
   kvsim::test::TempDir tmp("overload");
   // 16 sequences of 51 steps of 4.6 ms: about 68 requests/s.
