@@ -5,12 +5,15 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "sim/common/errors.h"
+#include "sim/engine/simulator.h"
 #include "sim/workload/workload.h"
 
 namespace kvsim::test {
@@ -58,6 +61,32 @@ inline std::string slurp(const std::filesystem::path& p) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+/// A step-time function that makes every step last `ms` milliseconds.
+inline StepTimeFn constant_ms(double ms) {
+  return [ms](const StepView&) { return static_cast<SimTimeNs>(ms * 1e6); };
+}
+
+/// The parsed JSON file (a parse error fails the test).
+inline nlohmann::json read_json(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  return nlohmann::json::parse(f);
+}
+
+/// A CSV file's rows of cells (no quoting: kvsim's outputs have none); a trailing comma gives a
+/// trailing empty cell.
+inline std::vector<std::vector<std::string>> read_csv(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(f, line);) {
+    std::vector<std::string> row;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) row.push_back(cell);
+    if (!line.empty() && line.back() == ',') row.push_back("");
+    rows.push_back(row);
+  }
+  return rows;
 }
 
 /// Writes `text` to `p`, creating its folder.

@@ -15,6 +15,8 @@
 #include "sim_test_util.h"
 
 using namespace kvsim;
+using kvsim::test::constant_ms;
+using kvsim::test::read_csv;
 using kvsim::test::TempDir;
 namespace fs = std::filesystem;
 
@@ -30,22 +32,6 @@ Scenario scenario(const std::string& model, const std::string& scheduler,
       "num_gpu_blocks_override: 512}\nscheduler: " + scheduler + "\nworkload: " + workload +
       "\noutputs: {steps_every: 1}\n";
   return parse_scenario(load_yaml_string(yaml, "a.yaml"), "a.yaml");
-}
-
-StepTimeFn constant_ms(double ms) {
-  return [ms](const StepView&) { return static_cast<SimTimeNs>(ms * 1e6); };
-}
-
-std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
-  std::ifstream f(p);
-  std::vector<std::vector<std::string>> rows;
-  for (std::string line; std::getline(f, line);) {
-    std::vector<std::string> row;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) row.push_back(cell);
-    rows.push_back(row);
-  }
-  return rows;
 }
 
 /// requests.csv's ttft_ms and e2el_ms of each request, by row.

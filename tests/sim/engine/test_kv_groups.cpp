@@ -21,6 +21,9 @@
 #include "sim_test_util.h"
 
 using namespace kvsim;
+using kvsim::test::constant_ms;
+using kvsim::test::read_csv;
+using kvsim::test::read_json;
 using kvsim::test::TempDir;
 namespace fs = std::filesystem;
 
@@ -39,10 +42,6 @@ Scenario hybrid_scenario(const std::string& model, std::int64_t blocks, const ch
       "max: 700}}, output_tokens: {uniform: {min: 5, max: 300}}}\noutputs: {steps_every: " +
       std::to_string(steps_every) + "}\n";
   return parse_scenario(load_yaml_string(yaml, "g.yaml"), "g.yaml");
-}
-
-StepTimeFn constant_ms(double ms) {
-  return [ms](const StepView&) { return static_cast<SimTimeNs>(ms * 1e6); };
 }
 
 /// Each group's share by walking every slot of every table and the free queue (the slow
@@ -138,23 +137,6 @@ struct GroupChecker : StepObserver {
     cached_window_steps += fast[0].cached_free > 0;
   }
 };
-
-std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
-  std::ifstream f(p);
-  std::vector<std::vector<std::string>> rows;
-  for (std::string line; std::getline(f, line);) {
-    std::vector<std::string> row;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) row.push_back(cell);
-    rows.push_back(row);
-  }
-  return rows;
-}
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  return nlohmann::json::parse(f);
-}
 
 }  // namespace
 

@@ -22,6 +22,9 @@
 #include "sim_test_util.h"
 
 using namespace kvsim;
+using kvsim::test::constant_ms;
+using kvsim::test::read_csv;
+using kvsim::test::read_json;
 using kvsim::test::TempDir;
 namespace fs = std::filesystem;
 
@@ -38,30 +41,6 @@ std::string timed_yaml(const std::string& cache, const std::string& scheduler,
                        const std::string& workload) {
   return "name: t\nseed: 7\nmodel: {config: " + kModel + "}\ncache: " + cache +
          "\nscheduler: " + scheduler + "\nworkload: " + workload + "\noutputs: {steps_every: 1}\n";
-}
-
-StepTimeFn constant_ms(double ms) {
-  return [ms](const StepView&) { return static_cast<SimTimeNs>(ms * 1e6); };
-}
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  return nlohmann::json::parse(f);
-}
-
-std::vector<std::vector<std::string>> read_csv(const fs::path& p) {
-  std::ifstream f(p);
-  std::vector<std::vector<std::string>> rows;
-  std::string line;
-  while (std::getline(f, line)) {
-    std::vector<std::string> row;
-    std::stringstream ss(line);
-    std::string cell;
-    while (std::getline(ss, cell, ',')) row.push_back(cell);
-    if (!line.empty() && line.back() == ',') row.push_back("");
-    rows.push_back(row);
-  }
-  return rows;
 }
 
 double cache_only_hit_rate(double capacity_tokens, std::int64_t block_size = 512) {
