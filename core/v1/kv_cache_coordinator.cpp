@@ -146,11 +146,27 @@ ExtraKeysId KVCacheCoordinator::extra_keys(const Request& request, std::int64_t 
   return hashes_.intern_extra(extra_scratch_);
 }
 
+void KVCacheCoordinator::hash_deferred_prompt(Request& request) {
+  const std::int64_t n = request.deferred_hash_tokens;
+  request.deferred_hash_tokens = -1;
+  hash_blocks(request, n);
+}
+
 void KVCacheCoordinator::update_block_hashes(Request& request) {
+  if (request.deferred_hash_tokens >= 0) {
+    // vLLM's list would end at the prompt's last full block, and this call would add nothing
+    // unless appended tokens completed a block after it: stay deferred until they do.
+    const std::int64_t bs = hash_block_size_;
+    if ((request.deferred_hash_tokens / bs + 1) * bs > request.num_tokens()) return;
+    hash_deferred_prompt(request);
+  }
+  hash_blocks(request, request.num_tokens());
+}
+
+void KVCacheCoordinator::hash_blocks(Request& request, const std::int64_t n) {
   if (!config_.enable_caching) return;
   const std::int64_t bs = hash_block_size_;
   std::int64_t start = static_cast<std::int64_t>(request.block_hashes.size()) * bs;
-  const std::int64_t n = request.num_tokens();
   if (start + bs > n) return;
   const std::vector<Token>& tokens = request.all_token_ids();
   HashId parent = request.block_hashes.empty() ? kNoHash : request.block_hashes.back();
@@ -253,9 +269,10 @@ std::int64_t KVCacheCoordinator::find_longest_cache_hit(const Request& request,
   return hit_length;
 }
 
-std::int64_t KVCacheCoordinator::get_computed_blocks(const Request& request, GroupBlockLists& hits,
+std::int64_t KVCacheCoordinator::get_computed_blocks(Request& request, GroupBlockLists& hits,
                                                      AllocStatus& status) {
   status = AllocStatus::kOk;
+  sync_block_hashes(request);
   if (hits.size() != managers_.size()) hits.resize(managers_.size());
   for (auto& h : hits) h.clear();
   if (!config_.enable_caching || request.wants_prompt_logprobs) return 0;
@@ -339,6 +356,7 @@ AllocStatus KVCacheCoordinator::allocate_slots(Request& request, std::int64_t nu
 
 AllocStatus KVCacheCoordinator::cache_blocks(Request& request, std::int64_t num_computed_tokens) {
   if (!config_.enable_caching) return AllocStatus::kOk;
+  sync_block_hashes(request);
   for (SingleTypeManager& m : managers_) {
     const KVGroupTable& t = request.kv_groups[static_cast<std::size_t>(m.group_id())];
     if (t.num_cached_block >= num_computed_tokens / m.block_size()) continue;  // nothing new

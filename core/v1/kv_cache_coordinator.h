@@ -60,14 +60,25 @@ class KVCacheCoordinator {
 
   /// Sizes the request's per-group state (once, when it arrives). O(groups).
   void init_request(Request& request) const;
+  /// A new request's prompt hashes (vLLM computes them when the request is created) are
+  /// deferred (with caching): sync_block_hashes computes them when something first reads them,
+  /// the same list, and a request that never leaves the waiting queue holds none. O(1).
+  void defer_prompt_hashes(Request& request) const {
+    if (config_.enable_caching) request.deferred_hash_tokens = request.num_tokens();
+  }
+  /// The hash list vLLM's request holds now: computes the deferred prompt hashes, if any.
+  /// O(1) when nothing is deferred, else O(prompt blocks).
+  void sync_block_hashes(Request& request) {
+    if (request.deferred_hash_tokens >= 0) hash_deferred_prompt(request);
+  }
   /// Request.update_block_hashes: hashes the blocks its tokens completed since the last call
-  /// (with caching). O(new blocks).
+  /// (with caching). O(new blocks); O(1) while the prompt's hashes are deferred and no block
+  /// completed.
   void update_block_hashes(Request& request);
 
   /// get_computed_blocks: the hits per group (replaced) and the hit tokens; records the lookup in
   /// the prefix-cache stats. No state changes.
-  std::int64_t get_computed_blocks(const Request& request, GroupBlockLists& hits,
-                                   AllocStatus& status);
+  std::int64_t get_computed_blocks(Request& request, GroupBlockLists& hits, AllocStatus& status);
   /// can_fit_full_sequence: would the blocks of the request's whole sequence fit.
   bool can_fit_full_sequence(const Request& request, std::int64_t num_new_computed_tokens,
                              const GroupBlockLists& hits, AllocStatus& status) const;
@@ -108,6 +119,10 @@ class KVCacheCoordinator {
     bool eagle = false;
   };
   GroupHashView view(const Request& r, std::int32_t block_size) const;
+  /// Hashes the blocks tokens [hashed, num_tokens) complete, as vLLM's block hasher does when the
+  /// request holds num_tokens tokens.
+  void hash_blocks(Request& request, std::int64_t num_tokens);
+  void hash_deferred_prompt(Request& request);
   std::int64_t find_longest_cache_hit(const Request& request, std::int64_t max_length,
                                       GroupBlockLists& hits, AllocStatus& status);
   /// Sum over groups of num_blocks_to_allocate.
