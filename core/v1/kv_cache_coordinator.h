@@ -91,8 +91,14 @@ class KVCacheCoordinator {
   void clear_new_blocks() { std::fill(new_blocks_.begin(), new_blocks_.end(), 0); }
   /// New blocks per group of the last allocate_slots.
   std::int32_t new_blocks(std::int32_t g) const { return new_blocks_[static_cast<std::size_t>(g)]; }
-  /// cache_blocks(request, num_computed_tokens) in every group (with caching).
-  AllocStatus cache_blocks(Request& request, std::int64_t num_computed_tokens);
+  /// cache_blocks(request, num_computed_tokens) in every group (with caching). O(1) when no
+  /// block completed (one group: inline).
+  AllocStatus cache_blocks(Request& request, std::int64_t num_computed_tokens) {
+    if (managers_.size() == 1 && request.deferred_hash_tokens < 0 &&
+        request.kv_groups[0].num_cached_block >= managers_[0].full_blocks(num_computed_tokens))
+      return AllocStatus::kOk;  // nothing new to cache
+    return cache_blocks_of_groups(request, num_computed_tokens);
+  }
   /// free: every group in order, each table last block first.
   void free(Request& request);
   /// new_step_starts of every group.
@@ -123,6 +129,11 @@ class KVCacheCoordinator {
   /// request holds num_tokens tokens.
   void hash_blocks(Request& request, std::int64_t num_tokens);
   void hash_deferred_prompt(Request& request);
+  AllocStatus allocate_slots_one_group(Request& request, std::int64_t num_new_tokens,
+                                       std::int64_t num_new_computed_tokens,
+                                       const GroupBlockLists& hits,
+                                       std::int64_t num_lookahead_tokens, bool delay_cache_blocks);
+  AllocStatus cache_blocks_of_groups(Request& request, std::int64_t num_computed_tokens);
   std::int64_t find_longest_cache_hit(const Request& request, std::int64_t max_length,
                                       GroupBlockLists& hits, AllocStatus& status);
   /// Sum over groups of num_blocks_to_allocate.
