@@ -87,8 +87,13 @@ class KVCacheCoordinator {
   AllocStatus allocate_slots(Request& request, std::int64_t num_new_tokens,
                              std::int64_t num_new_computed_tokens, const GroupBlockLists& hits,
                              std::int64_t num_lookahead_tokens, bool delay_cache_blocks);
-  /// Zeroes new_blocks() (an allocation that needed none).
-  void clear_new_blocks() { std::fill(new_blocks_.begin(), new_blocks_.end(), 0); }
+  /// Zeroes new_blocks() (an allocation that needed none). O(groups), no call for one group.
+  void clear_new_blocks() {
+    if (new_blocks_.size() == 1)
+      new_blocks_[0] = 0;
+    else
+      std::fill(new_blocks_.begin(), new_blocks_.end(), 0);
+  }
   /// New blocks per group of the last allocate_slots.
   std::int32_t new_blocks(std::int32_t g) const { return new_blocks_[static_cast<std::size_t>(g)]; }
   /// cache_blocks(request, num_computed_tokens) in every group (with caching). O(1) when no
