@@ -106,7 +106,9 @@ void KVCacheCoordinator::init_request(Request& request) const {
 }
 
 GroupHashView KVCacheCoordinator::view(const Request& r, std::int32_t block_size) const {
-  return {r.block_hashes.data(), r.block_hashes.size(), block_size / hash_block_size_};
+  // (No division for the usual layout: every group of the hash block size.)
+  return {r.block_hashes.data(), r.block_hashes.size(),
+          block_size == hash_block_size_ ? 1 : block_size / hash_block_size_};
 }
 
 // ---- hashing --------------------------------------------------------------------------------
@@ -146,11 +148,27 @@ ExtraKeysId KVCacheCoordinator::extra_keys(const Request& request, std::int64_t 
   return hashes_.intern_extra(extra_scratch_);
 }
 
+void KVCacheCoordinator::hash_deferred_prompt(Request& request) {
+  const std::int64_t n = request.deferred_hash_tokens;
+  request.deferred_hash_tokens = -1;
+  hash_blocks(request, n);
+}
+
 void KVCacheCoordinator::update_block_hashes(Request& request) {
+  if (request.deferred_hash_tokens >= 0) {
+    // vLLM's list would end at the prompt's last full block, and this call would add nothing
+    // unless appended tokens completed a block after it: stay deferred until they do.
+    const std::int64_t bs = hash_block_size_;
+    if ((request.deferred_hash_tokens / bs + 1) * bs > request.num_tokens()) return;
+    hash_deferred_prompt(request);
+  }
+  hash_blocks(request, request.num_tokens());
+}
+
+void KVCacheCoordinator::hash_blocks(Request& request, const std::int64_t n) {
   if (!config_.enable_caching) return;
   const std::int64_t bs = hash_block_size_;
   std::int64_t start = static_cast<std::int64_t>(request.block_hashes.size()) * bs;
-  const std::int64_t n = request.num_tokens();
   if (start + bs > n) return;
   const std::vector<Token>& tokens = request.all_token_ids();
   HashId parent = request.block_hashes.empty() ? kNoHash : request.block_hashes.back();
@@ -253,9 +271,10 @@ std::int64_t KVCacheCoordinator::find_longest_cache_hit(const Request& request,
   return hit_length;
 }
 
-std::int64_t KVCacheCoordinator::get_computed_blocks(const Request& request, GroupBlockLists& hits,
+std::int64_t KVCacheCoordinator::get_computed_blocks(Request& request, GroupBlockLists& hits,
                                                      AllocStatus& status) {
   status = AllocStatus::kOk;
+  sync_block_hashes(request);
   if (hits.size() != managers_.size()) hits.resize(managers_.size());
   for (auto& h : hits) h.clear();
   if (!config_.enable_caching || request.wants_prompt_logprobs) return 0;
@@ -307,6 +326,9 @@ AllocStatus KVCacheCoordinator::allocate_slots(Request& request, std::int64_t nu
                                                const GroupBlockLists& hits,
                                                std::int64_t num_lookahead_tokens,
                                                bool delay_cache_blocks) {
+  if (managers_.size() == 1)
+    return allocate_slots_one_group(request, num_new_tokens, num_new_computed_tokens, hits,
+                                    num_lookahead_tokens, delay_cache_blocks);
   std::fill(new_blocks_.begin(), new_blocks_.end(), 0);
   if (num_new_tokens == 0) return AllocStatus::kZeroTokens;
   const std::int64_t local = request.num_computed_tokens + num_new_computed_tokens;
@@ -337,11 +359,42 @@ AllocStatus KVCacheCoordinator::allocate_slots(Request& request, std::int64_t nu
   return cache_blocks(request, std::min(total + num_new_tokens, request.num_tokens()));
 }
 
-AllocStatus KVCacheCoordinator::cache_blocks(Request& request, std::int64_t num_computed_tokens) {
+// The same steps for one group, without the loops over groups (most models).
+AllocStatus KVCacheCoordinator::allocate_slots_one_group(
+    Request& request, std::int64_t num_new_tokens, std::int64_t num_new_computed_tokens,
+    const GroupBlockLists& hits, std::int64_t num_lookahead_tokens, bool delay_cache_blocks) {
+  new_blocks_[0] = 0;
+  if (num_new_tokens == 0) return AllocStatus::kZeroTokens;
+  SingleTypeManager& m = managers_[0];
+  const std::int64_t local = request.num_computed_tokens + num_new_computed_tokens;
+  const std::int64_t total = std::min(local, config_.max_model_len);
+  const std::int64_t need =
+      std::min(total + num_new_tokens + num_lookahead_tokens, config_.max_model_len);
+  if (m.skips_blocks()) m.remove_skipped_blocks(request, total);
+  const std::vector<BlockId>& h = hits.empty() ? no_blocks_ : hits[0];
+  AllocStatus st = AllocStatus::kOk;
+  const std::int64_t n = m.num_blocks_to_allocate(request, need, h, local, st);
+  if (st != AllocStatus::kOk) return st;
+  if (n > pool_.num_free_blocks()) return AllocStatus::kNoFreeBlocks;
+  bool any_hits = false;  // (lists beyond the group's count too, as allocate_slots does)
+  for (const auto& l : hits) any_hits = any_hits || !l.empty();
+  if (any_hits) {
+    st = m.allocate_new_computed_blocks(request, h, local);
+    if (st != AllocStatus::kOk) return st;
+  }
+  st = m.allocate_new_blocks(request, need, new_blocks_[0]);
+  if (st != AllocStatus::kOk) return st;
+  if (!config_.enable_caching || delay_cache_blocks) return AllocStatus::kOk;
+  return cache_blocks(request, std::min(total + num_new_tokens, request.num_tokens()));
+}
+
+AllocStatus KVCacheCoordinator::cache_blocks_of_groups(Request& request,
+                                                       std::int64_t num_computed_tokens) {
   if (!config_.enable_caching) return AllocStatus::kOk;
+  sync_block_hashes(request);
   for (SingleTypeManager& m : managers_) {
     const KVGroupTable& t = request.kv_groups[static_cast<std::size_t>(m.group_id())];
-    if (t.num_cached_block >= num_computed_tokens / m.block_size()) continue;  // nothing new
+    if (t.num_cached_block >= m.full_blocks(num_computed_tokens)) continue;  // nothing new
     const AllocStatus st =
         m.cache_blocks(request, num_computed_tokens, view(request, m.block_size()));
     if (st != AllocStatus::kOk) return st;

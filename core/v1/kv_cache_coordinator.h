@@ -60,14 +60,25 @@ class KVCacheCoordinator {
 
   /// Sizes the request's per-group state (once, when it arrives). O(groups).
   void init_request(Request& request) const;
+  /// A new request's prompt hashes (vLLM computes them when the request is created) are
+  /// deferred (with caching): sync_block_hashes computes them when something first reads them,
+  /// the same list, and a request that never leaves the waiting queue holds none. O(1).
+  void defer_prompt_hashes(Request& request) const {
+    if (config_.enable_caching) request.deferred_hash_tokens = request.num_tokens();
+  }
+  /// The hash list vLLM's request holds now: computes the deferred prompt hashes, if any.
+  /// O(1) when nothing is deferred, else O(prompt blocks).
+  void sync_block_hashes(Request& request) {
+    if (request.deferred_hash_tokens >= 0) hash_deferred_prompt(request);
+  }
   /// Request.update_block_hashes: hashes the blocks its tokens completed since the last call
-  /// (with caching). O(new blocks).
+  /// (with caching). O(new blocks); O(1) while the prompt's hashes are deferred and no block
+  /// completed.
   void update_block_hashes(Request& request);
 
   /// get_computed_blocks: the hits per group (replaced) and the hit tokens; records the lookup in
   /// the prefix-cache stats. No state changes.
-  std::int64_t get_computed_blocks(const Request& request, GroupBlockLists& hits,
-                                   AllocStatus& status);
+  std::int64_t get_computed_blocks(Request& request, GroupBlockLists& hits, AllocStatus& status);
   /// can_fit_full_sequence: would the blocks of the request's whole sequence fit.
   bool can_fit_full_sequence(const Request& request, std::int64_t num_new_computed_tokens,
                              const GroupBlockLists& hits, AllocStatus& status) const;
@@ -76,12 +87,23 @@ class KVCacheCoordinator {
   AllocStatus allocate_slots(Request& request, std::int64_t num_new_tokens,
                              std::int64_t num_new_computed_tokens, const GroupBlockLists& hits,
                              std::int64_t num_lookahead_tokens, bool delay_cache_blocks);
-  /// Zeroes new_blocks() (an allocation that needed none).
-  void clear_new_blocks() { std::fill(new_blocks_.begin(), new_blocks_.end(), 0); }
+  /// Zeroes new_blocks() (an allocation that needed none). O(groups), no call for one group.
+  void clear_new_blocks() {
+    if (new_blocks_.size() == 1)
+      new_blocks_[0] = 0;
+    else
+      std::fill(new_blocks_.begin(), new_blocks_.end(), 0);
+  }
   /// New blocks per group of the last allocate_slots.
   std::int32_t new_blocks(std::int32_t g) const { return new_blocks_[static_cast<std::size_t>(g)]; }
-  /// cache_blocks(request, num_computed_tokens) in every group (with caching).
-  AllocStatus cache_blocks(Request& request, std::int64_t num_computed_tokens);
+  /// cache_blocks(request, num_computed_tokens) in every group (with caching). O(1) when no
+  /// block completed (one group: inline).
+  AllocStatus cache_blocks(Request& request, std::int64_t num_computed_tokens) {
+    if (managers_.size() == 1 && request.deferred_hash_tokens < 0 &&
+        request.kv_groups[0].num_cached_block >= managers_[0].full_blocks(num_computed_tokens))
+      return AllocStatus::kOk;  // nothing new to cache
+    return cache_blocks_of_groups(request, num_computed_tokens);
+  }
   /// free: every group in order, each table last block first.
   void free(Request& request);
   /// new_step_starts of every group.
@@ -108,6 +130,15 @@ class KVCacheCoordinator {
     bool eagle = false;
   };
   GroupHashView view(const Request& r, std::int32_t block_size) const;
+  /// Hashes the blocks tokens [hashed, num_tokens) complete, as vLLM's block hasher does when the
+  /// request holds num_tokens tokens.
+  void hash_blocks(Request& request, std::int64_t num_tokens);
+  void hash_deferred_prompt(Request& request);
+  AllocStatus allocate_slots_one_group(Request& request, std::int64_t num_new_tokens,
+                                       std::int64_t num_new_computed_tokens,
+                                       const GroupBlockLists& hits,
+                                       std::int64_t num_lookahead_tokens, bool delay_cache_blocks);
+  AllocStatus cache_blocks_of_groups(Request& request, std::int64_t num_computed_tokens);
   std::int64_t find_longest_cache_hit(const Request& request, std::int64_t max_length,
                                       GroupBlockLists& hits, AllocStatus& status);
   /// Sum over groups of num_blocks_to_allocate.

@@ -246,6 +246,7 @@ void KVCacheManager::release_request(Request& request) {
     hashes_.release(hashes[i]);
   }
   request.block_hashes.clear();
+  request.deferred_hash_tokens = -1;
 }
 
 double KVCacheManager::usage() const {

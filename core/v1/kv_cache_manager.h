@@ -83,16 +83,22 @@ class KVCacheManager {
   KVCacheCoordinator* coordinator() { return coordinator_.get(); }
   const KVCacheCoordinator* coordinator() const { return coordinator_.get(); }
   std::int32_t num_groups() const { return coordinator_ ? coordinator_->num_groups() : 1; }
-  /// A new request: sizes its per-group tables and hashes its prompt (with caching). O(prompt).
+  /// A new request: sizes its per-group tables; its prompt's hashes are computed when first read
+  /// (KVCacheCoordinator::defer_prompt_hashes). O(groups).
   void add_request(Request& request) {
     coordinator_->init_request(request);
-    coordinator_->update_block_hashes(request);
+    coordinator_->defer_prompt_hashes(request);
   }
   /// Tokens were appended: hashes the blocks they completed. O(1) unless a block completed.
   void update_block_hashes(Request& request) {
     const std::int64_t hbs = coordinator_->hash_block_size();
     if (static_cast<std::int64_t>(request.block_hashes.size() + 1) * hbs <= request.num_tokens())
       coordinator_->update_block_hashes(request);
+  }
+  /// The request's hash list as vLLM holds it (the deferred prompt hashes computed), for readers
+  /// outside the manager. O(1) when nothing is deferred.
+  void sync_block_hashes(Request& request) {
+    if (coordinator_) coordinator_->sync_block_hashes(request);
   }
   /// get_computed_blocks: hits per group (replaced) and the hit tokens; the lookup is recorded in
   /// the prefix-cache stats.

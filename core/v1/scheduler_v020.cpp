@@ -22,8 +22,11 @@ void Scheduler::preempt(Request& victim, SchedulerOutput* out) {
   ++stats_.num_preemptions;
 }
 
-void Scheduler::add_scheduled_v020(SchedulerOutput& out, Request& req, std::int64_t num_tokens,
-                                   std::int64_t num_computed, ScheduledRequest::Kind kind) {
+// Inlined into the running loop: once per scheduled request and step.
+[[gnu::always_inline]] inline void Scheduler::add_scheduled_v020(SchedulerOutput& out, Request& req,
+                                                                 std::int64_t num_tokens,
+                                                                 std::int64_t num_computed,
+                                                                 ScheduledRequest::Kind kind) {
   const KVCacheCoordinator& c = *kv_.coordinator();
   ScheduledRequest& s = out.scheduled.emplace_back();
   s.request = &req;

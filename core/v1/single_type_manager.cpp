@@ -281,7 +281,7 @@ AllocStatus SingleTypeManager::cache_blocks(Request& request, std::int64_t num_t
                                             const GroupHashView& hashes) {
   KVGroupTable& t = table_of(request);
   const std::int64_t num_cached = std::max<std::int64_t>(t.num_cached_block, 0);
-  const std::int64_t num_full = num_tokens / spec_.block_size;
+  const std::int64_t num_full = full_blocks(num_tokens);
   if (num_cached >= num_full) return AllocStatus::kOk;
   add_entry(t);
   if (static_cast<std::int64_t>(hashes.num_hashes) < num_full) return AllocStatus::kHashesMissing;

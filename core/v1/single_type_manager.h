@@ -83,6 +83,10 @@ class SingleTypeManager {
   std::int32_t group_id() const { return group_id_; }
   std::int32_t block_size() const { return spec_.block_size; }
   std::int64_t admission_cap_blocks() const { return admission_cap_; }
+  /// num_tokens / block_size (C++ division), a shift for a power-of-two block size.
+  std::int64_t full_blocks(std::int64_t tokens) const {
+    return block_shift_ >= 0 && tokens >= 0 ? tokens >> block_shift_ : tokens / spec_.block_size;
+  }
   /// True for a type whose lookup and tables may hold null blocks (all but full attention).
   bool skips_blocks() const { return spec_.kind != KVGroupKind::kFullAttention; }
 

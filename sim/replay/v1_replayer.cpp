@@ -370,7 +370,8 @@ void V1Replayer::op_reset_prefix_cache(JsonWriter& w) {
 
 void V1Replayer::op_req_info(JsonWriter& w) {
   KVCacheManager& kv = manager();
-  const Request& r = live_request(get_string("id"));
+  Request& r = live_request(get_string("id"));
+  kv.sync_block_hashes(r);
   w.begin_object();
   w.key("num_tokens").value(r.num_tokens());
   w.key("num_computed_tokens").value(r.num_computed_tokens);
