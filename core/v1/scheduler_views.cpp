@@ -159,7 +159,14 @@ KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
     std::fill(stamp_.begin(), stamp_.end(), 0);
     epoch_ = 1;
   }
-  if (kv_.coordinator()) return kv_breakdown_groups(final_kv_tokens, by_group);
+  // vLLM v0.20: several groups, or one that skips blocks, walk every table block by block; one
+  // full-attention group is the one table per request of the earlier releases (its shared blocks
+  // a prefix), its cached blocks the first num_cached_block of the table.
+  const KVCacheCoordinator* coord = kv_.coordinator();
+  const bool grouped = coord != nullptr;
+  if (grouped && (coord->num_groups() > 1 || coord->manager(0).skips_blocks() ||
+                  coord->manager(0).block_size() != bs))
+    return kv_breakdown_groups(final_kv_tokens, by_group);
   KVBreakdown b;
   std::int64_t used_blocks = 0, used_hashed = 0;
   const bool caching = pool.enable_caching();
@@ -177,9 +184,10 @@ KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
     ++used_blocks;
     ++used_hashed;
   };
-  const bool window = kv_.specialized_manager().skips_blocks();
+  const bool window = !grouped && kv_.specialized_manager().skips_blocks();
   for (const Request* r : running_) {
-    const auto nb = static_cast<std::int64_t>(r->blocks.size());
+    const std::vector<BlockId>& table = grouped ? r->kv_groups[0].blocks : r->blocks;
+    const auto nb = static_cast<std::int64_t>(table.size());
     const std::int64_t idx = r->index();
     const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()
                                  ? final_kv_tokens[static_cast<std::size_t>(idx)]
@@ -188,7 +196,7 @@ KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
       // Sliding window: null entries (positions that left the window) hold nothing, and a hit
       // run may share blocks anywhere in the table: block by block.
       for (std::int64_t k = 0; k < nb; ++k) {
-        const BlockId blk = r->blocks[static_cast<std::size_t>(k)];
+        const BlockId blk = table[static_cast<std::size_t>(k)];
         if (blk == null) continue;
         if (pool.block(blk).ref_cnt > 1) {
           count_shared(blk);
@@ -206,8 +214,8 @@ KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
     }
     // Shared blocks (ref_cnt > 1) are a prefix of the table, full and computed: count each once.
     std::int64_t ks = 0;
-    while (ks < nb && pool.block(r->blocks[static_cast<std::size_t>(ks)]).ref_cnt > 1) {
-      count_shared(r->blocks[static_cast<std::size_t>(ks)]);
+    while (ks < nb && pool.block(table[static_cast<std::size_t>(ks)]).ref_cnt > 1) {
+      count_shared(table[static_cast<std::size_t>(ks)]);
       ++ks;
     }
     const std::int64_t base = ks * bs;
@@ -218,8 +226,13 @@ KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
     b.reservation += f - c;
     b.internal_fragmentation += own - f;
     used_blocks += nb - ks;
-    if (caching)
-      used_hashed += std::max<std::int64_t>(0, std::min(r->num_computed_tokens / bs, nb) - ks);
+    if (caching) {
+      // v0.20 caches output blocks a step late under async scheduling: its count says which.
+      const std::int64_t cached = grouped
+                                      ? std::max<std::int64_t>(r->kv_groups[0].num_cached_block, 0)
+                                      : r->num_computed_tokens / bs;
+      used_hashed += std::max<std::int64_t>(0, std::min(cached, nb) - ks);
+    }
   }
   const std::int64_t num_free = pool.num_free_blocks();
   KVSIM_ASSERT(used_blocks == pool.num_blocks() - num_free,

@@ -298,3 +298,56 @@ TEST_CASE("an engine of one KV cache group gives it every block in use", "[sim]"
     CHECK(check.busy_steps > 20);
   }
 }
+
+namespace {
+
+/// vllm-0.20 with one full-attention group: the breakdown's prefix walk (shared blocks first,
+/// cached blocks counted from the group's num_cached_block) equals a walk of every slot.
+struct OneTableChecker : StepObserver {
+  const Simulator* sim = nullptr;
+  std::int64_t steps = 0, shared_steps = 0, cached_free_steps = 0;
+  void on_step(const StepView& v) override {
+    const auto& sched = dynamic_cast<const Scheduler&>(*v.engine);
+    const auto final_kv = std::span<const std::int64_t>(sim->final_kv_tokens());
+    REQUIRE(sched.num_kv_cache_groups() == 1);
+    const KVBreakdown fast = sched.kv_breakdown(final_kv);
+    const std::vector<KVGroupShare> slow = walk_groups(sched, final_kv);
+    const BlockPool& pool = sched.kv_cache_manager().pool();
+    const std::int64_t bs = sched.kv_cache_manager().block_size();
+    INFO("step " << v.step);
+    REQUIRE(fast.token_states == slow[0].token_states);
+    REQUIRE(fast.reservation == slow[0].reservation);
+    REQUIRE(fast.internal_fragmentation == slow[0].internal_fragmentation + bs);  // null block
+    REQUIRE(fast.cached_free == slow[0].cached_free);
+    REQUIRE(fast.total() == std::int64_t{pool.num_blocks()} * bs);
+    ++steps;
+    for (const Request* r : sched.running())
+      if (!r->kv_groups[0].blocks.empty() && pool.block(r->kv_groups[0].blocks[0]).ref_cnt > 1) {
+        ++shared_steps;
+        break;
+      }
+    cached_free_steps += fast.cached_free > 0;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("vllm-0.20 with one KV cache group: the fast breakdown equals a walk of every slot",
+          "[sim]") {
+  for (const char* async : {"false", "true"}) {
+    INFO("async " << async);
+    const Scenario s = hybrid_scenario("opt-125m", 120, async, 1);
+    REQUIRE(s.kv_cache_config().kv_cache_groups.size() == 1);
+    auto src = make_request_source(s.workload, s.seed, 50272);
+    Simulator sim(s, *src, constant_ms(5));
+    sim.set_check_invariants(true);
+    OneTableChecker check;
+    check.sim = &sim;
+    sim.attach(&check);
+    sim.run();
+    CHECK(check.steps > 100);
+    CHECK(check.shared_steps > 0);
+    CHECK(check.cached_free_steps > 0);
+    CHECK(dynamic_cast<const Scheduler&>(sim.engine()).stats().num_preemptions > 0);
+  }
+}
