@@ -85,8 +85,26 @@ std::vector<KVGroupShare> walk_groups(const Scheduler& s, std::span<const std::i
   return out;
 }
 
-struct GroupChecker : StepObserver {
+/// An observer that reads the simulator it watches.
+struct SimChecker : StepObserver {
   const Simulator* sim = nullptr;
+};
+
+/// Runs `s` (5 ms steps, the invariant walk after every step) with `check` watching; returns the
+/// V1 scheduler's preemptions.
+std::int64_t run_checked(const Scenario& s, std::int32_t vocab_size, SimChecker& check) {
+  auto src = make_request_source(s.workload, s.seed, vocab_size);
+  Simulator sim(s, *src, constant_ms(5));
+  sim.set_check_invariants(true);
+  check.sim = &sim;
+  sim.attach(&check);
+  sim.run();
+  check.sim = nullptr;
+  const auto* v1 = dynamic_cast<const Scheduler*>(&sim.engine());
+  return v1 ? v1->stats().num_preemptions : -1;  // -1: not a V1 engine
+}
+
+struct GroupChecker : SimChecker {
   std::int64_t steps = 0, shared_steps = 0, window_steps = 0, cached_window_steps = 0;
   std::vector<KVGroupShare> fast;
   void on_step(const StepView& v) override {
@@ -146,18 +164,12 @@ TEST_CASE("each KV cache group's share equals a walk of its tables and adds up t
     INFO("async " << async);
     const Scenario s = hybrid_scenario("gpt-oss-20b", 200, async, 1);
     REQUIRE(s.kv_cache_config().kv_cache_groups.size() == 2);
-    auto src = make_request_source(s.workload, s.seed, 201088);
-    Simulator sim(s, *src, constant_ms(5));
-    sim.set_check_invariants(true);
     GroupChecker check;
-    check.sim = &sim;
-    sim.attach(&check);
-    sim.run();
+    CHECK(run_checked(s, 201088, check) > 0);
     CHECK(check.steps > 100);
     CHECK(check.shared_steps > 0);
     CHECK(check.window_steps > check.steps / 2);
     CHECK(check.cached_window_steps > 0);
-    CHECK(dynamic_cast<const Scheduler&>(sim.engine()).stats().num_preemptions > 0);
   }
 }
 
@@ -248,8 +260,7 @@ TEST_CASE("a run of one KV cache group writes no group columns or summary key", 
 namespace {
 
 /// Every step: the one group's share is every block in use but the null block.
-struct OneGroupChecker : StepObserver {
-  const Simulator* sim = nullptr;
+struct OneGroupChecker : SimChecker {
   std::int64_t steps = 0, busy_steps = 0;
   void on_step(const StepView& v) override {
     const EngineCore& e = *v.engine;
@@ -289,12 +300,8 @@ TEST_CASE("an engine of one KV cache group gives it every block in use", "[sim]"
         "poisson, rate_per_s: 100}, system_prompts: {count: 1, tokens: 64}, prompt_tokens: "
         "{uniform: {min: 70, max: 300}}, output_tokens: {uniform: {min: 5, max: 100}}}\n";
     const Scenario s = parse_scenario(load_yaml_string(yaml, "one.yaml"), "one.yaml");
-    auto src = make_request_source(s.workload, s.seed, 50272);
-    Simulator sim(s, *src, constant_ms(5));
     OneGroupChecker check;
-    check.sim = &sim;
-    sim.attach(&check);
-    sim.run();
+    run_checked(s, 50272, check);
     CHECK(check.busy_steps > 20);
   }
 }
@@ -303,8 +310,7 @@ namespace {
 
 /// vllm-0.20 with one full-attention group: the breakdown's prefix walk (shared blocks first,
 /// cached blocks counted from the group's num_cached_block) equals a walk of every slot.
-struct OneTableChecker : StepObserver {
-  const Simulator* sim = nullptr;
+struct OneTableChecker : SimChecker {
   std::int64_t steps = 0, shared_steps = 0, cached_free_steps = 0;
   void on_step(const StepView& v) override {
     const auto& sched = dynamic_cast<const Scheduler&>(*v.engine);
@@ -338,16 +344,10 @@ TEST_CASE("vllm-0.20 with one KV cache group: the fast breakdown equals a walk o
     INFO("async " << async);
     const Scenario s = hybrid_scenario("opt-125m", 120, async, 1);
     REQUIRE(s.kv_cache_config().kv_cache_groups.size() == 1);
-    auto src = make_request_source(s.workload, s.seed, 50272);
-    Simulator sim(s, *src, constant_ms(5));
-    sim.set_check_invariants(true);
     OneTableChecker check;
-    check.sim = &sim;
-    sim.attach(&check);
-    sim.run();
+    CHECK(run_checked(s, 50272, check) > 0);
     CHECK(check.steps > 100);
     CHECK(check.shared_steps > 0);
     CHECK(check.cached_free_steps > 0);
-    CHECK(dynamic_cast<const Scheduler&>(sim.engine()).stats().num_preemptions > 0);
   }
 }
