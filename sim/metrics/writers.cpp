@@ -158,11 +158,10 @@ CsvRecordWriter::CsvRecordWriter(const fs::path& requests_csv, const fs::path& s
     steps_.write(
         ",num_swapped,cpu_cache_usage_perc,blocks_without_sharing,blocks_used,swapped_in_blocks,"
         "swapped_out_blocks,cow_copies,preemptions_swap,preemptions_recompute");
-  for (std::int32_t g = 0; g < num_kv_groups_; ++g)
-    steps_.write(
-        fmt::format(",g{0}_blocks,g{0}_token_states,g{0}_reservation,g{0}_internal_fragmentation,g{"
-                    "0}_cached_free",
-                    g));
+  static constexpr char kGroupColumns[] =
+      ",g{0}_blocks,g{0}_token_states,g{0}_reservation,g{0}_internal_fragmentation,"
+      "g{0}_cached_free";
+  for (std::int32_t g = 0; g < num_kv_groups_; ++g) steps_.write(fmt::format(kGroupColumns, g));
   steps_.write("\n");
   line_.reserve(512);
 }
