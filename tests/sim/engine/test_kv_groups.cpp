@@ -31,16 +31,14 @@ namespace {
 
 const std::string kModels = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/";
 
-Scenario hybrid_scenario(const std::string& model, std::int64_t blocks, const char* async,
-                         std::int64_t steps_every) {
+Scenario hybrid_scenario(const std::string& model, std::int64_t blocks, const char* async) {
   const std::string yaml =
       "name: g\nseed: 5\nengine: {profile: vllm-0.20}\nmodel: {config: " + kModels + model +
       ".json}\ncache: {block_size: 16, num_gpu_blocks_override: " + std::to_string(blocks) +
       "}\nscheduler: {max_model_len: 1024, max_num_seqs: 16, async_scheduling: " + async +
       "}\nworkload: {num_requests: 60, arrival: {process: poisson, rate_per_s: 100}, "
       "system_prompts: {count: 2, tokens: 300, share: 0.8}, prompt_tokens: {uniform: {min: 40, "
-      "max: 700}}, output_tokens: {uniform: {min: 5, max: 300}}}\noutputs: {steps_every: " +
-      std::to_string(steps_every) + "}\n";
+      "max: 700}}, output_tokens: {uniform: {min: 5, max: 300}}}\noutputs: {steps_every: 1}\n";
   return parse_scenario(load_yaml_string(yaml, "g.yaml"), "g.yaml");
 }
 
@@ -162,7 +160,7 @@ TEST_CASE("each KV cache group's share equals a walk of its tables and adds up t
           "[sim]") {
   for (const char* async : {"false", "true"}) {
     INFO("async " << async);
-    const Scenario s = hybrid_scenario("gpt-oss-20b", 200, async, 1);
+    const Scenario s = hybrid_scenario("gpt-oss-20b", 200, async);
     REQUIRE(s.kv_cache_config().kv_cache_groups.size() == 2);
     GroupChecker check;
     CHECK(run_checked(s, 201088, check) > 0);
@@ -177,7 +175,7 @@ TEST_CASE("steps.csv and summary.json show each KV cache group of a hybrid run",
   TempDir tmp("kvgroups");
   RunOptions opt;
   opt.step_time = constant_ms(5);
-  const Scenario s = hybrid_scenario("gpt-oss-20b", 200, "true", 1);
+  const Scenario s = hybrid_scenario("gpt-oss-20b", 200, "true");
   const fs::path folder = run_scenario(s, tmp.path / "h", opt).folder;
   const auto rows = read_csv(folder / "steps.csv");
   REQUIRE(rows.size() > 100);
@@ -342,7 +340,7 @@ TEST_CASE("vllm-0.20 with one KV cache group: the fast breakdown equals a walk o
           "[sim]") {
   for (const char* async : {"false", "true"}) {
     INFO("async " << async);
-    const Scenario s = hybrid_scenario("opt-125m", 120, async, 1);
+    const Scenario s = hybrid_scenario("opt-125m", 120, async);
     REQUIRE(s.kv_cache_config().kv_cache_groups.size() == 1);
     OneTableChecker check;
     CHECK(run_checked(s, 50272, check) > 0);
