@@ -104,9 +104,6 @@ class Request {
   /// cache preempted the request while its token was in flight (that token is dropped).
   std::int64_t num_output_placeholders = 0;
   bool discard_latest_async_tokens = false;
-  /// Scheduled in the step in flight as a chunk that does not reach its last token (the model
-  /// samples nothing for it).
-  bool is_prefill_chunk = false;
   /// Extra keys of its block hashes: the LoRA adapter's name (every block) and the cache salt
   /// (block 0 only, when not empty); multimodal items come from mm_positions.
   std::optional<std::string> lora_name;

@@ -96,12 +96,23 @@ class KVCacheCoordinator {
   }
   /// New blocks per group of the last allocate_slots.
   std::int32_t new_blocks(std::int32_t g) const { return new_blocks_[static_cast<std::size_t>(g)]; }
+  /// cache_blocks' test for a call that caches nothing, one group (a value, so that a caller's
+  /// loop keeps it in a register): no prompt hashes deferred, and no block completed since the
+  /// last cached one, floor(num_computed_tokens / block_size) <= num_cached_block (as a product).
+  struct NothingToCache {
+    std::int64_t block_size = 0;  // the one group's; 0 with several groups (never true)
+    bool operator()(const Request& request, std::int64_t num_computed_tokens) const {
+      return block_size > 0 && request.deferred_hash_tokens < 0 &&
+             num_computed_tokens < (request.kv_groups[0].num_cached_block + 1) * block_size;
+    }
+  };
+  NothingToCache nothing_to_cache() const {
+    return {managers_.size() == 1 ? std::int64_t{managers_[0].block_size()} : 0};
+  }
   /// cache_blocks(request, num_computed_tokens) in every group (with caching). O(1) when no
   /// block completed (one group: inline).
   AllocStatus cache_blocks(Request& request, std::int64_t num_computed_tokens) {
-    if (managers_.size() == 1 && request.deferred_hash_tokens < 0 &&
-        request.kv_groups[0].num_cached_block >= managers_[0].full_blocks(num_computed_tokens))
-      return AllocStatus::kOk;  // nothing new to cache
+    if (nothing_to_cache()(request, num_computed_tokens)) return AllocStatus::kOk;
     return cache_blocks_of_groups(request, num_computed_tokens);
   }
   /// free: every group in order, each table last block first.

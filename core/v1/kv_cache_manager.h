@@ -7,6 +7,7 @@
 // shared/spec/vllm-0.20-semantics.md) it drives a KVCacheCoordinator instead: one table per KV
 // cache group, the grouped calls below; the single-table calls are then not used.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -105,25 +106,50 @@ class KVCacheManager {
   std::int64_t get_computed_blocks(Request& request, GroupBlockLists& hits, AllocStatus& status) {
     return coordinator_->get_computed_blocks(request, hits, status);
   }
+  /// allocate_slots' test for a call that changes nothing (vLLM v0.20, one full-attention group):
+  /// no hits, the new tokens inside the table, no block completed (most decode steps). A value
+  /// holding its constants, so that the scheduler's running loop keeps them in registers; never
+  /// true for other layouts.
+  struct NoOpAllocation {
+    bool enabled = false;
+    bool caching = false;
+    std::int64_t block_size = 1;
+    std::int64_t max_model_len = 0;
+
+    /// Whether allocate_slots(request, num_new_tokens, 0, no hits, num_lookahead_tokens,
+    /// delay_cache_blocks) would allocate, skip and cache nothing.
+    bool operator()(const Request& request, std::int64_t num_new_tokens,
+                    std::int64_t num_lookahead_tokens, bool delay_cache_blocks = false) const {
+      if (!enabled || num_new_tokens <= 0) return false;
+      const std::int64_t end =
+          std::min(request.num_computed_tokens, max_model_len) + num_new_tokens;
+      return fits(request.kv_groups[0], end, std::min(end + num_lookahead_tokens, max_model_len),
+                  request.num_tokens(), delay_cache_blocks);
+    }
+    /// The same test for a request of `num_tokens` tokens whose computed tokens (below
+    /// max_model_len) and new tokens end at `end`, with `need` = min(end + lookahead,
+    /// max_model_len): ceil(need / block_size) <= the table's blocks, and with caching
+    /// floor(min(end, num_tokens) / block_size) <= num_cached_block (as products: no division).
+    bool fits(const KVGroupTable& t, std::int64_t end, std::int64_t need, std::int64_t num_tokens,
+              bool delay_cache_blocks) const {
+      return need <= static_cast<std::int64_t>(t.blocks.size()) * block_size &&
+             (!caching || delay_cache_blocks ||
+              std::min(end, num_tokens) < (t.num_cached_block + 1) * block_size);
+    }
+  };
+  NoOpAllocation no_op_allocation() const {
+    return {single_full_group_, config_.enable_caching, config_.block_size, config_.max_model_len};
+  }
+
   /// allocate_slots with per-group hits (all empty: no hits); the new blocks of group g are the
   /// last coordinator()->new_blocks(g) of its table. Allocation-free once the tables are sized.
   AllocStatus allocate_slots(Request& request, std::int64_t num_new_tokens,
                              std::int64_t num_new_computed_tokens, const GroupBlockLists& hits,
                              std::int64_t num_lookahead_tokens, bool delay_cache_blocks = false) {
-    // One full-attention group, a decode step inside the table with nothing to cache: exactly
-    // what the full path does for it (no block skipped, none allocated, none cached).
-    if (single_full_group_ && num_new_tokens > 0 && num_new_computed_tokens == 0 &&
-        (hits.empty() || hits[0].empty())) {
-      const KVGroupTable& t = request.kv_groups[0];
-      const std::int64_t total = std::min(request.num_computed_tokens, config_.max_model_len);
-      const std::int64_t main = total + num_new_tokens;
-      if (blocks_for(std::min(main + num_lookahead_tokens, config_.max_model_len)) <=
-              static_cast<std::int64_t>(t.blocks.size()) &&
-          (!config_.enable_caching || delay_cache_blocks ||
-           t.num_cached_block >= full_blocks(std::min(main, request.num_tokens())))) {
-        coordinator_->clear_new_blocks();
-        return AllocStatus::kOk;
-      }
+    if (num_new_computed_tokens == 0 && (hits.empty() || hits[0].empty()) &&
+        no_op_allocation()(request, num_new_tokens, num_lookahead_tokens, delay_cache_blocks)) {
+      coordinator_->clear_new_blocks();
+      return AllocStatus::kOk;
     }
     return coordinator_->allocate_slots(request, num_new_tokens, num_new_computed_tokens, hits,
                                         num_lookahead_tokens, delay_cache_blocks);

@@ -9,6 +9,7 @@
 // update_from_output with the release's stop checks. At v0.20 the outputs of several steps may be
 // in flight (EngineCore's batch queue): update_from_output applies the oldest.
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -31,12 +32,9 @@ struct SchedulerStats {
   std::int64_t num_steps = 0;
 };
 
-/// One request of a step in flight (vLLM v0.20): what update_from_output needs of it.
-struct InFlightRequest {
-  Request* request = nullptr;  // nullptr once the request finished
-  std::int64_t num_tokens = 0;
-  bool prefill_chunk = false;  // the model samples no token for it
-};
+/// One request of a step in flight (vLLM v0.20): its scheduled entry, what update_from_output
+/// needs of it (request is nullptr once the request finished).
+using InFlightRequest = ScheduledRequest;
 
 class Scheduler final : public EngineCore {
  public:
@@ -134,9 +132,10 @@ class Scheduler final : public EngineCore {
   void schedule_v020(SchedulerOutput& out);
   void schedule_running_v020(SchedulerOutput& out, std::int64_t& budget, std::int64_t max_chunk);
   void schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget, std::int64_t max_chunk);
-  /// Appends a scheduled entry with the manager's new blocks of every group.
+  /// Appends a scheduled entry (with the manager's new blocks of every group when `allocated`)
+  /// and advances the request as _update_after_schedule does.
   void add_scheduled_v020(SchedulerOutput& out, Request& req, std::int64_t num_tokens,
-                          std::int64_t num_computed, ScheduledRequest::Kind kind);
+                          std::int64_t num_computed, ScheduledRequest::Kind kind, bool allocated);
   void update_in_scheduling_order(std::vector<RequestOutput>& outputs);
   std::int64_t cache_only_request_v020(Request& request);
   /// kv_breakdown; `by_group` empty or one share per group.

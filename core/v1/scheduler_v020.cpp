@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "core/common/assert.h"
 #include "core/v1/scheduler.h"
@@ -22,21 +23,34 @@ void Scheduler::preempt(Request& victim, SchedulerOutput* out) {
   ++stats_.num_preemptions;
 }
 
-// Inlined into the running loop: once per scheduled request and step.
+// Inlined into both loops: once per scheduled request and step. Appends the entry (the new
+// blocks of every group when `allocated`; none otherwise) and applies _update_after_schedule to
+// it at once (and the AsyncScheduler's placeholder): the request's computed tokens advance.
+// Nothing later in schedule() reads what this changes, except a priority preemption of an entry,
+// which undoes it (schedule_running_v020).
 [[gnu::always_inline]] inline void Scheduler::add_scheduled_v020(SchedulerOutput& out, Request& req,
                                                                  std::int64_t num_tokens,
                                                                  std::int64_t num_computed,
-                                                                 ScheduledRequest::Kind kind) {
-  const KVCacheCoordinator& c = *kv_.coordinator();
+                                                                 ScheduledRequest::Kind kind,
+                                                                 bool allocated) {
   ScheduledRequest& s = out.scheduled.emplace_back();
   s.request = &req;
   s.num_tokens = num_tokens;
   s.num_computed_tokens = num_computed;
-  s.num_new_blocks = c.new_blocks(0);
   s.kind = kind;
-  if (c.num_groups() > 1)
-    for (std::int32_t g = 0; g < c.num_groups(); ++g)
-      out.group_new_blocks.push_back(c.new_blocks(g));
+  s.num_new_blocks = 0;
+  if (allocated) {
+    const KVCacheCoordinator& c = *kv_.coordinator();
+    s.num_new_blocks = c.new_blocks(0);
+    if (c.num_groups() > 1)
+      for (std::int32_t g = 0; g < c.num_groups(); ++g)
+        out.group_new_blocks.push_back(c.new_blocks(g));
+  }
+  const std::int64_t computed = num_computed + num_tokens;
+  req.num_computed_tokens = computed;
+  const bool chunk = computed < req.num_tokens() + req.num_output_placeholders;
+  s.prefill_chunk = chunk;
+  if (config_.async_scheduling && !chunk) ++req.num_output_placeholders;
 }
 
 void Scheduler::schedule_v020(SchedulerOutput& out) {
@@ -67,7 +81,8 @@ void Scheduler::schedule_v020(SchedulerOutput& out) {
     out.num_common_prefix_blocks = out.group_common_prefix_blocks[0];
   }
 
-  // _update_after_schedule (and the AsyncScheduler's placeholders); the step goes in flight.
+  // The step goes in flight (its requests were advanced as they were scheduled): one copy of the
+  // entries into the ring of steps, oldest at inflight_head_.
   if (inflight_count_ == inflight_.size()) {  // grow the ring, keeping its order
     std::vector<std::vector<InFlightRequest>> bigger(
         std::max<std::size_t>(4, inflight_.size() * 2));
@@ -76,95 +91,102 @@ void Scheduler::schedule_v020(SchedulerOutput& out) {
     inflight_.swap(bigger);
     inflight_head_ = 0;
   }
-  std::vector<InFlightRequest>& step =
-      inflight_[(inflight_head_ + inflight_count_) % inflight_.size()];
+  inflight_[(inflight_head_ + inflight_count_) % inflight_.size()].assign(out.scheduled.begin(),
+                                                                          out.scheduled.end());
   ++inflight_count_;
-  step.clear();
-  for (ScheduledRequest& s : out.scheduled) {
-    Request& r = *s.request;
-    r.num_computed_tokens += s.num_tokens;
-    r.is_prefill_chunk = r.num_computed_tokens < r.num_tokens() + r.num_output_placeholders;
-    s.prefill_chunk = r.is_prefill_chunk;
-    if (config_.async_scheduling && !r.is_prefill_chunk) ++r.num_output_placeholders;
-    step.push_back({&r, s.num_tokens, r.is_prefill_chunk});
-  }
   ++stats_.num_steps;
 }
 
-void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget,
+void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget_left,
                                       std::int64_t max_chunk) {
+  // Constants in locals: the loop's stores through Request& may alias the members.
   const std::int64_t lookahead = config_.num_lookahead_tokens;
+  const std::int64_t max_model_len = config_.max_model_len;
+  const KVCacheManager::NoOpAllocation no_op = kv_.no_op_allocation();
+  std::int64_t budget = budget_left;
   const GroupBlockLists& no_hits = group_hits_;  // cleared below: "no hits"
   for (auto& h : group_hits_) h.clear();
   std::size_t i = 0;
   while (i < running_.size() && budget > 0) {
     Request& req = *running_[i];
+    const std::int64_t computed = req.num_computed_tokens;
+    const std::int64_t placeholders = req.num_output_placeholders;
     // Async: the steps in flight already produce its last allowed token.
-    if (req.num_output_placeholders > 0 &&
-        req.num_computed_tokens + 2 - req.num_output_placeholders >=
-            req.num_prompt_tokens() + req.limits.max_tokens) {
+    if (placeholders > 0 &&
+        computed + 2 - placeholders >= req.num_prompt_tokens() + req.limits.max_tokens) {
       ++i;
       continue;
     }
-    std::int64_t n = req.num_tokens() + req.num_output_placeholders - req.num_computed_tokens;
-    n = std::min({n, max_chunk, budget});
-    n = std::min(n, config_.max_model_len - 1 - req.num_computed_tokens);
+    const std::int64_t num_tokens = req.num_tokens();
+    const std::int64_t n = std::min(
+        {num_tokens + placeholders - computed, max_chunk, budget, max_model_len - 1 - computed});
     if (n <= 0) {  // nothing to compute now (vLLM: `continue`, the next request may run)
       ++i;
       continue;
     }
-    AllocStatus st;
-    bool scheduled = true;
-    while (true) {
-      st = kv_.allocate_slots(req, n, 0, no_hits, lookahead);
-      if (st != AllocStatus::kNoFreeBlocks) break;
-      Request* victim;
-      if (config_.priority_policy) {
-        // The running request of the largest (priority, arrival time), the first such in the
-        // list, even one scheduled earlier in this step (its tokens go back to the budget).
-        std::size_t vi = 0;
-        for (std::size_t k = 1; k < running_.size(); ++k) {
-          const Request& a = *running_[k];
-          const Request& b = *running_[vi];
-          if (a.priority > b.priority ||
-              (a.priority == b.priority && a.arrival_time > b.arrival_time))
-            vi = k;
-        }
-        victim = running_[vi];
-        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(vi));
-        const auto it =
-            std::find_if(out.scheduled.begin(), out.scheduled.end(),
-                         [&](const ScheduledRequest& s) { return s.request == victim; });
-        if (it != out.scheduled.end()) {
-          budget += it->num_tokens;
-          const std::size_t pos = static_cast<std::size_t>(it - out.scheduled.begin());
-          if (!out.group_new_blocks.empty()) {
-            const auto g = static_cast<std::ptrdiff_t>(kv_.num_groups());
-            const auto at = out.group_new_blocks.begin() + static_cast<std::ptrdiff_t>(pos) * g;
-            out.group_new_blocks.erase(at, at + g);
+    // Most decode steps need no allocation (computed + n < max_model_len here).
+    const std::int64_t end = computed + n;
+    const bool allocates =
+        !no_op.enabled || !no_op.fits(req.kv_groups[0], end,
+                                      std::min(end + lookahead, max_model_len), num_tokens, false);
+    if (allocates) {
+      AllocStatus st;
+      bool scheduled = true;
+      while (true) {
+        st = kv_.allocate_slots(req, n, 0, no_hits, lookahead);
+        if (st != AllocStatus::kNoFreeBlocks) break;
+        Request* victim;
+        if (config_.priority_policy) {
+          // The running request of the largest (priority, arrival time), the first such in the
+          // list, even one scheduled earlier in this step (its tokens go back to the budget).
+          std::size_t vi = 0;
+          for (std::size_t k = 1; k < running_.size(); ++k) {
+            const Request& a = *running_[k];
+            const Request& b = *running_[vi];
+            if (a.priority > b.priority ||
+                (a.priority == b.priority && a.arrival_time > b.arrival_time))
+              vi = k;
           }
-          out.scheduled.erase(it);
-          --i;
+          victim = running_[vi];
+          running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(vi));
+          const auto it =
+              std::find_if(out.scheduled.begin(), out.scheduled.end(),
+                           [&](const ScheduledRequest& s) { return s.request == victim; });
+          if (it != out.scheduled.end()) {
+            // Out of the step again: its placeholder is taken back (preempt() resets its
+            // computed tokens).
+            budget += it->num_tokens;
+            if (config_.async_scheduling && !it->prefill_chunk) --victim->num_output_placeholders;
+            const auto pos = it - out.scheduled.begin();
+            if (!out.group_new_blocks.empty()) {
+              const auto g = static_cast<std::ptrdiff_t>(kv_.num_groups());
+              out.group_new_blocks.erase(out.group_new_blocks.begin() + pos * g,
+                                         out.group_new_blocks.begin() + (pos + 1) * g);
+            }
+            out.scheduled.erase(it);
+            --i;
+          }
+        } else {
+          victim = running_.back();
+          running_.pop_back();
         }
-      } else {
-        victim = running_.back();
-        running_.pop_back();
+        preempt(*victim, &out);
+        if (victim == &req) {
+          scheduled = false;
+          break;
+        }
       }
-      preempt(*victim, &out);
-      if (victim == &req) {
-        scheduled = false;
+      if (!scheduled) break;
+      if (st != AllocStatus::kOk) {  // vLLM raises out of schedule()
+        step_error_ = alloc_status_message(st);
         break;
       }
     }
-    if (!scheduled) break;
-    if (st != AllocStatus::kOk) {  // vLLM raises out of schedule()
-      step_error_ = alloc_status_message(st);
-      return;
-    }
-    add_scheduled_v020(out, req, n, req.num_computed_tokens, ScheduledRequest::Kind::kRunning);
+    add_scheduled_v020(out, req, n, computed, ScheduledRequest::Kind::kRunning, allocates);
     budget -= n;
     ++i;
   }
+  budget_left = budget;
 }
 
 void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget,
@@ -213,8 +235,7 @@ void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget
     const auto kind = req.status == RequestStatus::kPreempted ? ScheduledRequest::Kind::kResumed
                                                               : ScheduledRequest::Kind::kNew;
     req.status = RequestStatus::kRunning;
-    req.num_computed_tokens = hits;
-    add_scheduled_v020(out, req, n, hits, kind);
+    add_scheduled_v020(out, req, n, hits, kind, /*allocated=*/true);
     budget -= n;
   }
 }
@@ -239,6 +260,7 @@ void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) 
   inflight_head_ = (inflight_head_ + 1) % inflight_.size();
   --inflight_count_;
   const bool async = config_.async_scheduling;
+  const KVCacheCoordinator::NothingToCache nothing_to_cache = kv_.coordinator()->nothing_to_cache();
   bool stopped_waiting = false;
   bool stopped_running = false;
   for (const InFlightRequest& e : step) {
@@ -260,9 +282,9 @@ void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) 
         step_error_ = "AssertionError: request.num_output_placeholders >= 0";
       }
       // Output blocks are cached one step late (not for a preempted request).
-      if (before == RequestStatus::kRunning) {
-        const AllocStatus st =
-            kv_.coordinator()->cache_blocks(r, r.num_computed_tokens - r.num_output_placeholders);
+      const std::int64_t cached_end = r.num_computed_tokens - r.num_output_placeholders;
+      if (before == RequestStatus::kRunning && !nothing_to_cache(r, cached_end)) {
+        const AllocStatus st = kv_.coordinator()->cache_blocks(r, cached_end);
         if (st != AllocStatus::kOk) step_error_ = alloc_status_message(st);
       }
     }

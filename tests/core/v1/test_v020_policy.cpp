@@ -524,6 +524,57 @@ TEST_CASE("v0.20: async scheduling keeps two steps in flight and caches outputs 
   CHECK(sync.kv_cache_manager().pool().num_cached_blocks() == 2);
 }
 
+TEST_CASE("v0.20: a priority victim scheduled earlier in the step leaves it untouched",
+          "[core]") {
+  // vLLM pops the victim's entry before _update_after_schedule runs: its computed tokens are
+  // reset by the preemption, and under async scheduling it gets no output placeholder.
+  for (const bool async : {false, true}) {
+    INFO("async " << async);
+    SchedulerConfig sc{4, 512, 4096};
+    sc.priority_policy = true;
+    sc.async_scheduling = async;
+    Scheduler sched(sc, KVCacheConfig{4, 4, 4096, false, 0}, Profile::kVllm020);  // 3 usable
+    SamplingLimits lim;
+    lim.max_tokens = 8;
+    lim.ignore_eos = true;
+    Request x(0, iota_tokens(2), lim);  // 1 block; the victim: the larger priority
+    Request y(1, iota_tokens(8), lim);  // 2 blocks, admitted after x
+    x.priority = 5;
+    x.arrival_time = 1;
+    y.priority = 0;
+    y.arrival_time = 2;
+    SchedulerOutput out;
+    std::vector<RequestOutput> outs;
+    sched.add_request(x);
+    sched.schedule(out);  // x's prompt
+    x.sampled_token = 7;
+    sched.update_from_output(outs);
+    sched.add_request(y);
+    sched.schedule(out);  // x decodes, y's prompt: the pool is full
+    REQUIRE(out.scheduled.size() == 2);
+    x.sampled_token = y.sampled_token = 7;
+    sched.update_from_output(outs);
+    REQUIRE(outs.size() == 2);
+    REQUIRE(sched.running().size() == 2);
+    REQUIRE(sched.running()[0] == &x);
+    REQUIRE(x.num_output_placeholders == 0);
+    // x decodes inside its block and is scheduled first; y needs a block: x is the victim.
+    sched.schedule(out);
+    REQUIRE(out.preempted.size() == 1);
+    CHECK(out.preempted[0] == &x);
+    REQUIRE(out.scheduled.size() == 1);
+    CHECK(out.scheduled[0].request == &y);
+    CHECK(out.total_num_scheduled_tokens == 1);
+    CHECK(x.num_computed_tokens == 0);
+    CHECK(x.num_output_placeholders == 0);
+    CHECK(y.num_computed_tokens == 9);
+    CHECK(y.num_output_placeholders == (async ? 1 : 0));
+    REQUIRE(sched.oldest_in_flight().size() == 1);
+    CHECK(sched.oldest_in_flight()[0].request == &y);
+    CHECK(sched.find_violation().empty());
+  }
+}
+
 TEST_CASE("v0.20: the invariant walk catches planted faults in group tables", "[core]") {
   KVCacheManager kv(two_groups(4, 20, 8), kVllm020Policy);
   Request a = make_request(0, iota_tokens(13));
