@@ -5,6 +5,7 @@
 #include <boost/container/small_vector.hpp>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,16 @@ class Request {
   /// token the model sampled for it, set by the caller before Scheduler::update_from_output.
   std::int64_t num_scheduled_tokens = 0;
   Token sampled_token = 0;
+  /// The tokens the model will sample for this request, in order, when the caller knows them up
+  /// front (the simulator plans every output): V1 engines then take output k from here rather
+  /// than from sampled_token, which needs no per-step write for steps still in flight.
+  std::span<const Token> planned_outputs;
+  /// What a V1 engine appends as the next output: planned_outputs[num_output_tokens()] while the
+  /// plan lasts, else sampled_token.
+  Token next_sampled_token() const {
+    const auto k = static_cast<std::size_t>(num_output_tokens());
+    return k < planned_outputs.size() ? planned_outputs[k] : sampled_token;
+  }
   /// Times this request was preempted.
   std::int32_t num_preemptions = 0;
   /// The tokens (prompt + every generated token) the request will hold when it finishes, -1

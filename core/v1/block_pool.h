@@ -81,12 +81,19 @@ class BlockPool {
   void prefetch_block(BlockId b) const { __builtin_prefetch(&block(b)); }
   const Stats& stats() const { return stats_; }
 
+  /// key_of for one group, as a value (a loop over blocks keeps it in registers).
+  struct GroupKeys {
+    int shift = 0;
+    std::int32_t group = 0;
+    HashId operator()(HashId h) const {
+      KVSIM_ASSERT(std::int64_t{to_int(h)} < (std::int64_t{1} << (31 - shift)),
+                   "too many block hashes for the KV cache groups' cache keys");
+      return HashId{(to_int(h) << shift) | group};
+    }
+  };
+  GroupKeys group_keys(std::int32_t group) const { return {group_shift_, group}; }
   /// The cache key of hash `h` in KV cache group `group` (h itself for a one-group pool).
-  HashId key_of(HashId h, std::int32_t group) const {
-    KVSIM_ASSERT(std::int64_t{to_int(h)} < (std::int64_t{1} << (31 - group_shift_)),
-                 "too many block hashes for the KV cache groups' cache keys");
-    return HashId{(to_int(h) << group_shift_) | group};
-  }
+  HashId key_of(HashId h, std::int32_t group) const { return group_keys(group)(h); }
   /// The block hash inside a cache key.
   HashId hash_of_key(HashId key) const { return HashId{to_int(key) >> group_shift_}; }
   /// The KV cache group inside a cache key.

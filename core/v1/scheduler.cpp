@@ -257,9 +257,10 @@ void Scheduler::update_from_output(std::vector<RequestOutput>& outputs) {
     if (!advance_in_schedule) req.num_computed_tokens += n;
     KVSIM_ASSERT(req.num_computed_tokens <= req.num_tokens());
     if (n > 0 && req.num_computed_tokens == req.num_tokens()) {
-      req.append_output_token(req.sampled_token);
+      const Token token = req.next_sampled_token();
+      req.append_output_token(token);
       const bool stopped = check_stop(req);
-      outputs.push_back({&req, req.sampled_token, stopped});
+      outputs.push_back({&req, token, stopped});
       if (stopped) continue;
     }
     next_running_.push_back(&req);

@@ -272,7 +272,7 @@ void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) 
       continue;
     }
     const RequestStatus before = r.status;
-    r.append_output_token(r.sampled_token);
+    r.append_output_token(r.next_sampled_token());
     kv_.update_block_hashes(r);
     RequestStatus final_status;
     const bool stopped = stops(r, final_status);

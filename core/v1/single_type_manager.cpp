@@ -287,18 +287,21 @@ AllocStatus SingleTypeManager::cache_blocks(Request& request, std::int64_t num_t
   if (static_cast<std::int64_t>(hashes.num_hashes) < num_full) return AllocStatus::kHashesMissing;
   const std::int64_t end = std::min(num_full, static_cast<std::int64_t>(t.blocks.size()));
   const BlockId null = pool_.null_block();
-  // Locals: the compiler cannot tell that cache_block() leaves the table and the view alone.
+  // Locals: the compiler cannot tell that cache_block() leaves the table, the view and the
+  // key layout alone.
+  BlockPool& pool = pool_;
   const BlockId* const table = t.blocks.data();
-  const GroupHashView keys = hashes;
-  const std::size_t num_keys = keys.size();
+  const GroupHashView hash_of = hashes;
+  const std::size_t num_keys = hash_of.size();
+  const BlockPool::GroupKeys key_of = pool.group_keys(group_id_);
   const bool mamba = spec_.kind == KVGroupKind::kMamba;
   for (std::int64_t i = num_cached; i < end; ++i) {
     const BlockId b = table[i];
     if (b == null) continue;
-    if (pool_.block(b).block_hash != kNoHash) return AllocStatus::kBlockAlreadyCached;
+    if (pool.block(b).block_hash != kNoHash) return AllocStatus::kBlockAlreadyCached;
     if (static_cast<std::size_t>(i) >= num_keys) return AllocStatus::kHashesMissing;
-    const HashId key = pool_.key_of(keys[static_cast<std::size_t>(i)], group_id_);
-    pool_.cache_block(b, key);
+    const HashId key = key_of(hash_of[static_cast<std::size_t>(i)]);
+    pool.cache_block(b, key);
     if (mamba) cached_this_step_.push_back(key);
   }
   t.num_cached_block = num_full;

@@ -250,15 +250,8 @@ void Simulator::end_step_async() {
   AsyncStep& a = async_steps_[async_head_];
   async_head_ = 1 - async_head_;
   --async_count_;
-  // What the model sampled for each of its requests: that request's next output (updates apply
-  // in scheduling order, so its next output is the one after those already appended).
-  for (const ScheduledRequest& sr : a.out.scheduled) {
-    Request& r = *sr.request;
-    if (is_finished(r.status)) continue;  // finished or aborted meanwhile (kept alive until now)
-    const Live& l = live_[static_cast<std::size_t>(r.index())];
-    const auto k = static_cast<std::size_t>(r.num_output_tokens());
-    if (k < l.outputs.size()) r.sampled_token = l.outputs[k];
-  }
+  // What the model sampled for each of its requests is that request's next planned output
+  // (Request::planned_outputs; updates apply in scheduling order).
   eng.update_from_output(outputs_);
   check_step_error("update_from_output()");
   const std::vector<RequestOutput>& delivered = deliver_outputs(a.view, a.executed);

@@ -176,6 +176,7 @@ void Simulator::make_request(std::int64_t slot) {
   l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits),
                                         std::vector<MMPlaceholder>{}, num_outputs);
   l.request->oracle_final_num_tokens = l.request->num_tokens() + num_outputs;
+  l.request->planned_outputs = l.outputs;  // V1 engines read their samples from it
   // Size the per-request tables once: the step loop then never grows them.
   core_->reserve_request(*l.request, final_kv_tokens_[s] + 1);
   spec.prompt.clear();

@@ -183,3 +183,35 @@ TEST_CASE("the scheduler invariant walk catches a waiting request that holds blo
   a.status = RequestStatus::kRunning;
   CHECK(h.sched.find_violation().empty());
 }
+
+TEST_CASE("V1 engines append the planned outputs in order and sampled_token after them", "[core]") {
+  for (const Profile profile : {Profile::kVllm072, Profile::kVllm085, Profile::kVllm020}) {
+    INFO(profile_info(profile).name);
+    SchedulerConfig sc{4, 512, 1024};
+    sc.async_scheduling = profile == Profile::kVllm020;  // two steps in flight, no writes between
+    Scheduler sched(sc, KVCacheConfig{4, 64, 1024, true, 0}, profile);
+    SamplingLimits lim;
+    lim.max_tokens = 5;
+    lim.ignore_eos = true;
+    Request r(0, iota_tokens(6), lim);
+    const std::vector<Token> plan = {501, 502, 503};
+    r.planned_outputs = plan;
+    r.sampled_token = 900;  // what the plan does not cover
+    sched.add_request(r);
+    SchedulerOutput out;
+    std::vector<RequestOutput> outs;
+    std::vector<Token> got;
+    for (int k = 0; k < 12 && !is_finished(r.status); ++k) {
+      sched.schedule(out);
+      if (sc.async_scheduling && sched.num_steps_in_flight() < 2) continue;  // a full queue
+      sched.update_from_output(outs);
+      for (const RequestOutput& o : outs) got.push_back(o.token);
+    }
+    while (sched.num_steps_in_flight() > 0) {
+      sched.update_from_output(outs);
+      for (const RequestOutput& o : outs) got.push_back(o.token);
+    }
+    CHECK(got == std::vector<Token>{501, 502, 503, 900, 900});
+    CHECK(std::vector<Token>(r.all_token_ids().begin() + 6, r.all_token_ids().end()) == got);
+  }
+}
