@@ -24,6 +24,9 @@ Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn
   const Profile profile = scenario.engine.profile;
   stop_tokens_before_length_ = profile_info(profile).family == EngineFamily::kV1 &&
                                v1_policy(profile).stop_tokens_before_length;
+  // V1 engines take their samples from Request::planned_outputs (set at admission); the others
+  // read sampled_token, which the synchronous loop sets at each step.
+  set_sampled_ = profile_info(profile).family != EngineFamily::kV1;
   for (AsyncStep& a : async_steps_) {
     a.view.engine = core_.get();
     a.view.out = &a.out;
@@ -122,7 +125,7 @@ void Simulator::start_step() {
   }
   const SimTimeNs now = engine_.now();
   StepView& v = view_;
-  describe_step(v, out_, now, /*set_sampled=*/true);
+  describe_step(v, out_, now, set_sampled_);
   SimTimeNs dur = step_time_ ? step_time_(v) : 1;
   if (dur < 1) dur = 1;  // time must advance for the run to make progress
   v.end_ns = now + dur;
