@@ -9,7 +9,6 @@
 // update_from_output with the release's stop checks. At v0.20 the outputs of several steps may be
 // in flight (EngineCore's batch queue): update_from_output applies the oldest.
 
-#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <utility>
 
 #include "core/common/assert.h"
 #include "core/v1/scheduler.h"
