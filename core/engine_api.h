@@ -4,8 +4,9 @@
 //
 // A step is: schedule(out) -> the caller times the batch and sets, for every scheduled request
 // whose tokens are all computed after this step, the token the model samples
-// (Request::sampled_token) -> update_from_output(outputs). Dispatch is virtual once per step (or
-// per request for add/abort), never per block: families keep their hot loops inside.
+// (Request::sampled_token; V1 engines take it from Request::planned_outputs when the caller
+// planned the outputs up front) -> update_from_output(outputs). Dispatch is virtual once per step
+// (or per request for add/abort), never per block: families keep their hot loops inside.
 //
 // Everything here is family-neutral. A family's own state (V1's block pool, V0's CPU pool and
 // swapped queue, the contiguous allocator's extents) is reached through the read-only views below,
