@@ -129,10 +129,13 @@ void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget
         !no_op.enabled || !no_op.fits(req.kv_groups[0], end,
                                       std::min(end + lookahead, max_model_len), num_tokens, false);
     if (allocates) {
+      // Straight to the coordinator: the manager's entry would repeat the no-op test, which no
+      // preemption below can change (it frees other requests' blocks only).
+      KVCacheCoordinator& coordinator = *kv_.coordinator();
       AllocStatus st;
       bool scheduled = true;
       while (true) {
-        st = kv_.allocate_slots(req, n, 0, no_hits, lookahead);
+        st = coordinator.allocate_slots(req, n, 0, no_hits, lookahead, false);
         if (st != AllocStatus::kNoFreeBlocks) break;
         Request* victim;
         if (config_.priority_policy) {
