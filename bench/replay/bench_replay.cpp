@@ -2,20 +2,24 @@
 // alone, on seeded generated traces in kvm and sched mode, for every V1 profile side by side (the
 // repetitions interleave the profiles, so that machine noise hits them alike). See bench/README.md.
 //
-//   bench_replay [--ops N] [--seed S] [--reps R] [--profile NAME] [--write-v0-traces DIR]
+//   bench_replay [--ops N] [--seed S] [--reps R] [--profile NAME]... [--hybrid BOOL]
+//                [--write-v0-traces DIR]
 //
 // Modes: V1's kvm and sched traces (per V1 profile), and vLLM V0's sched-mode traces with
 // recompute (v0-rc) and swap (v0-sw) preemption (--write-v0-traces DIR saves those two files, for
 // replaying the same traces in vLLM's own code).
 //
 // vllm-0.20 also runs with a hybrid layout ("vllm-0.20+sw": a sliding-window group, then a full
-// one, as gpt-oss: window 128 in the kvm trace, 32 in the sched trace's shorter requests).
+// one, as gpt-oss: window 128 in the kvm trace, 32 in the sched trace's shorter requests), unless
+// --hybrid false.
 
+#include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -66,7 +70,7 @@ struct Bench {
   std::string label;
 };
 
-double time_core_kvm(const KvmTrace& t, Profile profile) {
+[[gnu::noinline]] double time_core_kvm(const KvmTrace& t, Profile profile) {
   const auto t0 = Clock::now();
   KVCacheManager kv(bench_kv_config(t.block_size, t.num_gpu_blocks, t.max_model_len, t.layout),
                     v1_policy(profile));
@@ -135,7 +139,7 @@ double time_core_kvm(const KvmTrace& t, Profile profile) {
   return seconds_since(t0);
 }
 
-double time_core_sched(const SchedTrace& t, Profile profile) {
+[[gnu::noinline]] double time_core_sched(const SchedTrace& t, Profile profile) {
   const auto t0 = Clock::now();
   SchedulerConfig sc{t.max_num_seqs, t.max_num_batched_tokens, t.max_model_len};
   // vllm-0.20's sched_init default (the replayer's too).
@@ -159,18 +163,24 @@ double time_core_sched(const SchedTrace& t, Profile profile) {
       case SchedOp::Kind::kSchedule:
         sched.schedule(out);
         break;
-      case SchedOp::Kind::kUpdate:
-        for (Request* r : sched.running())
-          r->sampled_token =
-              static_cast<Token>((r->num_tokens() * t.rule_mul + t.rule_add) % t.rule_mod);
-        for (const InFlightRequest& e : sched.oldest_in_flight())  // a preempted one, too
-          if (e.request)
-            e.request->sampled_token = static_cast<Token>(
-                (e.request->num_tokens() * t.rule_mul + t.rule_add) % t.rule_mod);
+      case SchedOp::Kind::kUpdate: {
+        // The requests the update reads, as the replayer finds them: v0.20's step in flight (a
+        // request preempted since, too), the running list before it.
+        const auto sample = [&](Request& r) {
+          r.sampled_token =
+              static_cast<Token>((r.num_tokens() * t.rule_mul + t.rule_add) % t.rule_mod);
+        };
+        if (sched.num_steps_in_flight() > 0) {
+          for (const InFlightRequest& e : sched.oldest_in_flight())
+            if (e.request) sample(*e.request);
+        } else {
+          for (Request* r : sched.running()) sample(*r);
+        }
         sched.update_from_output(outputs);
         for (const RequestOutput& o : outputs)
           if (o.finished) reqs[static_cast<std::size_t>(o.request->index())].reset();
         break;
+      }
       case SchedOp::Kind::kAbort: {
         auto& r = reqs[static_cast<std::size_t>(op.req)];
         if (r && sched.abort_request(*r)) r.reset();
@@ -267,30 +277,44 @@ std::vector<double> best_of(int reps, std::size_t num_profiles, F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  namespace po = boost::program_options;
   std::int64_t num_ops = 1000000;
   std::uint64_t seed = 1;
   int reps = 5;
-  std::vector<Profile> chosen;
+  std::vector<std::string> profile_args;
   std::string v0_dir;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view a = argv[i];
-    if (a == "--ops") {
-      num_ops = std::atoll(argv[i + 1]);
-    } else if (a == "--seed") {
-      seed = std::strtoull(argv[i + 1], nullptr, 10);
-    } else if (a == "--reps") {
-      reps = std::atoi(argv[i + 1]);
-    } else if (a == "--write-v0-traces") {
-      v0_dir = argv[i + 1];
-    } else if (a == "--profile") {
-      const auto p = find_profile(argv[i + 1]);
-      if (!p) {
-        std::fprintf(stderr, "bench_replay: --profile: unknown profile '%s' (%s)\n", argv[i + 1],
-                     profile_names().c_str());
-        return 2;
-      }
-      chosen.push_back(*p);
+  bool hybrid = true;
+  po::options_description opts("bench_replay options");
+  opts.add_options()("help,h", "this text")("ops", po::value(&num_ops)->default_value(num_ops),
+                                            "ops per generated trace")(
+      "seed", po::value(&seed)->default_value(seed), "trace generator seed")(
+      "reps", po::value(&reps)->default_value(reps), "runs per measurement (the best is kept)")(
+      "profile", po::value(&profile_args)->composing(),
+      "profile to run (repeatable; default: every V1 profile and V0)")(
+      "hybrid", po::value(&hybrid)->default_value(hybrid),
+      "also run vllm-0.20's hybrid layout (vllm-0.20+sw)")(
+      "write-v0-traces", po::value(&v0_dir), "save the V0 traces (v0-rc, v0-sw) to this folder");
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(opts).run(), vm);
+    if (vm.count("help")) {
+      std::cout << "bench_replay: op-trace replay throughput (see bench/README.md)\n" << opts;
+      return 0;
     }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "bench_replay: %s\n", e.what());
+    return 2;
+  }
+  std::vector<Profile> chosen;
+  for (const std::string& name : profile_args) {
+    const auto p = find_profile(name);
+    if (!p) {
+      std::fprintf(stderr, "bench_replay: --profile: unknown profile '%s' (%s)\n", name.c_str(),
+                   profile_names().c_str());
+      return 2;
+    }
+    chosen.push_back(*p);
   }
   if (reps < 1 || num_ops < 1) {
     std::fprintf(stderr, "bench_replay: --reps and --ops need positive counts\n");
@@ -317,7 +341,7 @@ int main(int argc, char** argv) {
   std::vector<Bench> profs;
   for (Profile p : v1) {
     profs.push_back({p, {}, {}, profile_name(p)});
-    if (v1_policy(p).kv_cache_coordinator)
+    if (hybrid && v1_policy(p).kv_cache_coordinator)
       profs.push_back({p, BenchLayout{128}, BenchLayout{32}, std::string(profile_name(p)) + "+sw"});
   }
   std::vector<KvmTrace> kvm;
