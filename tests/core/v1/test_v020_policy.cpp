@@ -468,6 +468,37 @@ TEST_CASE("v0.20: stop tokens end a request before the length limits, after min_
   CHECK(r.status == RequestStatus::kFinishedStopped);
 }
 
+TEST_CASE("v0.20: below min_tokens nothing stops a request: EOS, stop token or max_model_len",
+          "[core]") {
+  // max_model_len 8, a prompt of 6: the 2nd output reaches max_model_len (vLLM's quirk: the
+  // request is not stopped below min_tokens, see case v20_edge_sched_min_tokens_past_max_model_len).
+  enum class Last { kEos, kStopToken, kPlain };
+  for (const Last last : {Last::kEos, Last::kStopToken, Last::kPlain}) {
+    INFO("last token kind " << static_cast<int>(last));
+    Scheduler sched(SchedulerConfig{4, 512, 8}, KVCacheConfig{4, 64, 8, true, 0},
+                    Profile::kVllm020);
+    SamplingLimits lim;
+    lim.max_tokens = 2;  // as many as fit
+    lim.min_tokens = 3;
+    lim.eos_token_id = 7;
+    lim.stop_token_ids = {5};
+    Request r(0, iota_tokens(6), lim);
+    sched.add_request(r);
+    SchedulerOutput out;
+    std::vector<RequestOutput> outs;
+    for (int step = 0; step < 2; ++step) {
+      sched.schedule(out);
+      r.sampled_token = last == Last::kEos ? 7 : last == Last::kStopToken ? 5 : 1;
+      sched.update_from_output(outs);
+      REQUIRE(outs.size() == 1);
+      CHECK_FALSE(outs[0].finished);
+    }
+    CHECK(r.num_tokens() == 8);  // at max_model_len and at max_tokens
+    CHECK(r.status == RequestStatus::kRunning);
+    CHECK(r.stop_reason == std::nullopt);
+  }
+}
+
 TEST_CASE("v0.20: scheduler_reserve_full_isl admits only what fits whole", "[core]") {
   for (const bool reserve : {false, true}) {
     SchedulerConfig sc{4, 8, 4096};  // 8-token chunks
