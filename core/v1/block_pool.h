@@ -86,6 +86,7 @@ class BlockPool {
     int shift = 0;
     std::int32_t group = 0;
     HashId operator()(HashId h) const {
+      if (shift == 0) return h;  // one group: the key is the hash
       KVSIM_ASSERT(std::int64_t{to_int(h)} < (std::int64_t{1} << (31 - shift)),
                    "too many block hashes for the KV cache groups' cache keys");
       return HashId{(to_int(h) << shift) | group};

@@ -77,6 +77,7 @@ KVCacheCoordinator::KVCacheCoordinator(const KVCacheConfig& config, BlockPool& p
     else if (s.kind == KVGroupKind::kChunkedLocal)
       cap = cdiv(std::min(s.attention_chunk_size + batched, config.max_model_len), s.block_size);
     managers_.emplace_back(s, static_cast<std::int32_t>(g), cap, pool);
+    has_mamba_ = has_mamba_ || s.kind == KVGroupKind::kMamba;
   }
   bool any_eagle = false;
   for (const KVGroupSpec& s : groups) any_eagle = any_eagle || s.eagle;
@@ -388,10 +389,33 @@ AllocStatus KVCacheCoordinator::allocate_slots_one_group(
   return cache_blocks(request, std::min(total + num_new_tokens, request.num_tokens()));
 }
 
+AllocStatus KVCacheCoordinator::allocate_slots_running(Request& request,
+                                                       std::int64_t num_new_tokens,
+                                                       std::int64_t num_lookahead_tokens) {
+  KVSIM_ASSERT(managers_.size() == 1 && !managers_[0].skips_blocks() && num_new_tokens > 0,
+               "allocate_slots_running: one full-attention group and new tokens only");
+  SingleTypeManager& m = managers_[0];
+  const std::int64_t max_len = config_.max_model_len;
+  const std::int64_t total = std::min(request.num_computed_tokens, max_len);
+  const std::int64_t need = std::min(total + num_new_tokens + num_lookahead_tokens, max_len);
+  // Full attention without hits: the blocks needed are the table's growth.
+  if (m.blocks_for(need) - static_cast<std::int64_t>(request.kv_groups[0].blocks.size()) >
+      pool_.num_free_blocks()) {
+    new_blocks_[0] = 0;
+    return AllocStatus::kNoFreeBlocks;
+  }
+  const AllocStatus st = m.allocate_new_blocks(request, need, new_blocks_[0]);
+  if (st != AllocStatus::kOk || !config_.enable_caching) return st;
+  return cache_blocks(request, std::min(total + num_new_tokens, request.num_tokens()));
+}
+
 AllocStatus KVCacheCoordinator::cache_blocks_of_groups(Request& request,
                                                        std::int64_t num_computed_tokens) {
   if (!config_.enable_caching) return AllocStatus::kOk;
   sync_block_hashes(request);
+  if (managers_.size() == 1)  // (its cache_blocks returns at once when nothing is new)
+    return managers_[0].cache_blocks(request, num_computed_tokens,
+                                     view(request, managers_[0].block_size()));
   for (SingleTypeManager& m : managers_) {
     const KVGroupTable& t = request.kv_groups[static_cast<std::size_t>(m.group_id())];
     if (t.num_cached_block >= m.full_blocks(num_computed_tokens)) continue;  // nothing new
@@ -405,10 +429,6 @@ AllocStatus KVCacheCoordinator::cache_blocks_of_groups(Request& request,
 void KVCacheCoordinator::free(Request& request) {
   if (request.kv_groups.size() != managers_.size()) return;  // never allocated
   for (SingleTypeManager& m : managers_) m.free(request);
-}
-
-void KVCacheCoordinator::new_step_starts() {
-  for (SingleTypeManager& m : managers_) m.new_step_starts();
 }
 
 void KVCacheCoordinator::num_common_prefix_blocks(Request& request,

@@ -87,6 +87,12 @@ class KVCacheCoordinator {
   AllocStatus allocate_slots(Request& request, std::int64_t num_new_tokens,
                              std::int64_t num_new_computed_tokens, const GroupBlockLists& hits,
                              std::int64_t num_lookahead_tokens, bool delay_cache_blocks);
+  /// allocate_slots(request, num_new_tokens, 0, no hits, num_lookahead_tokens, false) for a
+  /// layout of one full-attention group (the scheduler's running loop): the same result and
+  /// effects, without the general path's hit handling and loops over groups. Precondition: one
+  /// full-attention group, num_new_tokens > 0.
+  AllocStatus allocate_slots_running(Request& request, std::int64_t num_new_tokens,
+                                     std::int64_t num_lookahead_tokens);
   /// Zeroes new_blocks() (an allocation that needed none). O(groups), no call for one group.
   void clear_new_blocks() {
     if (new_blocks_.size() == 1)
@@ -117,8 +123,12 @@ class KVCacheCoordinator {
   }
   /// free: every group in order, each table last block first.
   void free(Request& request);
-  /// new_step_starts of every group.
-  void new_step_starts();
+  /// new_step_starts of every group (only mamba groups keep anything across a step). O(1)
+  /// without mamba groups.
+  void new_step_starts() {
+    if (has_mamba_)
+      for (SingleTypeManager& m : managers_) m.new_step_starts();
+  }
   /// get_num_common_prefix_blocks: one count per group into `out` (replaced).
   void num_common_prefix_blocks(Request& request, std::vector<std::int32_t>& out);
   /// 1 - free / (num_gpu_blocks - 1); 0 for a pool of the null block only.
@@ -165,6 +175,7 @@ class KVCacheCoordinator {
   std::int32_t hash_block_size_;
   std::int64_t lcm_block_size_;
   std::vector<SingleTypeManager> managers_;
+  bool has_mamba_ = false;  // a mamba group (the only type new_step_starts changes)
   std::vector<AttentionGroup> attention_groups_;  // full attention first
   std::vector<char> eagle_groups_;                // by group
   PrefixCacheStats stats_;

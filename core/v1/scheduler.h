@@ -136,6 +136,9 @@ class Scheduler final : public EngineCore {
   void add_scheduled_v020(SchedulerOutput& out, Request& req, std::int64_t num_tokens,
                           std::int64_t num_computed, ScheduledRequest::Kind kind, bool allocated);
   void update_in_scheduling_order(std::vector<RequestOutput>& outputs);
+  /// update_in_scheduling_order's walk of the step that ends, for one scheduling mode.
+  template <bool async>
+  void apply_outputs(std::span<const InFlightRequest> step, std::vector<RequestOutput>& outputs);
   std::int64_t cache_only_request_v020(Request& request);
   /// kv_breakdown; `by_group` empty or one share per group.
   KVBreakdown breakdown(std::span<const std::int64_t> final_kv_tokens,

@@ -4,7 +4,9 @@
 // shared/spec/vllm-0.20-semantics.md §8-§9 (vllm/v1/core/sched/scheduler.py, async_scheduler.py).
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "core/common/assert.h"
 #include "core/v1/scheduler.h"
@@ -90,8 +92,14 @@ void Scheduler::schedule_v020(SchedulerOutput& out) {
     inflight_.swap(bigger);
     inflight_head_ = 0;
   }
-  inflight_[(inflight_head_ + inflight_count_) % inflight_.size()].assign(out.scheduled.begin(),
-                                                                          out.scheduled.end());
+  // A byte copy: assign() would copy entry by entry (ScheduledRequest's member initializers
+  // make it non-trivial for the library). The slot grows to its longest step and keeps it.
+  static_assert(std::is_trivially_copyable_v<InFlightRequest>);
+  std::vector<InFlightRequest>& slot =
+      inflight_[(inflight_head_ + inflight_count_) % inflight_.size()];
+  slot.resize(out.scheduled.size());
+  if (!slot.empty())
+    std::memcpy(slot.data(), out.scheduled.data(), slot.size() * sizeof(InFlightRequest));
   ++inflight_count_;
   ++stats_.num_steps;
 }
@@ -135,7 +143,8 @@ void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget
       AllocStatus st;
       bool scheduled = true;
       while (true) {
-        st = coordinator.allocate_slots(req, n, 0, no_hits, lookahead, false);
+        st = no_op.enabled ? coordinator.allocate_slots_running(req, n, lookahead)
+                           : coordinator.allocate_slots(req, n, 0, no_hits, lookahead, false);
         if (st != AllocStatus::kNoFreeBlocks) break;
         Request* victim;
         if (config_.priority_policy) {
@@ -258,10 +267,19 @@ void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) 
   outputs.clear();
   if (inflight_count_ == 0) return;
   // Out of the ring first: a request finishing below is then looked for in the later steps only.
-  std::vector<InFlightRequest>& step = inflight_[inflight_head_];
+  const std::vector<InFlightRequest>& step = inflight_[inflight_head_];
   inflight_head_ = (inflight_head_ + 1) % inflight_.size();
   --inflight_count_;
-  const bool async = config_.async_scheduling;
+  // One loop per scheduling mode: the mode's tests leave the loop.
+  if (config_.async_scheduling)
+    apply_outputs<true>(step, outputs);
+  else
+    apply_outputs<false>(step, outputs);
+}
+
+template <bool async>
+void Scheduler::apply_outputs(std::span<const InFlightRequest> step,
+                              std::vector<RequestOutput>& outputs) {
   const KVCacheCoordinator::NothingToCache nothing_to_cache = kv_.coordinator()->nothing_to_cache();
   bool stopped_waiting = false;
   bool stopped_running = false;
@@ -278,7 +296,7 @@ void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) 
     kv_.update_block_hashes(r);
     RequestStatus final_status;
     const bool stopped = stops(r, final_status);
-    if (async) {
+    if constexpr (async) {
       if (--r.num_output_placeholders < 0) {  // vLLM's assertion (a reset's dropped token)
         r.num_output_placeholders = 0;
         step_error_ = "AssertionError: request.num_output_placeholders >= 0";
@@ -296,7 +314,6 @@ void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) 
     }
     outputs.push_back({&r, r.all_token_ids().back(), stopped});
   }
-  step.clear();
   if (stopped_running)
     running_.erase(std::remove_if(running_.begin(), running_.end(),
                                   [](const Request* r) { return is_finished(r->status); }),

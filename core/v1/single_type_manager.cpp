@@ -295,14 +295,22 @@ AllocStatus SingleTypeManager::cache_blocks(Request& request, std::int64_t num_t
   const std::size_t num_keys = hash_of.size();
   const BlockPool::GroupKeys key_of = pool.group_keys(group_id_);
   const bool mamba = spec_.kind == KVGroupKind::kMamba;
-  for (std::int64_t i = num_cached; i < end; ++i) {
+  // The blocks that have a key, then (a request short of hashes) the first one that has none.
+  const std::int64_t keyed_end = std::min(end, static_cast<std::int64_t>(num_keys));
+  std::int64_t i = num_cached;
+  for (; i < keyed_end; ++i) {
     const BlockId b = table[i];
     if (b == null) continue;
     if (pool.block(b).block_hash != kNoHash) return AllocStatus::kBlockAlreadyCached;
-    if (static_cast<std::size_t>(i) >= num_keys) return AllocStatus::kHashesMissing;
     const HashId key = key_of(hash_of[static_cast<std::size_t>(i)]);
     pool.cache_block(b, key);
     if (mamba) cached_this_step_.push_back(key);
+  }
+  for (; i < end; ++i) {
+    const BlockId b = table[i];
+    if (b == null) continue;
+    return pool.block(b).block_hash != kNoHash ? AllocStatus::kBlockAlreadyCached
+                                               : AllocStatus::kHashesMissing;
   }
   t.num_cached_block = num_full;
   return AllocStatus::kOk;

@@ -87,6 +87,11 @@ class SingleTypeManager {
   std::int64_t full_blocks(std::int64_t tokens) const {
     return block_shift_ >= 0 && tokens >= 0 ? tokens >> block_shift_ : tokens / spec_.block_size;
   }
+  /// cdiv(tokens, block_size), a shift for a power-of-two block size.
+  std::int64_t blocks_for(std::int64_t tokens) const {
+    return block_shift_ >= 0 ? (tokens + spec_.block_size - 1) >> block_shift_
+                             : cdiv(tokens, spec_.block_size);
+  }
   /// True for a type whose lookup and tables may hold null blocks (all but full attention).
   bool skips_blocks() const { return spec_.kind != KVGroupKind::kFullAttention; }
 
@@ -162,11 +167,6 @@ class SingleTypeManager {
                                                std::span<const BlockId> new_computed_blocks,
                                                std::int64_t total_computed_tokens,
                                                AllocStatus& status) const;
-  /// cdiv(tokens, block_size), a shift for a power-of-two block size.
-  std::int64_t blocks_for(std::int64_t tokens) const {
-    return block_shift_ >= 0 ? (tokens + spec_.block_size - 1) >> block_shift_
-                             : cdiv(tokens, spec_.block_size);
-  }
   KVGroupTable& table_of(Request& r) const {
     return r.kv_groups[static_cast<std::size_t>(group_id_)];
   }
