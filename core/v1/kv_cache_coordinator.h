@@ -75,6 +75,12 @@ class KVCacheCoordinator {
   /// (with caching). O(new blocks); O(1) while the prompt's hashes are deferred and no block
   /// completed.
   void update_block_hashes(Request& request);
+  /// Whether update_block_hashes has work: the tokens complete a hash block past the request's
+  /// list (`hash_block_size` is hash_block_size(), a value so that a caller's loop holds it). O(1).
+  static bool block_hash_due(const Request& request, std::int64_t hash_block_size) {
+    return static_cast<std::int64_t>(request.block_hashes.size() + 1) * hash_block_size <=
+           request.num_tokens();
+  }
 
   /// get_computed_blocks: the hits per group (replaced) and the hit tokens; records the lookup in
   /// the prefix-cache stats. No state changes.
@@ -106,9 +112,11 @@ class KVCacheCoordinator {
   /// loop keeps it in a register): no prompt hashes deferred, and no block completed since the
   /// last cached one, floor(num_computed_tokens / block_size) <= num_cached_block (as a product).
   struct NothingToCache {
-    std::int64_t block_size = 0;  // the one group's; 0 with several groups (never true)
+    /// The one group's block size; 0 with several groups: then true only for a negative count,
+    /// for which no group has a block to cache either.
+    std::int64_t block_size = 0;
     bool operator()(const Request& request, std::int64_t num_computed_tokens) const {
-      return block_size > 0 && request.deferred_hash_tokens < 0 &&
+      return request.deferred_hash_tokens < 0 &&
              num_computed_tokens < (request.kv_groups[0].num_cached_block + 1) * block_size;
     }
   };

@@ -92,8 +92,7 @@ class KVCacheManager {
   }
   /// Tokens were appended: hashes the blocks they completed. O(1) unless a block completed.
   void update_block_hashes(Request& request) {
-    const std::int64_t hbs = coordinator_->hash_block_size();
-    if (static_cast<std::int64_t>(request.block_hashes.size() + 1) * hbs <= request.num_tokens())
+    if (KVCacheCoordinator::block_hash_due(request, coordinator_->hash_block_size()))
       coordinator_->update_block_hashes(request);
   }
   /// The request's hash list as vLLM holds it (the deferred prompt hashes computed), for readers

@@ -129,12 +129,14 @@ class Scheduler final : public EngineCore {
   /// vLLM v0.20's schedule(): running loop (priority preemption), waiting loop (reserve_full_isl,
   /// chunked prefill off), then the step goes in flight.
   void schedule_v020(SchedulerOutput& out);
+  template <bool async>
   void schedule_running_v020(SchedulerOutput& out, std::int64_t& budget, std::int64_t max_chunk);
   void schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget, std::int64_t max_chunk);
   /// Appends a scheduled entry (with the manager's new blocks of every group when `allocated`)
-  /// and advances the request as _update_after_schedule does.
+  /// and advances the request as _update_after_schedule does (`async`: the scheduling mode).
   void add_scheduled_v020(SchedulerOutput& out, Request& req, std::int64_t num_tokens,
-                          std::int64_t num_computed, ScheduledRequest::Kind kind, bool allocated);
+                          std::int64_t num_computed, ScheduledRequest::Kind kind, bool allocated,
+                          bool async);
   void update_in_scheduling_order(std::vector<RequestOutput>& outputs);
   /// update_in_scheduling_order's walk of the step that ends, for one scheduling mode.
   template <bool async>

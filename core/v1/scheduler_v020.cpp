@@ -33,7 +33,7 @@ void Scheduler::preempt(Request& victim, SchedulerOutput* out) {
                                                                  std::int64_t num_tokens,
                                                                  std::int64_t num_computed,
                                                                  ScheduledRequest::Kind kind,
-                                                                 bool allocated) {
+                                                                 bool allocated, bool async) {
   ScheduledRequest& s = out.scheduled.emplace_back();
   s.request = &req;
   s.num_tokens = num_tokens;
@@ -51,7 +51,7 @@ void Scheduler::preempt(Request& victim, SchedulerOutput* out) {
   req.num_computed_tokens = computed;
   const bool chunk = computed < req.num_tokens() + req.num_output_placeholders;
   s.prefill_chunk = chunk;
-  if (config_.async_scheduling && !chunk) ++req.num_output_placeholders;
+  if (async && !chunk) ++req.num_output_placeholders;
 }
 
 void Scheduler::schedule_v020(SchedulerOutput& out) {
@@ -64,7 +64,11 @@ void Scheduler::schedule_v020(SchedulerOutput& out) {
                                      ? config_.long_prefill_token_threshold
                                      : std::numeric_limits<std::int64_t>::max();
   std::int64_t budget = max_budget;
-  schedule_running_v020(out, budget, max_chunk);
+  // One running loop per scheduling mode: the mode's tests leave the loop.
+  if (config_.async_scheduling)
+    schedule_running_v020<true>(out, budget, max_chunk);
+  else
+    schedule_running_v020<false>(out, budget, max_chunk);
   if (out.preempted.empty() && step_error_[0] == 0) schedule_waiting_v020(out, budget, max_chunk);
   out.total_num_scheduled_tokens = max_budget - budget;
 
@@ -104,6 +108,7 @@ void Scheduler::schedule_v020(SchedulerOutput& out) {
   ++stats_.num_steps;
 }
 
+template <bool async>
 void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget_left,
                                       std::int64_t max_chunk) {
   // Constants in locals: the loop's stores through Request& may alias the members.
@@ -117,7 +122,8 @@ void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget
   while (i < running_.size() && budget > 0) {
     Request& req = *running_[i];
     const std::int64_t computed = req.num_computed_tokens;
-    const std::int64_t placeholders = req.num_output_placeholders;
+    // (The synchronous loop makes no placeholders.)
+    const std::int64_t placeholders = async ? req.num_output_placeholders : 0;
     // Async: the steps in flight already produce its last allowed token.
     if (placeholders > 0 &&
         computed + 2 - placeholders >= req.num_prompt_tokens() + req.limits.max_tokens) {
@@ -167,7 +173,7 @@ void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget
             // Out of the step again: its placeholder is taken back (preempt() resets its
             // computed tokens).
             budget += it->num_tokens;
-            if (config_.async_scheduling && !it->prefill_chunk) --victim->num_output_placeholders;
+            if (async && !it->prefill_chunk) --victim->num_output_placeholders;
             const auto pos = it - out.scheduled.begin();
             if (!out.group_new_blocks.empty()) {
               const auto g = static_cast<std::ptrdiff_t>(kv_.num_groups());
@@ -193,7 +199,7 @@ void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget
         break;
       }
     }
-    add_scheduled_v020(out, req, n, computed, ScheduledRequest::Kind::kRunning, allocates);
+    add_scheduled_v020(out, req, n, computed, ScheduledRequest::Kind::kRunning, allocates, async);
     budget -= n;
     ++i;
   }
@@ -246,7 +252,7 @@ void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget
     const auto kind = req.status == RequestStatus::kPreempted ? ScheduledRequest::Kind::kResumed
                                                               : ScheduledRequest::Kind::kNew;
     req.status = RequestStatus::kRunning;
-    add_scheduled_v020(out, req, n, hits, kind, /*allocated=*/true);
+    add_scheduled_v020(out, req, n, hits, kind, /*allocated=*/true, config_.async_scheduling);
     budget -= n;
   }
 }
@@ -280,7 +286,9 @@ void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) 
 template <bool async>
 void Scheduler::apply_outputs(std::span<const InFlightRequest> step,
                               std::vector<RequestOutput>& outputs) {
-  const KVCacheCoordinator::NothingToCache nothing_to_cache = kv_.coordinator()->nothing_to_cache();
+  KVCacheCoordinator& coordinator = *kv_.coordinator();
+  const KVCacheCoordinator::NothingToCache nothing_to_cache = coordinator.nothing_to_cache();
+  const std::int64_t hash_block_size = coordinator.hash_block_size();
   bool stopped_waiting = false;
   bool stopped_running = false;
   for (const InFlightRequest& e : step) {
@@ -293,7 +301,7 @@ void Scheduler::apply_outputs(std::span<const InFlightRequest> step,
     }
     const RequestStatus before = r.status;
     r.append_output_token(r.next_sampled_token());
-    kv_.update_block_hashes(r);
+    if (KVCacheCoordinator::block_hash_due(r, hash_block_size)) coordinator.update_block_hashes(r);
     RequestStatus final_status;
     const bool stopped = stops(r, final_status);
     if constexpr (async) {
@@ -304,7 +312,7 @@ void Scheduler::apply_outputs(std::span<const InFlightRequest> step,
       // Output blocks are cached one step late (not for a preempted request).
       const std::int64_t cached_end = r.num_computed_tokens - r.num_output_placeholders;
       if (before == RequestStatus::kRunning && !nothing_to_cache(r, cached_end)) {
-        const AllocStatus st = kv_.coordinator()->cache_blocks(r, cached_end);
+        const AllocStatus st = coordinator.cache_blocks(r, cached_end);
         if (st != AllocStatus::kOk) step_error_ = alloc_status_message(st);
       }
     }

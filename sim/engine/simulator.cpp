@@ -213,13 +213,12 @@ void Simulator::start_step_async() {
   admit_waiting();
   if (eng.num_unfinished_requests() == 0) return;  // the steps in flight end on their own
   const SimTimeNs now = engine_.now();
-  AsyncStep& a = async_steps_[(async_head_ + async_count_) % 2];
+  AsyncStep& a = async_steps_[(async_head_ + async_count_) & 1];
   eng.schedule(a.out);
   check_step_error("schedule()");
   a.executed = a.out.total_num_scheduled_tokens > 0;
-  int executed_in_flight = 0;
-  for (int k = 0; k < async_count_; ++k)
-    executed_in_flight += async_steps_[(async_head_ + k) % 2].executed;
+  // The step in flight, if any (there is room for this one): its batch runs first.
+  const int executed_in_flight = async_count_ == 1 && async_steps_[async_head_].executed;
   if (!a.executed && async_count_ == 0) {  // nothing in flight and nothing to run: no progress
     if (eng.running().empty()) fail_cannot_fit(*eng.first_waiting());
     throw RunError(fmt::format("the engine made no progress at simulated time {:.3f} s",
