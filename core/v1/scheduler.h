@@ -170,8 +170,15 @@ class Scheduler final : public EngineCore {
   SchedulerStats stats_;
   // A schedule() whose num_scheduled_tokens no update_from_output has consumed (and reset) yet.
   bool scheduled_unconsumed_ = false;
-  // v0.20: the steps in flight, a ring of buffers (oldest at inflight_head_).
-  std::vector<std::vector<InFlightRequest>> inflight_;
+  // v0.20: the steps in flight, a ring of buffers (oldest at inflight_head_). A buffer keeps the
+  // length of the longest step it held (never value-initialized again); `size` is its step's.
+  struct InFlightStep {
+    std::vector<InFlightRequest> buffer;
+    std::size_t size = 0;
+    std::span<InFlightRequest> entries() { return {buffer.data(), size}; }
+    std::span<const InFlightRequest> entries() const { return {buffer.data(), size}; }
+  };
+  std::vector<InFlightStep> inflight_;
   std::size_t inflight_head_ = 0;
   std::size_t inflight_count_ = 0;
   std::vector<std::int32_t> common_prefix_;  // schedule_v020's scratch

@@ -89,21 +89,20 @@ void Scheduler::schedule_v020(SchedulerOutput& out) {
   // The step goes in flight (its requests were advanced as they were scheduled): one copy of the
   // entries into the ring of steps, oldest at inflight_head_.
   if (inflight_count_ == inflight_.size()) {  // grow the ring, keeping its order
-    std::vector<std::vector<InFlightRequest>> bigger(
-        std::max<std::size_t>(4, inflight_.size() * 2));
+    std::vector<InFlightStep> bigger(std::max<std::size_t>(4, inflight_.size() * 2));
     for (std::size_t k = 0; k < inflight_count_; ++k)
-      bigger[k].swap(inflight_[(inflight_head_ + k) % inflight_.size()]);
+      std::swap(bigger[k], inflight_[(inflight_head_ + k) % inflight_.size()]);
     inflight_.swap(bigger);
     inflight_head_ = 0;
   }
   // A byte copy: assign() would copy entry by entry (ScheduledRequest's member initializers
-  // make it non-trivial for the library). The slot grows to its longest step and keeps it.
+  // make it non-trivial for the library).
   static_assert(std::is_trivially_copyable_v<InFlightRequest>);
-  std::vector<InFlightRequest>& slot =
-      inflight_[(inflight_head_ + inflight_count_) % inflight_.size()];
-  slot.resize(out.scheduled.size());
-  if (!slot.empty())
-    std::memcpy(slot.data(), out.scheduled.data(), slot.size() * sizeof(InFlightRequest));
+  InFlightStep& slot = inflight_[(inflight_head_ + inflight_count_) % inflight_.size()];
+  slot.size = out.scheduled.size();
+  if (slot.buffer.size() < slot.size) slot.buffer.resize(slot.size);
+  if (slot.size > 0)
+    std::memcpy(slot.buffer.data(), out.scheduled.data(), slot.size * sizeof(InFlightRequest));
   ++inflight_count_;
   ++stats_.num_steps;
 }
@@ -259,12 +258,12 @@ void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget
 
 std::span<const InFlightRequest> Scheduler::oldest_in_flight() const {
   if (inflight_count_ == 0) return {};
-  return inflight_[inflight_head_];
+  return inflight_[inflight_head_].entries();
 }
 
 void Scheduler::drop_in_flight(const Request& request) {
   for (std::size_t k = 0; k < inflight_count_; ++k)
-    for (InFlightRequest& e : inflight_[(inflight_head_ + k) % inflight_.size()])
+    for (InFlightRequest& e : inflight_[(inflight_head_ + k) % inflight_.size()].entries())
       if (e.request == &request) e.request = nullptr;
 }
 
@@ -273,7 +272,7 @@ void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) 
   outputs.clear();
   if (inflight_count_ == 0) return;
   // Out of the ring first: a request finishing below is then looked for in the later steps only.
-  const std::vector<InFlightRequest>& step = inflight_[inflight_head_];
+  const std::span<const InFlightRequest> step = inflight_[inflight_head_].entries();
   inflight_head_ = (inflight_head_ + 1) % inflight_.size();
   --inflight_count_;
   // One loop per scheduling mode: the mode's tests leave the loop.
