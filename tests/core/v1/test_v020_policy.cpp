@@ -426,6 +426,27 @@ TEST_CASE("v0.20: out-of-window blocks are freed before the allocation, even whe
   kv.release_request(r);
 }
 
+namespace {
+
+/// Adds `r` to `sched` and runs one step per token of `sampled` (what the model samples at that
+/// step's end); returns whether each step's output finished the request.
+std::vector<bool> run_steps(Scheduler& sched, Request& r, std::initializer_list<Token> sampled) {
+  sched.add_request(r);
+  SchedulerOutput out;
+  std::vector<RequestOutput> outs;
+  std::vector<bool> finished;
+  for (const Token t : sampled) {
+    sched.schedule(out);
+    r.sampled_token = t;
+    sched.update_from_output(outs);
+    REQUIRE(outs.size() == 1);
+    finished.push_back(outs[0].finished);
+  }
+  return finished;
+}
+
+}  // namespace
+
 TEST_CASE("v0.20: stop tokens end a request before the length limits, after min_tokens", "[core]") {
   for (const Profile p : {Profile::kVllm085, Profile::kVllm020}) {
     Scheduler sched(SchedulerConfig{4, 512, 4096}, KVCacheConfig{4, 64, 4096, true, 0}, p);
@@ -433,21 +454,12 @@ TEST_CASE("v0.20: stop tokens end a request before the length limits, after min_
     lim.max_tokens = 2;
     lim.eos_token_id = 7;
     Request r(0, iota_tokens(6), lim);
-    sched.add_request(r);
-    SchedulerOutput out;
-    std::vector<RequestOutput> outs;
-    sched.schedule(out);
-    r.sampled_token = 1;
-    sched.update_from_output(outs);
-    sched.schedule(out);
-    r.sampled_token = 7;  // EOS on the max_tokens-th token
-    sched.update_from_output(outs);
-    REQUIRE(outs.size() == 1);
-    CHECK(outs[0].finished);
+    // EOS on the max_tokens-th token.
+    CHECK(run_steps(sched, r, {1, 7}) == std::vector<bool>{false, true});
     INFO(profile_name(p));
     CHECK(std::string(finish_reason(r.status)) == (p == Profile::kVllm020 ? "stop" : "length"));
   }
-  // min_tokens suppresses the EOS.
+  // min_tokens suppresses the EOS: the 2nd one counts.
   Scheduler sched(SchedulerConfig{4, 512, 4096}, KVCacheConfig{4, 64, 4096, true, 0},
                   Profile::kVllm020);
   SamplingLimits lim;
@@ -455,26 +467,17 @@ TEST_CASE("v0.20: stop tokens end a request before the length limits, after min_
   lim.min_tokens = 2;
   lim.eos_token_id = 7;
   Request r(0, iota_tokens(6), lim);
-  sched.add_request(r);
-  SchedulerOutput out;
-  std::vector<RequestOutput> outs;
-  for (int step = 0; step < 2; ++step) {
-    sched.schedule(out);
-    r.sampled_token = 7;
-    sched.update_from_output(outs);
-    REQUIRE(outs.size() == 1);
-    CHECK(outs[0].finished == (step == 1));  // the 2nd EOS counts
-  }
+  CHECK(run_steps(sched, r, {7, 7}) == std::vector<bool>{false, true});
   CHECK(r.status == RequestStatus::kFinishedStopped);
 }
 
 TEST_CASE("v0.20: below min_tokens nothing stops a request: EOS, stop token or max_model_len",
           "[core]") {
   // max_model_len 8, a prompt of 6: the 2nd output reaches max_model_len (vLLM's quirk: the
-  // request is not stopped below min_tokens, see case v20_edge_sched_min_tokens_past_max_model_len).
-  enum class Last { kEos, kStopToken, kPlain };
-  for (const Last last : {Last::kEos, Last::kStopToken, Last::kPlain}) {
-    INFO("last token kind " << static_cast<int>(last));
+  // request is not stopped below min_tokens, see case
+  // v20_edge_sched_min_tokens_past_max_model_len).
+  for (const Token last : {7, 5, 1}) {  // EOS, a stop token, neither
+    INFO("last token " << last);
     Scheduler sched(SchedulerConfig{4, 512, 8}, KVCacheConfig{4, 64, 8, true, 0},
                     Profile::kVllm020);
     SamplingLimits lim;
@@ -483,16 +486,7 @@ TEST_CASE("v0.20: below min_tokens nothing stops a request: EOS, stop token or m
     lim.eos_token_id = 7;
     lim.stop_token_ids = {5};
     Request r(0, iota_tokens(6), lim);
-    sched.add_request(r);
-    SchedulerOutput out;
-    std::vector<RequestOutput> outs;
-    for (int step = 0; step < 2; ++step) {
-      sched.schedule(out);
-      r.sampled_token = last == Last::kEos ? 7 : last == Last::kStopToken ? 5 : 1;
-      sched.update_from_output(outs);
-      REQUIRE(outs.size() == 1);
-      CHECK_FALSE(outs[0].finished);
-    }
+    CHECK(run_steps(sched, r, {last, last}) == std::vector<bool>{false, false});
     CHECK(r.num_tokens() == 8);  // at max_model_len and at max_tokens
     CHECK(r.status == RequestStatus::kRunning);
     CHECK(r.stop_reason == std::nullopt);
@@ -555,8 +549,7 @@ TEST_CASE("v0.20: async scheduling keeps two steps in flight and caches outputs 
   CHECK(sync.kv_cache_manager().pool().num_cached_blocks() == 2);
 }
 
-TEST_CASE("v0.20: a priority victim scheduled earlier in the step leaves it untouched",
-          "[core]") {
+TEST_CASE("v0.20: a priority victim scheduled earlier in the step leaves it untouched", "[core]") {
   // vLLM pops the victim's entry before _update_after_schedule runs: its computed tokens are
   // reset by the preemption, and under async scheduling it gets no output placeholder.
   for (const bool async : {false, true}) {
