@@ -12,11 +12,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -82,35 +84,50 @@ bool measure(const std::string& path, const std::vector<std::string>& sets, Meas
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> paths, sets, profile_names;
+  namespace po = boost::program_options;
+  std::vector<std::string> paths, sets, profile_lists, profile_names;
   int reps = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--set" && i + 1 < argc) {
-      sets.push_back(argv[++i]);
-    } else if (a == "--profiles" && i + 1 < argc) {
-      const std::string list = argv[++i];
-      for (std::size_t start = 0; start <= list.size();) {
-        const std::size_t comma = std::min(list.find(',', start), list.size());
-        const std::string name = list.substr(start, comma - start);
-        if (!kvsim::find_profile(name)) {
-          std::fprintf(stderr, "bench_sim: --profiles: unknown profile '%s' (%s)\n", name.c_str(),
-                       kvsim::profile_names().c_str());
-          return 2;
-        }
-        profile_names.push_back(name);
-        start = comma + 1;
-      }
-    } else if (a == "--reps" && i + 1 < argc) {
-      reps = std::atoi(argv[++i]);
-      if (reps < 1) {
-        std::fprintf(stderr, "bench_sim: --reps needs a positive count\n");
+  po::options_description opts("bench_sim options");
+  opts.add_options()("help,h", "this text")("set", po::value(&sets)->composing(),
+                                            "k=v override for every scenario (repeatable)")(
+      "reps", po::value(&reps)->default_value(reps), "runs per scenario and profile")(
+      "profiles", po::value(&profile_lists)->composing(),
+      "comma-separated engine profiles (default: every vLLM V1 profile)");
+  po::options_description hidden;
+  hidden.add_options()("scenario", po::value(&paths)->composing());
+  po::options_description all;
+  all.add(opts).add(hidden);
+  po::positional_options_description positional;
+  positional.add("scenario", -1);
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+    if (vm.count("help")) {
+      std::cout << "bench_sim [SCENARIO.yaml ...]: simulator throughput (see bench/README.md)\n"
+                << opts;
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "bench_sim: %s\n", e.what());
+    return 2;
+  }
+  if (reps < 1) {
+    std::fprintf(stderr, "bench_sim: --reps needs a positive count\n");
+    return 2;
+  }
+  for (const std::string& list : profile_lists)
+    for (std::size_t start = 0; start <= list.size();) {
+      const std::size_t comma = std::min(list.find(',', start), list.size());
+      const std::string name = list.substr(start, comma - start);
+      if (!kvsim::find_profile(name)) {
+        std::fprintf(stderr, "bench_sim: --profiles: unknown profile '%s' (%s)\n", name.c_str(),
+                     kvsim::profile_names().c_str());
         return 2;
       }
-    } else {
-      paths.push_back(a);
+      profile_names.push_back(name);
+      start = comma + 1;
     }
-  }
   if (paths.empty())
     paths = {"scenarios/azure-conv.yaml", "bench/sim/mooncake-timed.yaml",
              "bench/sim/synthetic-1m.yaml"};
