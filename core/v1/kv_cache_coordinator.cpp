@@ -383,10 +383,7 @@ AllocStatus KVCacheCoordinator::allocate_slots_one_group(
     st = m.allocate_new_computed_blocks(request, h, local);
     if (st != AllocStatus::kOk) return st;
   }
-  st = m.allocate_new_blocks(request, need, new_blocks_[0]);
-  if (st != AllocStatus::kOk) return st;
-  if (!config_.enable_caching || delay_cache_blocks) return AllocStatus::kOk;
-  return cache_blocks(request, std::min(total + num_new_tokens, request.num_tokens()));
+  return grow_and_cache_one_group(request, need, total + num_new_tokens, delay_cache_blocks);
 }
 
 AllocStatus KVCacheCoordinator::allocate_slots_running(Request& request,
@@ -404,9 +401,7 @@ AllocStatus KVCacheCoordinator::allocate_slots_running(Request& request,
     new_blocks_[0] = 0;
     return AllocStatus::kNoFreeBlocks;
   }
-  const AllocStatus st = m.allocate_new_blocks(request, need, new_blocks_[0]);
-  if (st != AllocStatus::kOk || !config_.enable_caching) return st;
-  return cache_blocks(request, std::min(total + num_new_tokens, request.num_tokens()));
+  return grow_and_cache_one_group(request, need, total + num_new_tokens, false);
 }
 
 AllocStatus KVCacheCoordinator::cache_blocks_of_groups(Request& request,

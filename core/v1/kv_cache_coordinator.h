@@ -167,6 +167,15 @@ class KVCacheCoordinator {
                                        std::int64_t num_new_computed_tokens,
                                        const GroupBlockLists& hits,
                                        std::int64_t num_lookahead_tokens, bool delay_cache_blocks);
+  /// allocate_slots' last steps for one group: its table grows to `need` slots, then (with
+  /// caching, unless delayed) the blocks that min(computed_end, num_tokens) tokens fill are cached.
+  AllocStatus grow_and_cache_one_group(Request& request, std::int64_t need,
+                                       std::int64_t computed_end, bool delay_cache_blocks) {
+    const AllocStatus st = managers_[0].allocate_new_blocks(request, need, new_blocks_[0]);
+    if (st != AllocStatus::kOk || !config_.enable_caching || delay_cache_blocks) return st;
+    // Lookahead slots and unverified drafts are not cached.
+    return cache_blocks(request, std::min(computed_end, request.num_tokens()));
+  }
   AllocStatus cache_blocks_of_groups(Request& request, std::int64_t num_computed_tokens);
   std::int64_t find_longest_cache_hit(const Request& request, std::int64_t max_length,
                                       GroupBlockLists& hits, AllocStatus& status);
