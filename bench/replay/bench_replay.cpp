@@ -3,7 +3,7 @@
 // repetitions interleave the profiles, so that machine noise hits them alike). See bench/README.md.
 //
 //   bench_replay [--ops N] [--seed S] [--reps R] [--profile NAME]... [--hybrid BOOL]
-//                [--write-v0-traces DIR]
+//                [--core-only] [--write-v0-traces DIR]
 //
 // Modes: V1's kvm and sched traces (per V1 profile), and vLLM V0's sched-mode traces with
 // recompute (v0-rc) and swap (v0-sw) preemption (--write-v0-traces DIR saves those two files, for
@@ -257,11 +257,13 @@ double time_cli(const std::string& text, Profile profile, const char* tag) {
   return rc == 0 ? s : -1.0;
 }
 
-// For each profile, the fastest of `reps` runs of f(profile index); the repetitions interleave
-// the profiles. Negative (a failed run) if any run failed.
+constexpr double kNotRun = 1e30;  // best_of's time when no run was made
+
+// For each profile, the fastest of `reps` runs of f(profile index) (kNotRun when reps is 0); the
+// repetitions interleave the profiles. Negative (a failed run) if any run failed.
 template <class F>
 std::vector<double> best_of(int reps, std::size_t num_profiles, F&& f) {
-  std::vector<double> best(num_profiles, 1e30);
+  std::vector<double> best(num_profiles, kNotRun);
   for (int i = 0; i < reps; ++i)
     for (std::size_t p = 0; p < num_profiles; ++p) {
       const double t = f(p);
@@ -274,6 +276,19 @@ std::vector<double> best_of(int reps, std::size_t num_profiles, F&& f) {
   return best;
 }
 
+/// One result row; a rate whose runs were left out (--core-only) prints "-".
+void print_row(const char* label, const char* mode, double ops, std::size_t bytes, double e2e,
+               double cli, double core, bool errors) {
+  std::printf("%-14s %-6s %10.0f %8.1f", label, mode, ops, static_cast<double>(bytes) / 1e6);
+  for (const double s : {e2e, cli, core}) {
+    if (s >= kNotRun)
+      std::printf(" %14s", "-");
+    else
+      std::printf(" %14.0f", ops / s);
+  }
+  std::printf("%s\n", errors ? "  (ERROR LINES!)" : "");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -284,6 +299,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> profile_args;
   std::string v0_dir;
   bool hybrid = true;
+  bool core_only = false;
   po::options_description opts("bench_replay options");
   opts.add_options()("help,h", "this text")("ops", po::value(&num_ops)->default_value(num_ops),
                                             "ops per generated trace")(
@@ -293,6 +309,8 @@ int main(int argc, char** argv) {
       "profile to run (repeatable; default: every V1 profile and V0)")(
       "hybrid", po::value(&hybrid)->default_value(hybrid),
       "also run vllm-0.20's hybrid layout (vllm-0.20+sw)")(
+      "core-only", po::bool_switch(&core_only),
+      "time the core alone (no end-to-end or kvsim replay runs; their columns print -)")(
       "write-v0-traces", po::value(&v0_dir), "save the V0 traces (v0-rc, v0-sw) to this folder");
   try {
     po::variables_map vm;
@@ -359,10 +377,10 @@ int main(int argc, char** argv) {
       return mode == 0 ? kvm[p].text : sch[p].text;
     };
     std::vector<std::int64_t> errors(profs.size(), 0);
-    const auto e2e = best_of(reps, profs.size(), [&](std::size_t p) {
+    const auto e2e = best_of(core_only ? 0 : reps, profs.size(), [&](std::size_t p) {
       return time_end_to_end(text(p), profs[p].profile, errors[p]);
     });
-    const auto cli = best_of(reps, profs.size(), [&](std::size_t p) {
+    const auto cli = best_of(core_only ? 0 : reps, profs.size(), [&](std::size_t p) {
       return time_cli(text(p), profs[p].profile, mode == 0 ? "kvm" : "sched");
     });
     const auto core = best_of(reps, profs.size(), [&](std::size_t p) {
@@ -376,9 +394,8 @@ int main(int argc, char** argv) {
         return 1;
       }
       const auto ops = static_cast<double>(mode == 0 ? kvm[p].ops.size() : sch[p].ops.size());
-      std::printf("%-14s %-6s %10.0f %8.1f %14.0f %14.0f %14.0f%s\n", profs[p].label.c_str(),
-                  mode == 0 ? "kvm" : "sched", ops, static_cast<double>(text(p).size()) / 1e6,
-                  ops / e2e[p], ops / cli[p], ops / core[p], errors[p] ? "  (ERROR LINES!)" : "");
+      print_row(profs[p].label.c_str(), mode == 0 ? "kvm" : "sched", ops, text(p).size(), e2e[p],
+                cli[p], core[p], errors[p] != 0);
       if (errors[p]) return 1;
     }
   }
@@ -398,18 +415,17 @@ int main(int argc, char** argv) {
     const auto ops = static_cast<double>(v0t.ops.size());
     std::int64_t errors = 0;
     const Profile v0p = Profile::kVllm072V0;
-    const double e2e =
-        best_of(reps, 1, [&](std::size_t) { return time_end_to_end(v0t.text, v0p, errors); })[0];
+    const int outer_reps = core_only ? 0 : reps;
+    const double e2e = best_of(
+        outer_reps, 1, [&](std::size_t) { return time_end_to_end(v0t.text, v0p, errors); })[0];
     const double cli =
-        best_of(reps, 1, [&](std::size_t) { return time_cli(v0t.text, v0p, tag); })[0];
+        best_of(outer_reps, 1, [&](std::size_t) { return time_cli(v0t.text, v0p, tag); })[0];
     const double core = best_of(reps, 1, [&](std::size_t) { return time_core_v0(v0t); })[0];
     if (cli < 0) {
       std::fprintf(stderr, "bench_replay: kvsim replay failed on the %s trace\n", tag);
       return 1;
     }
-    std::printf("%-14s %-6s %10.0f %8.1f %14.0f %14.0f %14.0f%s\n", profile_name(v0p), tag, ops,
-                static_cast<double>(v0t.text.size()) / 1e6, ops / e2e, ops / cli, ops / core,
-                errors ? "  (ERROR LINES!)" : "");
+    print_row(profile_name(v0p), tag, ops, v0t.text.size(), e2e, cli, core, errors != 0);
     if (errors) return 1;
   }
   return 0;
