@@ -122,28 +122,19 @@ inline constexpr V1Policy kVllm085Policy{
     .advance_computed_in_schedule = true,
 };
 
-/// vLLM v0.20.1.
-inline constexpr V1Policy kVllm020Policy{
-    .null_block = true,
-    .preallocate = false,
-    .kv_cache_coordinator = true,
-    .admission_cap = true,
-    .hashes_on_request = true,
-    .usage_excludes_null_block = true,
-    .lookahead_slots = true,
-    .last_block_excluded_from_lookup = true,
-    .prompt_logprobs_skip_lookup = true,
-    .cache_from_num_cached_block = true,
-    .empty_extra_keys_are_none = true,
-    .sliding_window_manager = true,
-    .long_prefill_token_threshold = true,
-    .running_chunk_capped_by_max_model_len = true,
-    .advance_computed_in_schedule = true,
-    .running_chunk_cap_leaves_last_position = true,
-    .outputs_in_scheduling_order = true,
-    .stop_tokens_before_length = true,
-    .v020_scheduler_settings = true,
-};
+/// vLLM v0.20.1: v0.8.5.post1's behaviours, and these.
+inline constexpr V1Policy kVllm020Policy = [] {
+  V1Policy p = kVllm085Policy;
+  p.kv_cache_coordinator = true;
+  p.admission_cap = true;
+  p.hashes_on_request = true;
+  p.usage_excludes_null_block = true;
+  p.running_chunk_cap_leaves_last_position = true;
+  p.outputs_in_scheduling_order = true;
+  p.stop_tokens_before_length = true;
+  p.v020_scheduler_settings = true;
+  return p;
+}();
 
 /// The policy of a profile of the V1 family. Precondition: profile_info(p).family == kV1.
 const V1Policy& v1_policy(Profile p);
