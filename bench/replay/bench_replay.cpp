@@ -139,17 +139,13 @@ struct Bench {
   return seconds_since(t0);
 }
 
-[[gnu::noinline]] double time_core_sched(const SchedTrace& t, Profile profile) {
-  const auto t0 = Clock::now();
-  SchedulerConfig sc{t.max_num_seqs, t.max_num_batched_tokens, t.max_model_len};
-  // vllm-0.20's sched_init default (the replayer's too).
-  sc.scheduler_reserve_full_isl = v1_policy(profile).v020_scheduler_settings;
-  Scheduler sched(sc, bench_kv_config(t.block_size, t.num_gpu_blocks, t.max_model_len, t.layout),
-                  profile);
+/// The scheduler-mode ops on `sched` (V1's or V0's Scheduler): adds, steps and aborts.
+/// `update(out, reqs)` samples the step's tokens, applies the step and forgets finished requests.
+template <class Sched, class Update>
+void run_sched_ops(const std::vector<SchedOp>& ops, Sched& sched, Update&& update) {
   std::vector<std::unique_ptr<Request>> reqs;
   SchedulerOutput out;
-  std::vector<RequestOutput> outputs;
-  for (const SchedOp& op : t.ops) {
+  for (const SchedOp& op : ops) {
     switch (op.kind) {
       case SchedOp::Kind::kAdd: {
         SamplingLimits lim;
@@ -163,24 +159,9 @@ struct Bench {
       case SchedOp::Kind::kSchedule:
         sched.schedule(out);
         break;
-      case SchedOp::Kind::kUpdate: {
-        // The requests the update reads, as the replayer finds them: v0.20's step in flight (a
-        // request preempted since, too), the running list before it.
-        const auto sample = [&](Request& r) {
-          r.sampled_token =
-              static_cast<Token>((r.num_tokens() * t.rule_mul + t.rule_add) % t.rule_mod);
-        };
-        if (sched.num_steps_in_flight() > 0) {
-          for (const InFlightRequest& e : sched.oldest_in_flight())
-            if (e.request) sample(*e.request);
-        } else {
-          for (Request* r : sched.running()) sample(*r);
-        }
-        sched.update_from_output(outputs);
-        for (const RequestOutput& o : outputs)
-          if (o.finished) reqs[static_cast<std::size_t>(o.request->index())].reset();
+      case SchedOp::Kind::kUpdate:
+        update(out, reqs);
         break;
-      }
       case SchedOp::Kind::kAbort: {
         auto& r = reqs[static_cast<std::size_t>(op.req)];
         if (r && sched.abort_request(*r)) r.reset();
@@ -188,6 +169,32 @@ struct Bench {
       }
     }
   }
+}
+
+[[gnu::noinline]] double time_core_sched(const SchedTrace& t, Profile profile) {
+  const auto t0 = Clock::now();
+  SchedulerConfig sc{t.max_num_seqs, t.max_num_batched_tokens, t.max_model_len};
+  // vllm-0.20's sched_init default (the replayer's too).
+  sc.scheduler_reserve_full_isl = v1_policy(profile).v020_scheduler_settings;
+  Scheduler sched(sc, bench_kv_config(t.block_size, t.num_gpu_blocks, t.max_model_len, t.layout),
+                  profile);
+  std::vector<RequestOutput> outputs;
+  const auto sample = [&](Request& r) {
+    r.sampled_token = static_cast<Token>((r.num_tokens() * t.rule_mul + t.rule_add) % t.rule_mod);
+  };
+  run_sched_ops(t.ops, sched, [&](const SchedulerOutput&, auto& reqs) {
+    // The requests the update reads, as the replayer finds them: v0.20's step in flight (a
+    // request preempted since, too), the running list before it.
+    if (sched.num_steps_in_flight() > 0) {
+      for (const InFlightRequest& e : sched.oldest_in_flight())
+        if (e.request) sample(*e.request);
+    } else {
+      for (Request* r : sched.running()) sample(*r);
+    }
+    sched.update_from_output(outputs);
+    for (const RequestOutput& o : outputs)
+      if (o.finished) reqs[static_cast<std::size_t>(o.request->index())].reset();
+  });
   return seconds_since(t0);
 }
 
@@ -205,39 +212,16 @@ double time_core_v0(const V0SchedTrace& t) {
   c.max_model_len = t.max_model_len;
   if (t.swap) c.preemption_mode = v0::PreemptionMode::kSwap;
   v0::Scheduler sched(c);
-  std::vector<std::unique_ptr<Request>> reqs;
-  SchedulerOutput out;
   std::vector<RequestOutput> outputs;
-  for (const V0SchedOp& op : t.ops) {
-    switch (op.kind) {
-      case V0SchedOp::Kind::kAdd: {
-        SamplingLimits lim;
-        lim.max_tokens = op.max_tokens;
-        if (reqs.size() <= static_cast<std::size_t>(op.req))
-          reqs.resize(static_cast<std::size_t>(op.req) + 1);
-        reqs[static_cast<std::size_t>(op.req)] = std::make_unique<Request>(op.req, op.prompt, lim);
-        sched.add_request(*reqs[static_cast<std::size_t>(op.req)]);
-        break;
-      }
-      case V0SchedOp::Kind::kSchedule:
-        sched.schedule(out);
-        break;
-      case V0SchedOp::Kind::kUpdate:
-        for (const ScheduledRequest& s : out.scheduled)
-          s.request->sampled_token =
-              static_cast<Token>((s.request->num_tokens() * t.rule_mul + t.rule_add) % t.rule_mod);
-        sched.update_from_output(outputs);
-        for (const RequestOutput& o : outputs)
-          if (o.finished) reqs[static_cast<std::size_t>(o.request->index())].reset();
-        for (Request* r : out.ignored) reqs[static_cast<std::size_t>(r->index())].reset();
-        break;
-      case V0SchedOp::Kind::kAbort: {
-        auto& r = reqs[static_cast<std::size_t>(op.req)];
-        if (r && sched.abort_request(*r)) r.reset();
-        break;
-      }
-    }
-  }
+  run_sched_ops(t.ops, sched, [&](const SchedulerOutput& out, auto& reqs) {
+    for (const ScheduledRequest& s : out.scheduled)
+      s.request->sampled_token =
+          static_cast<Token>((s.request->num_tokens() * t.rule_mul + t.rule_add) % t.rule_mod);
+    sched.update_from_output(outputs);
+    for (const RequestOutput& o : outputs)
+      if (o.finished) reqs[static_cast<std::size_t>(o.request->index())].reset();
+    for (Request* r : out.ignored) reqs[static_cast<std::size_t>(r->index())].reset();
+  });
   return seconds_since(t0);
 }
 

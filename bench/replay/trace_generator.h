@@ -12,6 +12,7 @@
 
 #include "core/common/engine_config.h"
 #include "core/engine_api.h"
+#include "sched_op.h"
 
 namespace kvsim::bench {
 
@@ -21,14 +22,6 @@ struct KvmOp {
   std::int32_t req;                // request slot
   std::int64_t n = 0;              // num_tokens / computed tokens
   std::vector<std::int32_t> data;  // prompt, hit block ids or appended tokens
-};
-
-struct SchedOp {
-  enum class Kind : std::uint8_t { kAdd, kSchedule, kUpdate, kAbort };
-  Kind kind;
-  std::int32_t req = -1;  // kAdd / kAbort: request slot
-  std::int64_t max_tokens = 0;
-  std::vector<std::int32_t> prompt;
 };
 
 /// A layout of KV cache groups for vllm-0.20 (empty: the one full-attention group).

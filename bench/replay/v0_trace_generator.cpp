@@ -19,8 +19,8 @@ V0SchedTrace generate_v0_sched_trace(std::uint64_t seed, std::int64_t num_ops, b
   std::mt19937_64 rng(seed);  // raw draws only: no std::*_distribution
   auto below = [&](std::uint64_t n) { return static_cast<std::int64_t>(rng() % n); };
   std::vector<std::vector<std::int32_t>> prefixes(8);
-  auto make = [](V0SchedOp::Kind kind, std::int32_t req) {
-    V0SchedOp op;
+  auto make = [](SchedOp::Kind kind, std::int32_t req) {
+    SchedOp op;
     op.kind = kind;
     op.req = req;
     return op;
@@ -48,7 +48,7 @@ V0SchedTrace generate_v0_sched_trace(std::uint64_t seed, std::int64_t num_ops, b
     if (below(16) == 0) {
       const int burst = below(8) == 0 ? 6 : 1;
       for (int b = 0; b < burst; ++b) {
-        V0SchedOp op = make(V0SchedOp::Kind::kAdd, next++);
+        SchedOp op = make(SchedOp::Kind::kAdd, next++);
         op.max_tokens = 8 + below(64);
         if (below(2) == 0) op.prompt = prefixes[static_cast<std::size_t>(below(8))];
         const std::int64_t own = 1 + below(200);
@@ -63,12 +63,12 @@ V0SchedTrace generate_v0_sched_trace(std::uint64_t seed, std::int64_t num_ops, b
         t.ops.push_back(std::move(op));
       }
     }
-    t.ops.push_back(make(V0SchedOp::Kind::kSchedule, -1));
+    t.ops.push_back(make(SchedOp::Kind::kSchedule, -1));
     s += "{\"op\":\"schedule\"}\n";
-    t.ops.push_back(make(V0SchedOp::Kind::kUpdate, -1));
+    t.ops.push_back(make(SchedOp::Kind::kUpdate, -1));
     s += rule;
     if (next > 0 && below(40) == 0) {
-      V0SchedOp op = make(V0SchedOp::Kind::kAbort, static_cast<std::int32_t>(below(next)));
+      SchedOp op = make(SchedOp::Kind::kAbort, static_cast<std::int32_t>(below(next)));
       s += "{\"op\":\"abort\",\"ids\":[\"r" + std::to_string(op.req) + "\"]}\n";
       t.ops.push_back(std::move(op));
     }

@@ -11,23 +11,17 @@
 #include <string>
 #include <vector>
 
-namespace kvsim::bench {
+#include "sched_op.h"
 
-struct V0SchedOp {
-  enum class Kind : std::uint8_t { kAdd, kSchedule, kUpdate, kAbort };
-  Kind kind = Kind::kSchedule;
-  std::int32_t req = -1;  // kAdd / kAbort: request number
-  std::int64_t max_tokens = 0;
-  std::vector<std::int32_t> prompt;
-};
+namespace kvsim::bench {
 
 struct V0SchedTrace {
   std::int32_t block_size = 16, num_gpu_blocks = 0, num_cpu_blocks = 0;
   std::int64_t max_model_len = 0, max_num_seqs = 0, max_num_batched_tokens = 0;
   bool swap = false;  // preemption_mode "swap", no prefix caching (else recompute, caching)
   std::int64_t rule_mul = 0, rule_add = 0, rule_mod = 0;
-  std::string text;            // JSON Lines, sched_init first
-  std::vector<V0SchedOp> ops;  // the same ops after the init
+  std::string text;          // JSON Lines, sched_init first
+  std::vector<SchedOp> ops;  // the same ops after the init
 };
 
 /// About `num_ops` ops (a whole number of steps).
