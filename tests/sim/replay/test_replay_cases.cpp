@@ -8,21 +8,24 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "replay/replay_test_util.h"
 #include "sim/replay/v1_replayer.h"
 #include "sim_test_util.h"
 
 namespace fs = std::filesystem;
+using kvsim::test::compare_lines;
+using kvsim::test::read_lines;
+using kvsim::test::same_json;
+using kvsim::test::split_lines;
 using nlohmann::json;
 
 namespace {
@@ -42,54 +45,13 @@ constexpr CaseFolder kCaseFolders[] = {
 fs::path cases_dir(const char* folder) { return fs::path(KVSIM_CASES_DIR) / folder; }
 const fs::path kCasesDir = cases_dir("vllm-0.7.2");
 
-/// Structural equality: key order irrelevant, list order significant, floats within 1e-9, any
-/// {"error": ...} equals any other error object.
-bool same(const json& a, const json& b) {
-  if (a.is_object() && b.is_object() && a.contains("error") && b.contains("error")) return true;
-  if (a.is_number() && b.is_number()) {
-    if (a.is_number_float() || b.is_number_float())
-      return std::abs(a.get<double>() - b.get<double>()) <= 1e-9;
-    return a.get<std::int64_t>() == b.get<std::int64_t>();
-  }
-  if (a.type() != b.type()) return false;
-  if (a.is_object()) {
-    if (a.size() != b.size()) return false;
-    for (auto it = a.begin(); it != a.end(); ++it)
-      if (!b.contains(it.key()) || !same(it.value(), b.at(it.key()))) return false;
-    return true;
-  }
-  if (a.is_array()) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i)
-      if (!same(a[i], b[i])) return false;
-    return true;
-  }
-  return a == b;
-}
-
-std::vector<std::string> read_lines(const fs::path& p) {
-  std::ifstream in(p);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 /// Replays `trace` under `profile` and returns the first mismatching line ("" when all agree).
 std::string replay_and_compare(kvsim::Profile profile, const fs::path& trace,
                                const fs::path& expected, bool check_invariants = true) {
   kvsim::V1Replayer replayer(profile, kvsim::ReplayOptions{check_invariants});
   std::string out;
   for (const std::string& line : read_lines(trace)) replayer.process_line(line, out);
-  std::vector<std::string> got;
-  std::istringstream ss(out);
-  for (std::string line; std::getline(ss, line);) got.push_back(line);
-  const std::vector<std::string> want = read_lines(expected);
-  if (got.size() != want.size())
-    return "line count " + std::to_string(got.size()) + " != " + std::to_string(want.size());
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (!same(json::parse(got[i]), json::parse(want[i])))
-      return "line " + std::to_string(i + 1) + ": got " + got[i] + "\nexpected " + want[i];
-  return {};
+  return compare_lines(split_lines(out), read_lines(expected));
 }
 
 std::vector<fs::path> case_traces(const fs::path& dir) {
@@ -155,11 +117,11 @@ TEST_CASE("each release's cases tell the two profiles apart", "[sim][cases]") {
 }
 
 TEST_CASE("the structural comparison rejects a planted wrong result", "[sim][cases]") {
-  CHECK(same(json::parse(R"({"a":[1,2],"b":0.5})"),
-             json::parse(R"({"b":0.5000000000001,"a":[1,2]})")));
-  CHECK_FALSE(same(json::parse(R"({"blocks":[1,2]})"), json::parse(R"({"blocks":[2,1]})")));
-  CHECK_FALSE(same(json::parse(R"({"ok":true})"), json::parse(R"({"ok":1})")));
-  CHECK(same(json::parse(R"({"error":"x"})"), json::parse(R"({"error":"y"})")));
+  CHECK(same_json(json::parse(R"({"a":[1,2],"b":0.5})"),
+                  json::parse(R"({"b":0.5000000000001,"a":[1,2]})")));
+  CHECK_FALSE(same_json(json::parse(R"({"blocks":[1,2]})"), json::parse(R"({"blocks":[2,1]})")));
+  CHECK_FALSE(same_json(json::parse(R"({"ok":true})"), json::parse(R"({"ok":1})")));
+  CHECK(same_json(json::parse(R"({"error":"x"})"), json::parse(R"({"error":"y"})")));
   // A replay whose expected output was altered (a wrong prefix hit) must fail.
   const fs::path trace = kCasesDir / "test_prefill.jsonl";
   const kvsim::test::TempDir dir("replay-planted");
@@ -200,7 +162,7 @@ TEST_CASE("kvsim replay on the command line reproduces a generated sched case", 
     const auto want = read_lines(cases_dir(folder) / "gen_sched_seed1.expected.jsonl");
     REQUIRE(got.size() == want.size());
     for (std::size_t i = 0; i < got.size(); ++i)
-      REQUIRE(same(json::parse(got[i]), json::parse(want[i])));
+      REQUIRE(same_json(json::parse(got[i]), json::parse(want[i])));
   }
 }
 

@@ -3,69 +3,32 @@
 // engine death after a vLLM error; protocol errors; random mutations never crash the replay.
 
 #include <catch2/catch.hpp>
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "replay/mutate_line.h"
+#include "replay/replay_test_util.h"
 #include "sim/replay/v0_replayer.h"
 #include "sim_test_util.h"
 
 namespace fs = std::filesystem;
+using kvsim::test::compare_lines;
+using kvsim::test::read_lines;
+using kvsim::test::split_lines;
 using nlohmann::json;
 
 namespace {
 
 const fs::path kV0Cases = fs::path(KVSIM_CASES_DIR) / "vllm-0.7.2-v0";
 
-bool same(const json& a, const json& b) {
-  if (a.is_object() && b.is_object() && a.contains("error") && b.contains("error")) return true;
-  if (a.is_number() && b.is_number() && !a.is_boolean() && !b.is_boolean())
-    return std::abs(a.get<double>() - b.get<double>()) <= 1e-9;
-  if (a.type() != b.type()) return false;
-  if (a.is_object()) {
-    if (a.size() != b.size()) return false;
-    for (auto it = a.begin(); it != a.end(); ++it)
-      if (!b.contains(it.key()) || !same(it.value(), b.at(it.key()))) return false;
-    return true;
-  }
-  if (a.is_array()) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i)
-      if (!same(a[i], b[i])) return false;
-    return true;
-  }
-  return a == b;
-}
-
-std::vector<std::string> read_lines(const fs::path& p) {
-  std::ifstream in(p);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 std::vector<std::string> run(kvsim::V0Replayer& r, const std::vector<std::string>& lines) {
   std::string out;
   for (const auto& l : lines) r.process_line(l, out);
-  std::vector<std::string> res;
-  std::istringstream ss(out);
-  for (std::string line; std::getline(ss, line);) res.push_back(line);
-  return res;
-}
-
-std::string compare(const std::vector<std::string>& got, const std::vector<std::string>& want) {
-  if (got.size() != want.size())
-    return "line count " + std::to_string(got.size()) + " != " + std::to_string(want.size());
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (!same(json::parse(got[i]), json::parse(want[i])))
-      return "line " + std::to_string(i + 1) + ": got " + got[i] + "\nexpected " + want[i];
-  return {};
+  return split_lines(out);
 }
 
 bool is_error(const std::string& line) { return json::parse(line).contains("error"); }
@@ -86,7 +49,7 @@ TEST_CASE("every vLLM v0.7.2 V0 acceptance case replays line for line", "[sim][c
     expected.replace_extension(".expected.jsonl");
     INFO(t.filename().string());
     kvsim::V0Replayer r(kvsim::ReplayOptions{/*check_invariants=*/true});
-    CHECK(compare(run(r, read_lines(t)), read_lines(expected)) == "");
+    CHECK(compare_lines(run(r, read_lines(t)), read_lines(expected)) == "");
   }
 }
 
@@ -102,7 +65,8 @@ TEST_CASE("a planted wrong V0 answer is caught by the comparison", "[sim][cases]
   }
   REQUIRE(planted);
   kvsim::V0Replayer r;
-  CHECK(compare(run(r, read_lines(kV0Cases / "edge_naive_lifo_free_list.jsonl")), want) != "");
+  CHECK(compare_lines(run(r, read_lines(kV0Cases / "edge_naive_lifo_free_list.jsonl")), want) !=
+        "");
 }
 
 TEST_CASE("after a vLLM error in sched mode every op but an init or a comment fails", "[sim]") {
@@ -197,7 +161,8 @@ TEST_CASE("kvsim replay --profile vllm-0.7.2-v0 reproduces the random sched case
                           (kV0Cases / "gen_sched_seed11.jsonl").string() + " > " + out.string() +
                           " 2>/dev/null";
   REQUIRE(std::system(cmd.c_str()) == 0);
-  CHECK(compare(read_lines(out), read_lines(kV0Cases / "gen_sched_seed11.expected.jsonl")) == "");
+  CHECK(compare_lines(read_lines(out), read_lines(kV0Cases / "gen_sched_seed11.expected.jsonl")) ==
+        "");
   const std::string bad = kvsim::test::kvsim_exe() + " replay --profile vllm-9 " +
                           (kV0Cases / "gen_sched_seed11.jsonl").string() + " > /dev/null 2>&1";
   CHECK(WEXITSTATUS(std::system(bad.c_str())) == 2);
