@@ -106,6 +106,37 @@ struct SchedulerOutput {
   /// sequences is preempted as one: it is listed once, by its first request, as vLLM counts
   /// preemptions by group (the other requests of the group are preempted with it).
   std::int32_t num_swapped_out = 0;
+
+  /// Starts a step's output: everything the previous step listed or counted is cleared, and
+  /// `finished_ids` (the request indices finished since then) are listed. The vectors keep their
+  /// capacity.
+  void begin_step(std::span<const std::int64_t> finished_ids) {
+    scheduled.clear();
+    preempted.clear();
+    finished.assign(finished_ids.begin(), finished_ids.end());
+    total_num_scheduled_tokens = 0;
+    num_common_prefix_blocks = 0;
+    group_common_prefix_blocks.clear();
+    group_new_blocks.clear();
+    prefix_queries_tokens = prefix_hits_tokens = 0;
+    blocks_to_swap_in.clear();
+    blocks_to_swap_out.clear();
+    blocks_to_copy.clear();
+    ignored.clear();
+    num_swapped_out = 0;
+  }
+  /// Appends a scheduled entry, filled in place: a temporary built field by field and then copied
+  /// with wide loads stalls on store-to-load forwarding, once per scheduled request and step.
+  ScheduledRequest& add_scheduled(Request& req, std::int64_t num_tokens, std::int64_t num_computed,
+                                  std::int32_t num_new_blocks, ScheduledRequest::Kind kind) {
+    ScheduledRequest& s = scheduled.emplace_back();
+    s.request = &req;
+    s.num_tokens = num_tokens;
+    s.num_computed_tokens = num_computed;
+    s.num_new_blocks = num_new_blocks;
+    s.kind = kind;
+    return s;
+  }
 };
 
 /// One generated token (vLLM's EngineCoreOutput), produced by update_from_output.

@@ -89,25 +89,9 @@ void ContiguousScheduler::add_request(Request& request) {
   waiting_.push_back(&request);
 }
 
-namespace {
-void add_scheduled(SchedulerOutput& out, Request& req, std::int64_t num_tokens,
-                   std::int64_t num_computed, ScheduledRequest::Kind kind) {
-  ScheduledRequest& s = out.scheduled.emplace_back();
-  s.request = &req;
-  s.num_tokens = num_tokens;
-  s.num_computed_tokens = num_computed;
-  s.num_new_blocks = 0;
-  s.kind = kind;
-}
-}  // namespace
-
 void ContiguousScheduler::schedule(SchedulerOutput& out) {
-  out.scheduled.clear();
-  out.preempted.clear();
-  out.finished.assign(finished_ids_.begin(), finished_ids_.end());
+  out.begin_step(finished_ids_);
   finished_ids_.clear();
-  out.prefix_queries_tokens = out.prefix_hits_tokens = 0;
-  out.num_common_prefix_blocks = 0;
   if (scheduled_unconsumed_)  // a schedule() without update(): its counts do not carry over
     for (Request* r : running_) r->num_scheduled_tokens = 0;
   scheduled_unconsumed_ = true;
@@ -122,7 +106,7 @@ void ContiguousScheduler::schedule(SchedulerOutput& out) {
     KVSIM_ASSERT(req.num_computed_tokens + n <= extents_[i].length,
                  "a request outgrew its reservation (a wrong oracle length?)");
     req.num_scheduled_tokens = n;
-    add_scheduled(out, req, n, req.num_computed_tokens, ScheduledRequest::Kind::kRunning);
+    out.add_scheduled(req, n, req.num_computed_tokens, 0, ScheduledRequest::Kind::kRunning);
     budget -= n;
   }
 
@@ -141,7 +125,7 @@ void ContiguousScheduler::schedule(SchedulerOutput& out) {
     req.status = RequestStatus::kRunning;
     req.num_computed_tokens = 0;
     req.num_scheduled_tokens = n;
-    add_scheduled(out, req, n, 0, ScheduledRequest::Kind::kNew);
+    out.add_scheduled(req, n, 0, 0, ScheduledRequest::Kind::kNew);
     budget -= n;
   }
   out.total_num_scheduled_tokens = config_.max_num_batched_tokens - budget;

@@ -115,18 +115,15 @@ Sequence* Scheduler::seq_of(const Request& r) const {
 
 void Scheduler::add_scheduled(const ScheduledSeqGroup& s, Sequence& seq, SchedulerOutput& out) {
   Request& r = *seq.request();
-  ScheduledRequest& sr = out.scheduled.emplace_back();
-  sr.request = &r;
-  sr.num_tokens = s.token_chunk_size;
-  sr.num_computed_tokens = seq.num_computed_tokens();
   const auto blocks = static_cast<std::int32_t>(bm_.block_table(seq).size());
   if (s.source == ScheduledSeqGroup::Source::kRunning) {
-    sr.kind = ScheduledRequest::Kind::kRunning;
-    sr.num_new_blocks = std::max(0, blocks - seq.num_table_blocks_seen);
+    out.add_scheduled(r, s.token_chunk_size, seq.num_computed_tokens(),
+                      std::max(0, blocks - seq.num_table_blocks_seen),
+                      ScheduledRequest::Kind::kRunning);
   } else {
     const bool resumed = s.source == ScheduledSeqGroup::Source::kSwapped || r.num_preemptions > 0;
-    sr.kind = resumed ? ScheduledRequest::Kind::kResumed : ScheduledRequest::Kind::kNew;
-    sr.num_new_blocks = blocks;
+    out.add_scheduled(r, s.token_chunk_size, seq.num_computed_tokens(), blocks,
+                      resumed ? ScheduledRequest::Kind::kResumed : ScheduledRequest::Kind::kNew);
   }
   seq.num_table_blocks_seen = blocks;
   if (s.source == ScheduledSeqGroup::Source::kWaiting && seq.num_computed_tokens() == 0) {
@@ -146,14 +143,9 @@ void Scheduler::finish_unforked(SequenceGroup& g, RequestStatus status) {
 
 void Scheduler::schedule(SchedulerOutput& out) {
   now_ += 1;
-  out.scheduled.clear();
-  out.preempted.clear();
-  out.finished.assign(finished_request_indices_.begin(), finished_request_indices_.end());
+  out.begin_step(finished_request_indices_);
   finished_request_indices_.clear();
   finished_ids_.clear();
-  out.prefix_queries_tokens = out.prefix_hits_tokens = 0;
-  out.num_common_prefix_blocks = 0;
-  out.ignored.clear();
   swap_victim_ = nullptr;
   const SchedulerOutputs* result = nullptr;
   try {

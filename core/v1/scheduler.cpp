@@ -85,29 +85,9 @@ void Scheduler::preempt_last(SchedulerOutput& out) {
   ++stats_.num_preemptions;
 }
 
-namespace {
-// Fills the entry in place: a temporary built field by field and then copied with wide loads
-// stalls on store-to-load forwarding, once per scheduled request and step.
-void add_scheduled(SchedulerOutput& out, Request& req, std::int64_t num_tokens,
-                   std::int64_t num_computed, std::int32_t num_new_blocks,
-                   ScheduledRequest::Kind kind) {
-  ScheduledRequest& s = out.scheduled.emplace_back();
-  s.request = &req;
-  s.num_tokens = num_tokens;
-  s.num_computed_tokens = num_computed;
-  s.num_new_blocks = num_new_blocks;
-  s.kind = kind;
-}
-}  // namespace
-
 void Scheduler::schedule(SchedulerOutput& out) {
-  out.scheduled.clear();
-  out.preempted.clear();
-  out.finished.assign(finished_ids_.begin(), finished_ids_.end());
+  out.begin_step(finished_ids_);
   finished_ids_.clear();
-  out.prefix_queries_tokens = out.prefix_hits_tokens = 0;
-  out.group_new_blocks.clear();
-  out.group_common_prefix_blocks.clear();
   if (kv_.policy().outputs_in_scheduling_order) return schedule_v020(out);
   if (scheduled_unconsumed_)  // a schedule() without update(): its counts do not carry over
     for (Request* r : running_) r->num_scheduled_tokens = 0;
@@ -149,8 +129,8 @@ void Scheduler::schedule(SchedulerOutput& out) {
     if (!scheduled) break;
     KVSIM_ASSERT(res.ok(), "allocate_slots failed for a running request");
     req.num_scheduled_tokens = n;
-    add_scheduled(out, req, n, req.num_computed_tokens, res.num_new_blocks,
-                  ScheduledRequest::Kind::kRunning);
+    out.add_scheduled(req, n, req.num_computed_tokens, res.num_new_blocks,
+                      ScheduledRequest::Kind::kRunning);
     budget -= n;
     ++i;
   }
@@ -203,7 +183,7 @@ void Scheduler::schedule_waiting(SchedulerOutput& out, std::int64_t& budget,
       req.status = RequestStatus::kRunning;
       req.num_computed_tokens = num_computed;
       req.num_scheduled_tokens = n;
-      add_scheduled(out, req, n, num_computed, res.num_new_blocks, kind);
+      out.add_scheduled(req, n, num_computed, res.num_new_blocks, kind);
       budget -= n;
     }
   }

@@ -34,19 +34,12 @@ void Scheduler::preempt(Request& victim, SchedulerOutput* out) {
                                                                  std::int64_t num_computed,
                                                                  ScheduledRequest::Kind kind,
                                                                  bool allocated, bool async) {
-  ScheduledRequest& s = out.scheduled.emplace_back();
-  s.request = &req;
-  s.num_tokens = num_tokens;
-  s.num_computed_tokens = num_computed;
-  s.kind = kind;
-  s.num_new_blocks = 0;
-  if (allocated) {
-    const KVCacheCoordinator& c = *kv_.coordinator();
-    s.num_new_blocks = c.new_blocks(0);
-    if (c.num_groups() > 1)
-      for (std::int32_t g = 0; g < c.num_groups(); ++g)
-        out.group_new_blocks.push_back(c.new_blocks(g));
-  }
+  const KVCacheCoordinator& c = *kv_.coordinator();
+  ScheduledRequest& s =
+      out.add_scheduled(req, num_tokens, num_computed, allocated ? c.new_blocks(0) : 0, kind);
+  if (allocated && c.num_groups() > 1)
+    for (std::int32_t g = 0; g < c.num_groups(); ++g)
+      out.group_new_blocks.push_back(c.new_blocks(g));
   const std::int64_t computed = num_computed + num_tokens;
   req.num_computed_tokens = computed;
   const bool chunk = computed < req.num_tokens() + req.num_output_placeholders;
