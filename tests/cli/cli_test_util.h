@@ -19,49 +19,11 @@
 #include <thread>
 #include <vector>
 
+#include "tests/common/util.h"
+
 extern char** environ;
 
 namespace kvsim::test {
-
-/// The kvsim executable of this build tree; a missing one fails the test.
-inline std::string kvsim_exe() {
-  const std::filesystem::path p = std::filesystem::path(KVSIM_BINARY_DIR) / "kvsim";
-  if (!std::filesystem::exists(p)) throw std::runtime_error("kvsim not built: " + p.string());
-  return p.string();
-}
-
-/// The whole file as text ("" when it cannot be read).
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-/// The lines of `text` (a last line without '\n' counts).
-inline std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream s(text);
-  for (std::string line; std::getline(s, line);) out.push_back(line);
-  return out;
-}
-
-/// A fresh empty folder under the system temp dir, removed at scope exit.
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(const std::string& tag)
-      : path(std::filesystem::temp_directory_path() /
-             ("kvsim-test-cli-" + tag + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
 
 /// Starts `kvsim args...` with stdout and stderr into `out` and `err`; with `own_group` in a new
 /// process group (its pid is the group's id), so a signal to the group spares the test.

@@ -1,7 +1,6 @@
 #pragma once
 // Helpers shared by the sim tests.
 
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -13,8 +12,11 @@
 #include <vector>
 
 #include "sim/common/errors.h"
+#include "sim/common/yaml_util.h"
+#include "sim/config/scenario.h"
 #include "sim/engine/simulator.h"
 #include "sim/workload/workload.h"
+#include "tests/common/util.h"
 
 namespace kvsim::test {
 
@@ -26,6 +28,20 @@ inline std::string error_of(auto&& fn) {
     return e.what();
   }
   return "";
+}
+
+/// The scenario in `text` (as the file "s.yaml"), with `sets` applied as --set applies them.
+/// Bad input throws ConfigError.
+inline Scenario parse_text(const std::string& text, const std::vector<std::string>& sets = {}) {
+  YAML::Node root = load_yaml_string(text, "s.yaml");
+  for (const auto& a : sets) apply_set(root, a);
+  return parse_scenario(root, "s.yaml");
+}
+
+/// The ConfigError message of parse_text(text, sets), or "" when the scenario parses.
+inline std::string scenario_error(const std::string& text,
+                                  const std::vector<std::string>& sets = {}) {
+  return error_of([&] { (void)parse_text(text, sets); });
 }
 
 /// The source's next request with its prompt's tokens made (trace readers defer them).
@@ -40,27 +56,11 @@ inline std::optional<RequestSpec> next_made(RequestSource& src) {
   return r;
 }
 
-/// The kvsim executable of this build tree. A missing binary fails the test (test_sim depends on
-/// kvsim, so it is always built first) rather than skipping it.
-inline std::string kvsim_exe() {
-  const std::filesystem::path p = std::filesystem::path(KVSIM_BINARY_DIR) / "kvsim";
-  if (!std::filesystem::exists(p)) throw std::runtime_error("kvsim not built: " + p.string());
-  return p.string();
-}
-
 /// A vendored public trace of scenarios/traces; a missing one fails the test.
 inline std::string vendored_trace(const std::string& name) {
   const std::filesystem::path p = std::filesystem::path(KVSIM_TRACES_DIR) / name;
   if (!std::filesystem::exists(p)) throw std::runtime_error("trace not found: " + p.string());
   return p.string();
-}
-
-/// The whole file as text ("" when it cannot be read).
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 /// A step-time function that makes every step last `ms` milliseconds.
@@ -94,23 +94,5 @@ inline void write_file(const std::filesystem::path& p, const std::string& text) 
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
   std::ofstream(p, std::ios::binary) << text;
 }
-
-/// A fresh empty folder under the system temp dir (named by `tag` and the pid), removed at scope
-/// exit.
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(const std::string& tag)
-      : path(std::filesystem::temp_directory_path() /
-             ("kvsim-test-" + tag + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;  // a destructor must not throw; a leftover temp folder is harmless
-    std::filesystem::remove_all(path, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
 
 }  // namespace kvsim::test

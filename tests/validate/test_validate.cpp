@@ -12,6 +12,7 @@
 #include "sim/common/errors.h"
 #include "sim/config/scenario.h"
 #include "sim/engine/latency_model.h"
+#include "tests/common/util.h"
 #include "validate/kv_content.h"
 #include "validate/validate_run.h"
 #include "validate_test_util.h"
@@ -22,15 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using kvsim::test::slurp;
 using kvsim::validate::test::kSmall;
 using kvsim::validate::test::out_dir;
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 ValidationOptions cpu_options(std::int64_t sample_every = 1) {
   return kvsim::validate::test::options(kernels::BackendKind::kCpu, kernels::DType::kBF16,

@@ -15,6 +15,8 @@
 #include "sim_test_util.h"
 
 using namespace kvsim;
+using kvsim::test::parse_text;
+using kvsim::test::scenario_error;
 
 namespace {
 
@@ -30,21 +32,6 @@ const std::string kBase =
     "cache: {block_size: 16, enable_prefix_caching: true}\n"
     "scheduler: {max_num_seqs: 64}\n"
     "workload: {num_requests: 10, prompt_tokens: 100, output_tokens: 10}\n";
-
-Scenario parse(const std::string& text, const std::vector<std::string>& sets = {}) {
-  YAML::Node root = load_yaml_string(text, "s.yaml");
-  for (const auto& a : sets) apply_set(root, a);
-  return parse_scenario(root, "s.yaml");
-}
-
-std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
-  try {
-    (void)parse(text, sets);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 /// The error of parsing `text` with `sets` applied as load_scenario applies them: a value a --set
 /// wrote is reported at the argument.
@@ -63,7 +50,7 @@ std::string set_error_of(const std::string& text, const std::vector<std::string>
 }  // namespace
 
 TEST_CASE("a minimal scenario gets vLLM's defaults", "[sim]") {
-  const Scenario s = parse(kBase);
+  const Scenario s = parse_text(kBase);
   CHECK(s.name == "base");
   CHECK(s.seed == 3);
   CHECK(s.engine.profile == Profile::kVllm072);
@@ -78,7 +65,7 @@ TEST_CASE("a minimal scenario gets vLLM's defaults", "[sim]") {
 }
 
 TEST_CASE("set overrides replace values, create sections and parse YAML scalars", "[sim]") {
-  const Scenario s = parse(
+  const Scenario s = parse_text(
       kBase, {"cache.block_size=32", "cache.enable_prefix_caching=false", "outputs.steps_every=1",
               "cache.num_gpu_blocks_override=500", "seed=9", "engine.mode=cache_only"});
   CHECK(s.cache.sizing.block_size == 32);
@@ -88,40 +75,43 @@ TEST_CASE("set overrides replace values, create sections and parse YAML scalars"
   CHECK(s.seed == 9);
   CHECK(s.engine.mode == EngineConfig::Mode::kCacheOnly);
   CHECK(s.cache.num_preallocate_tokens == 0);  // the cache_only default
-  const Scenario f = parse(kBase, {"workload.arrival={process: constant, rate_per_s: 5}"});
+  const Scenario f = parse_text(kBase, {"workload.arrival={process: constant, rate_per_s: 5}"});
   REQUIRE(f.workload.synthetic());
   CHECK(f.workload.synthetic()->arrival.process == ArrivalConfig::Process::kConstant);
   CHECK(f.workload.synthetic()->arrival.rate_per_s == 5.0);
 }
 
 TEST_CASE("malformed --set assignments are config errors", "[sim]") {
-  CHECK_THAT(error_of(kBase, {"cache.block_size"}), Catch::Contains("expected section.key=value"));
-  CHECK_THAT(error_of(kBase, {"cache..x=1"}), Catch::Contains("empty component"));
-  CHECK_THAT(error_of(kBase, {"seed.x=1"}), Catch::Contains("is not a mapping"));
-  CHECK_THAT(error_of(kBase, {"cache.blok_size=8"}), Catch::Contains("did you mean 'block_size'"));
+  CHECK_THAT(scenario_error(kBase, {"cache.block_size"}),
+             Catch::Contains("expected section.key=value"));
+  CHECK_THAT(scenario_error(kBase, {"cache..x=1"}), Catch::Contains("empty component"));
+  CHECK_THAT(scenario_error(kBase, {"seed.x=1"}), Catch::Contains("is not a mapping"));
+  CHECK_THAT(scenario_error(kBase, {"cache.blok_size=8"}),
+             Catch::Contains("did you mean 'block_size'"));
 }
 
 TEST_CASE("an unknown key is an error with a suggestion and a position", "[sim]") {
   const std::string text = kBase + "sheduler: {max_num_seqs: 3}\n";
-  const std::string e = error_of(text);
+  const std::string e = scenario_error(text);
   CHECK_THAT(e, Catch::Contains("s.yaml:8:1"));
   CHECK_THAT(e, Catch::Contains("did you mean 'scheduler'"));
-  CHECK_THAT(error_of(kBase + "outputs: {steps_evry: 3}\n"),
+  CHECK_THAT(scenario_error(kBase + "outputs: {steps_evry: 3}\n"),
              Catch::Contains("did you mean 'steps_every'"));
-  CHECK_THAT(error_of(kBase + "engine: {mode: cached}\n"), Catch::Contains("cache_only"));
+  CHECK_THAT(scenario_error(kBase + "engine: {mode: cached}\n"), Catch::Contains("cache_only"));
 }
 
 TEST_CASE("wrong types and out-of-range values are reported with the key", "[sim]") {
-  CHECK_THAT(error_of(kBase, {"cache.block_size=abc"}), Catch::Contains("cache.block_size"));
-  CHECK_THAT(error_of(kBase, {"cache.block_size=0"}), Catch::Contains("cache.block_size"));
-  CHECK_THAT(error_of(kBase, {"scheduler.max_num_seqs=-1"}),
+  CHECK_THAT(scenario_error(kBase, {"cache.block_size=abc"}), Catch::Contains("cache.block_size"));
+  CHECK_THAT(scenario_error(kBase, {"cache.block_size=0"}), Catch::Contains("cache.block_size"));
+  CHECK_THAT(scenario_error(kBase, {"scheduler.max_num_seqs=-1"}),
              Catch::Contains("scheduler.max_num_seqs"));
-  CHECK_THAT(error_of(kBase, {"cache.gpu_memory_utilization=1.5"}),
+  CHECK_THAT(scenario_error(kBase, {"cache.gpu_memory_utilization=1.5"}),
              Catch::Contains("gpu_memory_utilization"));
-  CHECK_THAT(error_of(kBase, {"outputs.trace_json=maybe"}), Catch::Contains("outputs.trace_json"));
-  CHECK_THAT(error_of(kBase, {"scheduler.max_model_len=1000000"}),
+  CHECK_THAT(scenario_error(kBase, {"outputs.trace_json=maybe"}),
+             Catch::Contains("outputs.trace_json"));
+  CHECK_THAT(scenario_error(kBase, {"scheduler.max_model_len=1000000"}),
              Catch::Contains("max_position_embeddings"));
-  CHECK_THAT(error_of(kBase, {"engine.profile=vllm-0.9"}), Catch::Contains("vllm-0.7.2"));
+  CHECK_THAT(scenario_error(kBase, {"engine.profile=vllm-0.9"}), Catch::Contains("vllm-0.7.2"));
 }
 
 TEST_CASE("a bad value given by --set names the --set argument", "[sim]") {
@@ -151,7 +141,7 @@ TEST_CASE("a bad value given by --set names the --set argument", "[sim]") {
   CHECK(set_error_of(kBase + "outputs: {steps_every: 0}\n", {"seed=4"}) ==
         "s.yaml:8:24: outputs.steps_every: 0 is out of range (must be in [1, 1099511627776])");
   // Without the origins (a tree --set by hand), the value has no position in the file.
-  CHECK(error_of(kBase, {"scheduler.max_num_seqs=-1"}).starts_with("s.yaml:"));
+  CHECK(scenario_error(kBase, {"scheduler.max_num_seqs=-1"}).starts_with("s.yaml:"));
 }
 
 TEST_CASE("a --set or --seed given to load_scenario names the argument", "[sim]") {
@@ -169,7 +159,7 @@ TEST_CASE("a model config file that does not exist is named with its key's posit
   const std::string text =
       "name: m\nmodel:\n  config: models/nope.json\n"
       "workload: {prompt_tokens: 1, output_tokens: 1}\n";
-  CHECK(error_of(text) ==
+  CHECK(scenario_error(text) ==
         "s.yaml:3:3: model.config: no such model config file 'models/nope.json' (looked beside "
         "the scenario and in the working directory)");
   CHECK(set_error_of(kBase, {"model.config=/no/such/config.json"}) ==
@@ -191,20 +181,20 @@ TEST_CASE("a model config file that does not exist is named with its key's posit
 }
 
 TEST_CASE("bad workload and latency sections are refused when the scenario loads", "[sim]") {
-  CHECK_THAT(error_of(kBase + "latency: {model: fited}\n"),
+  CHECK_THAT(scenario_error(kBase + "latency: {model: fited}\n"),
              Catch::Contains("did you mean 'fitted'"));
-  CHECK_THAT(error_of(kBase, {"workload.arrival={process: poison, rate_per_s: 1}"}),
+  CHECK_THAT(scenario_error(kBase, {"workload.arrival={process: poison, rate_per_s: 1}"}),
              Catch::Contains("did you mean 'poisson'"));
-  CHECK_THAT(error_of(kBase, {"workload={trace: {format: csv, path: /no/such.csv}}"}),
+  CHECK_THAT(scenario_error(kBase, {"workload={trace: {format: csv, path: /no/such.csv}}"}),
              Catch::Contains("no such trace file '/no/such.csv'"));
   // cache_only mode reads no latency model, but a bad one is still an error.
-  CHECK_THAT(error_of(kBase + "latency: {mfu: 3}\n", {"engine.mode=cache_only"}),
+  CHECK_THAT(scenario_error(kBase + "latency: {mfu: 3}\n", {"engine.mode=cache_only"}),
              Catch::Contains("latency.mfu: 3 is out of range"));
 }
 
 TEST_CASE("a model that does not fit in memory says by how much", "[sim]") {
   const std::string big = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/llama-3.1-70b.json";
-  const std::string e = error_of(kBase, {"model.config=" + big, "hardware.gpu=L4"});
+  const std::string e = scenario_error(kBase, {"model.config=" + big, "hardware.gpu=L4"});
   CHECK_THAT(e, Catch::Contains("does not fit"));
   CHECK_THAT(e, Catch::Contains("GiB"));
 }
@@ -213,20 +203,20 @@ TEST_CASE("the pool size needs a model or an explicit block count", "[sim]") {
   const std::string cache_only =
       "engine: {mode: cache_only}\ncache: {block_size: 512}\nworkload: {num_requests: 1, "
       "prompt_tokens: 5, output_tokens: 1}\n";
-  CHECK_THAT(error_of(cache_only), Catch::Contains("num_gpu_blocks_override"));
-  const Scenario s = parse(cache_only, {"cache.capacity_tokens=1000000"});
+  CHECK_THAT(scenario_error(cache_only), Catch::Contains("num_gpu_blocks_override"));
+  const Scenario s = parse_text(cache_only, {"cache.capacity_tokens=1000000"});
   CHECK(s.num_gpu_blocks == 1953);
-  CHECK_THAT(error_of(cache_only, {"cache.capacity_tokens=100"}),
+  CHECK_THAT(scenario_error(cache_only, {"cache.capacity_tokens=100"}),
              Catch::Contains("less than one block"));
   CHECK_THAT(
-      error_of(cache_only, {"cache.capacity_tokens=5000", "cache.num_gpu_blocks_override=3"}),
+      scenario_error(cache_only, {"cache.capacity_tokens=5000", "cache.num_gpu_blocks_override=3"}),
       Catch::Contains("not both"));
-  CHECK_THAT(error_of(cache_only, {"engine.mode=timed", "cache.capacity_tokens=5000"}),
+  CHECK_THAT(scenario_error(cache_only, {"engine.mode=timed", "cache.capacity_tokens=5000"}),
              Catch::Contains("model: required"));
 }
 
 TEST_CASE("the resolved YAML has every default and parses back to itself", "[sim]") {
-  const Scenario s = parse(kBase, {"cache.block_size=32"});
+  const Scenario s = parse_text(kBase, {"cache.block_size=32"});
   const std::string text = resolved_yaml(s);
   for (const char* key : {"max_num_batched_tokens", "num_preallocate_tokens", "steps_every",
                           "gpu_memory_utilization", "profile", "sample_every_steps"})
@@ -237,36 +227,38 @@ TEST_CASE("the resolved YAML has every default and parses back to itself", "[sim
 }
 
 TEST_CASE("a sweep expands to the cartesian product with named points", "[sim]") {
-  const Scenario s = parse(kBase +
-                           "sweep: {cache.block_size: [8, 16, 32], "
-                           "cache.enable_prefix_caching: [true, false]}\n");
+  const Scenario s = parse_text(kBase +
+                                "sweep: {cache.block_size: [8, 16, 32], "
+                                "cache.enable_prefix_caching: [true, false]}\n");
   const auto points = sweep_points(s);
   REQUIRE(points.size() == 6);
   CHECK(sweep_point_name(points[0]) == "cache.block_size=8,cache.enable_prefix_caching=true");
   CHECK(sweep_point_name(points[5]) == "cache.block_size=32,cache.enable_prefix_caching=false");
-  CHECK_THAT(error_of(kBase + "sweep: {cahce.block_size: [8]}\n"),
+  CHECK_THAT(scenario_error(kBase + "sweep: {cahce.block_size: [8]}\n"),
              Catch::Contains("did you mean 'cache'"));
-  CHECK_THAT(error_of(kBase + "sweep: {cache.block_size: 8}\n"), Catch::Contains("non-empty list"));
+  CHECK_THAT(scenario_error(kBase + "sweep: {cache.block_size: 8}\n"),
+             Catch::Contains("non-empty list"));
 }
 
 TEST_CASE("a sweep may list its points, each setting its own keys", "[sim]") {
-  const Scenario s = parse(kBase +
-                           "sweep:\n"
-                           "  - {cache.block_size: 8}\n"
-                           "  - {cache.block_size: 32, cache.enable_prefix_caching: false}\n"
-                           "  - {scheduler.max_num_seqs: 4}\n");
+  const Scenario s = parse_text(kBase +
+                                "sweep:\n"
+                                "  - {cache.block_size: 8}\n"
+                                "  - {cache.block_size: 32, cache.enable_prefix_caching: false}\n"
+                                "  - {scheduler.max_num_seqs: 4}\n");
   CHECK(s.sweep.empty());
   const auto points = sweep_points(s);
   REQUIRE(points.size() == 3);
   CHECK(sweep_point_name(points[0]) == "cache.block_size=8");
   CHECK(sweep_point_name(points[1]) == "cache.block_size=32,cache.enable_prefix_caching=false");
   CHECK(sweep_point_name(points[2]) == "scheduler.max_num_seqs=4");
-  CHECK_THAT(error_of(kBase + "sweep:\n  - {cahce.block_size: 8}\n"),
+  CHECK_THAT(scenario_error(kBase + "sweep:\n  - {cahce.block_size: 8}\n"),
              Catch::Contains("did you mean 'cache'"));
-  CHECK_THAT(error_of(kBase + "sweep:\n  - {cache.block_size: 8}\n  - 16\n"),
+  CHECK_THAT(scenario_error(kBase + "sweep:\n  - {cache.block_size: 8}\n  - 16\n"),
              Catch::Contains("sweep[1]: expected a mapping of dotted keys to values"));
-  CHECK_THAT(error_of(kBase + "sweep: []\n"), Catch::Contains("non-empty list of points"));
-  CHECK_THAT(error_of(kBase + "sweep:\n  - {}\n"), Catch::Contains("sweep[0]: expected a mapping"));
+  CHECK_THAT(scenario_error(kBase + "sweep: []\n"), Catch::Contains("non-empty list of points"));
+  CHECK_THAT(scenario_error(kBase + "sweep:\n  - {}\n"),
+             Catch::Contains("sweep[0]: expected a mapping"));
 }
 
 TEST_CASE("random mutations of a scenario either load or raise ConfigError", "[sim]") {
@@ -332,7 +324,7 @@ TEST_CASE("random mutations of a scenario either load or raise ConfigError", "[s
       sets.push_back(keys[rng() % keys.size()] + "=" + values[rng() % values.size()]);
     INFO("seed 12345 iteration " << iter << ": " << sets[0]);
     try {
-      const Scenario s = parse(text, sets);
+      const Scenario s = parse_text(text, sets);
       // Build what a run builds before it writes anything, and draw a few requests.
       auto src = make_request_source(s.workload, s.seed, 32000);
       if (s.engine.mode == EngineConfig::Mode::kTimed) (void)make_step_time(s);
@@ -369,7 +361,7 @@ TEST_CASE("random byte edits of scenario text either load or raise ConfigError",
     }
     INFO("seed 777 iteration " << iter);
     try {
-      (void)parse(t);
+      (void)parse_text(t);
     } catch (const ConfigError&) {
     }
   }

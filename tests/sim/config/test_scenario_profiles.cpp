@@ -10,8 +10,11 @@
 #include "core/engine_factory.h"
 #include "sim/common/rng.h"
 #include "sim/config/scenario.h"
+#include "sim_test_util.h"
 
 using namespace kvsim;
+using kvsim::test::parse_text;
+using kvsim::test::scenario_error;
 
 namespace {
 
@@ -31,25 +34,10 @@ std::string base(const std::string& profile, const std::string& model = "qwen2-1
          "workload: {num_requests: 10, prompt_tokens: 100, output_tokens: 10}\n";
 }
 
-Scenario parse(const std::string& text, const std::vector<std::string>& sets = {}) {
-  YAML::Node root = load_yaml_string(text, "s.yaml");
-  for (const auto& a : sets) apply_set(root, a);
-  return parse_scenario(root, "s.yaml");
-}
-
-std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
-  try {
-    (void)parse(text, sets);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("engine.profile vllm-0.8.5 reaches the engine and the resolved YAML", "[sim]") {
-  const Scenario s = parse(base("vllm-0.8.5"), {"scheduler.long_prefill_token_threshold=256"});
+  const Scenario s = parse_text(base("vllm-0.8.5"), {"scheduler.long_prefill_token_threshold=256"});
   CHECK(s.engine.profile == Profile::kVllm085);
   CHECK(s.scheduler.long_prefill_token_threshold == 256);
   const EngineParams p = s.engine_params();
@@ -60,16 +48,17 @@ TEST_CASE("engine.profile vllm-0.8.5 reaches the engine and the resolved YAML", 
   CHECK_THAT(y, Catch::Contains("profile: vllm-0.8.5"));
   CHECK_THAT(y, Catch::Contains("long_prefill_token_threshold: 256"));
   // Resolving is a fixed point.
-  CHECK(resolved_yaml(parse(y)) == y);
+  CHECK(resolved_yaml(parse_text(y)) == y);
   // 0 (vLLM's default: off) is written too, and every profile accepts it.
-  const std::string y072 = resolved_yaml(parse(base("vllm-0.7.2")));
+  const std::string y072 = resolved_yaml(parse_text(base("vllm-0.7.2")));
   CHECK_THAT(y072, Catch::Contains("long_prefill_token_threshold: 0"));
-  CHECK(resolved_yaml(parse(y072)) == y072);
-  CHECK_THAT(error_of(base("vllm-0.8.4")), Catch::Contains("did you mean 'vllm-0.8.5'"));
+  CHECK(resolved_yaml(parse_text(y072)) == y072);
+  CHECK_THAT(scenario_error(base("vllm-0.8.4")), Catch::Contains("did you mean 'vllm-0.8.5'"));
 }
 
 TEST_CASE("vllm-0.7.2 refuses long_prefill_token_threshold at its line and column", "[sim]") {
-  const std::string e = error_of(base("vllm-0.7.2"), {"scheduler.long_prefill_token_threshold=8"});
+  const std::string e =
+      scenario_error(base("vllm-0.7.2"), {"scheduler.long_prefill_token_threshold=8"});
   CHECK_THAT(e, Catch::Contains("scheduler.long_prefill_token_threshold"));
   CHECK_THAT(e, Catch::Contains("vllm-0.7.2 (vLLM's release) has no such setting"));
   const std::string text =
@@ -81,18 +70,18 @@ TEST_CASE("vllm-0.7.2 refuses long_prefill_token_threshold at its line and colum
       "scheduler:\n"
       "  long_prefill_token_threshold: 64\n"
       "workload: {num_requests: 10, prompt_tokens: 100, output_tokens: 10}\n";
-  CHECK_THAT(error_of(text), Catch::StartsWith("s.yaml:5:33:"));
-  CHECK_THAT(error_of(text, {"engine.profile=vllm-0.8.5"}), Catch::Equals(""));
-  CHECK_THAT(error_of(base("vllm-0.8.5"), {"scheduler.long_prefill_token_threshold=-1"}),
+  CHECK_THAT(scenario_error(text), Catch::StartsWith("s.yaml:5:33:"));
+  CHECK_THAT(scenario_error(text, {"engine.profile=vllm-0.8.5"}), Catch::Equals(""));
+  CHECK_THAT(scenario_error(base("vllm-0.8.5"), {"scheduler.long_prefill_token_threshold=-1"}),
              Catch::Contains("long_prefill_token_threshold"));
-  CHECK_THAT(error_of(base("vllm-0.8.5"), {"scheduler.long_prefil_token_threshold=1"}),
+  CHECK_THAT(scenario_error(base("vllm-0.8.5"), {"scheduler.long_prefil_token_threshold=1"}),
              Catch::Contains("did you mean 'long_prefill_token_threshold'"));
 }
 
 TEST_CASE("a model's sliding window reaches the KV cache config", "[sim]") {
-  const Scenario m = parse(base("vllm-0.8.5", "mistral-7b"));
+  const Scenario m = parse_text(base("vllm-0.8.5", "mistral-7b"));
   CHECK(m.kv_cache_config().sliding_window == 4096);
-  CHECK(parse(base("vllm-0.8.5")).kv_cache_config().sliding_window == 0);  // qwen2: off
+  CHECK(parse_text(base("vllm-0.8.5")).kv_cache_config().sliding_window == 0);  // qwen2: off
   // A window no longer than a block: vLLM v0.8.5 would fail an assertion; v0.7.2 ignores it.
   const std::string tiny =
       "name: p\nengine: {profile: vllm-0.8.5}\n"
@@ -100,17 +89,17 @@ TEST_CASE("a model's sliding window reaches the KV cache config", "[sim]") {
       "hidden_size: 256, vocab_size: 1000, sliding_window: 16}\n"
       "cache: {block_size: 16, num_gpu_blocks_override: 100}\n"
       "workload: {num_requests: 1, prompt_tokens: 10, output_tokens: 2}\n";
-  CHECK_THAT(error_of(tiny), Catch::Contains("cache.block_size: 16 is not shorter than the "
-                                             "model's sliding_window (16)"));
-  CHECK(error_of(tiny, {"cache.block_size=8"}).empty());
-  CHECK(error_of(tiny, {"cache.enable_prefix_caching=false"}).empty());
-  CHECK(error_of(tiny, {"engine.profile=vllm-0.7.2"}).empty());
+  CHECK_THAT(scenario_error(tiny), Catch::Contains("cache.block_size: 16 is not shorter than the "
+                                                   "model's sliding_window (16)"));
+  CHECK(scenario_error(tiny, {"cache.block_size=8"}).empty());
+  CHECK(scenario_error(tiny, {"cache.enable_prefix_caching=false"}).empty());
+  CHECK(scenario_error(tiny, {"engine.profile=vllm-0.7.2"}).empty());
 }
 
 TEST_CASE("random profile, threshold and window settings load or raise ConfigError", "[sim]") {
   const std::vector<std::pair<std::string, std::vector<std::string>>> axes = {
-      {"engine.profile", {"vllm-0.7.2", "vllm-0.8.5", "vllm-0.20", "vllm-0.8", "''", "1",
-                          "vllm-0.7.2-v0"}},
+      {"engine.profile",
+       {"vllm-0.7.2", "vllm-0.8.5", "vllm-0.20", "vllm-0.8", "''", "1", "vllm-0.7.2-v0"}},
       {"scheduler.long_prefill_token_threshold", {"0", "1", "16", "-3", "abc", "1e12"}},
       {"model.sliding_window", {"1", "15", "16", "17", "4096", "0", "-1", "~"}},
       {"cache.block_size", {"1", "16", "32", "0"}},
@@ -146,7 +135,7 @@ TEST_CASE("random profile, threshold and window settings load or raise ConfigErr
       if (rng() % 4 == 0) sets.push_back(key + "=" + values[rng() % values.size()]);
     INFO("seed 4242 iteration " << iter << ": " << (sets.empty() ? "" : sets[0]));
     try {
-      const Scenario s = parse(text, sets);
+      const Scenario s = parse_text(text, sets);
       // Whatever loads builds an engine without tripping an assertion.
       const auto engine = make_engine(s.engine_params());
       CHECK(engine->profile() == s.engine.profile);
@@ -168,38 +157,39 @@ TEST_CASE("random profile, threshold and window settings load or raise ConfigErr
 TEST_CASE("vllm-0.20's scheduler keys: on by default, refused by the older releases", "[sim]") {
   // (A pool of 500 blocks holds one request of 4096 tokens: vLLM v0.20's start-up check.)
   const std::string len = "scheduler.max_model_len=4096";
-  const Scenario s = parse(base("vllm-0.20"), {len});
+  const Scenario s = parse_text(base("vllm-0.20"), {len});
   CHECK(s.scheduler.async_scheduling);  // vLLM v0.20.1's engine defaults
   CHECK(s.scheduler.scheduler_reserve_full_isl);
   const std::string y = resolved_yaml(s);
   CHECK_THAT(y, Catch::Contains("async_scheduling: true"));
   CHECK_THAT(y, Catch::Contains("scheduler_reserve_full_isl: true"));
-  CHECK(resolved_yaml(parse(y)) == y);
-  const Scenario off = parse(base("vllm-0.20"), {len, "scheduler.async_scheduling=false",
-                                                 "scheduler.scheduler_reserve_full_isl=false"});
+  CHECK(resolved_yaml(parse_text(y)) == y);
+  const Scenario off = parse_text(
+      base("vllm-0.20"),
+      {len, "scheduler.async_scheduling=false", "scheduler.scheduler_reserve_full_isl=false"});
   CHECK_FALSE(off.engine_params().scheduler.async_scheduling);
   CHECK_FALSE(off.engine_params().scheduler.scheduler_reserve_full_isl);
   // The older releases have neither key: absent from their resolved YAML, refused at the key.
   for (const char* p : {"vllm-0.7.2", "vllm-0.8.5"}) {
     INFO(p);
-    const std::string old = resolved_yaml(parse(base(p)));
+    const std::string old = resolved_yaml(parse_text(base(p)));
     CHECK_THAT(old, !Catch::Contains("async_scheduling"));
     CHECK_THAT(old, !Catch::Contains("scheduler_reserve_full_isl"));
     for (const char* key : {"scheduler.async_scheduling", "scheduler.scheduler_reserve_full_isl"}) {
-      const std::string e = error_of(base(p), {std::string(key) + "=false"});
+      const std::string e = scenario_error(base(p), {std::string(key) + "=false"});
       CHECK_THAT(e, Catch::Contains(std::string(key) + ": " + p + " (vLLM's release) has no such"));
     }
   }
-  CHECK_THAT(error_of(base("vllm-0.20"), {len, "scheduler.async_scheduling=maybe"}),
+  CHECK_THAT(scenario_error(base("vllm-0.20"), {len, "scheduler.async_scheduling=maybe"}),
              Catch::Contains("async_scheduling"));
-  CHECK_THAT(error_of(base("vllm-0.20"), {len, "scheduler.async_schedulng=true"}),
+  CHECK_THAT(scenario_error(base("vllm-0.20"), {len, "scheduler.async_schedulng=true"}),
              Catch::Contains("did you mean 'async_scheduling'"));
 }
 
 TEST_CASE("vllm-0.20 runs a hybrid model with one KV cache group per attention type", "[sim]") {
   // gpt-oss: alternating sliding-window (128) and full-attention layers, sliding window first.
   const std::string len = "scheduler.max_model_len=2048";
-  const Scenario s = parse(base("vllm-0.20", "gpt-oss-20b"), {len});
+  const Scenario s = parse_text(base("vllm-0.20", "gpt-oss-20b"), {len});
   const KVCacheConfig c = s.kv_cache_config();
   REQUIRE(c.kv_cache_groups.size() == 2);
   CHECK(c.kv_cache_groups[0].kind == KVGroupKind::kSlidingWindow);
@@ -208,9 +198,9 @@ TEST_CASE("vllm-0.20 runs a hybrid model with one KV cache group per attention t
   const auto engine = make_engine(s.engine_params());
   CHECK(engine->num_kv_cache_groups() == 2);
   // A one-type model keeps one group; the older releases manage one table whatever the model.
-  CHECK(parse(base("vllm-0.20"), {len}).kv_cache_config().kv_cache_groups.size() == 1);
-  CHECK(parse(base("vllm-0.8.5", "gpt-oss-20b")).kv_cache_config().kv_cache_groups.empty());
-  CHECK(make_engine(parse(base("vllm-0.8.5", "gpt-oss-20b")).engine_params())
+  CHECK(parse_text(base("vllm-0.20"), {len}).kv_cache_config().kv_cache_groups.size() == 1);
+  CHECK(parse_text(base("vllm-0.8.5", "gpt-oss-20b")).kv_cache_config().kv_cache_groups.empty());
+  CHECK(make_engine(parse_text(base("vllm-0.8.5", "gpt-oss-20b")).engine_params())
             ->num_kv_cache_groups() == 1);
 }
 
@@ -220,10 +210,11 @@ TEST_CASE("a model mixing sliding-window and full layers is all full attention b
   // full attention (one KV cache type per pool); v0.20 gives them their own group; a window on
   // every layer (Mistral-7B v0.1) stays a window under v0.8.5.
   const std::vector<std::string> len = {"scheduler.max_model_len=2048"};
-  CHECK(parse(base("vllm-0.8.5", "gpt-oss-20b"), len).kv_cache_config().sliding_window == 0);
-  CHECK(parse(base("vllm-0.8.5", "gemma-3-27b-it"), len).kv_cache_config().sliding_window == 0);
-  const KVCacheConfig hybrid = parse(base("vllm-0.20", "gpt-oss-20b"), len).kv_cache_config();
+  CHECK(parse_text(base("vllm-0.8.5", "gpt-oss-20b"), len).kv_cache_config().sliding_window == 0);
+  CHECK(parse_text(base("vllm-0.8.5", "gemma-3-27b-it"), len).kv_cache_config().sliding_window ==
+        0);
+  const KVCacheConfig hybrid = parse_text(base("vllm-0.20", "gpt-oss-20b"), len).kv_cache_config();
   REQUIRE(hybrid.kv_cache_groups.size() == 2);
   CHECK(hybrid.kv_cache_groups[0].sliding_window == 128);
-  CHECK(parse(base("vllm-0.8.5", "mistral-7b"), len).kv_cache_config().sliding_window == 4096);
+  CHECK(parse_text(base("vllm-0.8.5", "mistral-7b"), len).kv_cache_config().sliding_window == 4096);
 }

@@ -20,6 +20,8 @@
 
 namespace fs = std::filesystem;
 
+using kvsim::test::lines_of;
+
 namespace {
 
 /// The case folders under tests/cases that kvsim must reproduce.
@@ -28,13 +30,6 @@ constexpr const char* kTimedCaseFolders[] = {
     "timed-vllm-0.8.5.post1",
     "timed-vllm-0.20.1",
 };
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
 
 /// Runs the case in `dir` and compares its outputs with dir/expected.
 void check_case(const fs::path& dir) {

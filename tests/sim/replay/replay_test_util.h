@@ -4,12 +4,11 @@
 
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "tests/common/util.h"
 
 namespace kvsim::test {
 
@@ -36,22 +35,6 @@ inline bool same_json(const nlohmann::json& a, const nlohmann::json& b) {
     return true;
   }
   return a == b;
-}
-
-/// The lines of `text` (no trailing empty line).
-inline std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream ss(text);
-  for (std::string line; std::getline(ss, line);) lines.push_back(line);
-  return lines;
-}
-
-/// The file's lines (none when it cannot be read).
-inline std::vector<std::string> read_lines(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
 }
 
 /// "" when `got` equals `want` line for line (same_json), else the first difference.

@@ -23,9 +23,9 @@
 
 namespace fs = std::filesystem;
 using kvsim::test::compare_lines;
+using kvsim::test::lines_of;
 using kvsim::test::read_lines;
 using kvsim::test::same_json;
-using kvsim::test::split_lines;
 using nlohmann::json;
 
 namespace {
@@ -51,7 +51,7 @@ std::string replay_and_compare(kvsim::Profile profile, const fs::path& trace,
   kvsim::V1Replayer replayer(profile, kvsim::ReplayOptions{check_invariants});
   std::string out;
   for (const std::string& line : read_lines(trace)) replayer.process_line(line, out);
-  return compare_lines(split_lines(out), read_lines(expected));
+  return compare_lines(lines_of(out), read_lines(expected));
 }
 
 std::vector<fs::path> case_traces(const fs::path& dir) {

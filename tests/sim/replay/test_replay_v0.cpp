@@ -17,8 +17,8 @@
 
 namespace fs = std::filesystem;
 using kvsim::test::compare_lines;
+using kvsim::test::lines_of;
 using kvsim::test::read_lines;
-using kvsim::test::split_lines;
 using nlohmann::json;
 
 namespace {
@@ -28,7 +28,7 @@ const fs::path kV0Cases = fs::path(KVSIM_CASES_DIR) / "vllm-0.7.2-v0";
 std::vector<std::string> run(kvsim::V0Replayer& r, const std::vector<std::string>& lines) {
   std::string out;
   for (const auto& l : lines) r.process_line(l, out);
-  return split_lines(out);
+  return lines_of(out);
 }
 
 bool is_error(const std::string& line) { return json::parse(line).contains("error"); }
