@@ -163,9 +163,9 @@ KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
   // full-attention group is the one table per request of the earlier releases (its shared blocks
   // a prefix), its cached blocks the first num_cached_block of the table.
   const KVCacheCoordinator* coord = kv_.coordinator();
-  const bool grouped = coord != nullptr;
-  if (grouped && (coord->num_groups() > 1 || coord->manager(0).skips_blocks() ||
-                  coord->manager(0).block_size() != bs))
+  const bool group_tables = coord != nullptr;  // the tables live in Request::kv_groups
+  if (group_tables && (coord->num_groups() > 1 || coord->manager(0).skips_blocks() ||
+                       coord->manager(0).block_size() != bs))
     return kv_breakdown_groups(final_kv_tokens, by_group);
   KVBreakdown b;
   std::int64_t used_blocks = 0, used_hashed = 0;
@@ -184,9 +184,9 @@ KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
     ++used_blocks;
     ++used_hashed;
   };
-  const bool window = !grouped && kv_.specialized_manager().skips_blocks();
+  const bool window = !group_tables && kv_.specialized_manager().skips_blocks();
   for (const Request* r : running_) {
-    const std::vector<BlockId>& table = grouped ? r->kv_groups[0].blocks : r->blocks;
+    const std::vector<BlockId>& table = group_tables ? r->kv_groups[0].blocks : r->blocks;
     const auto nb = static_cast<std::int64_t>(table.size());
     const std::int64_t idx = r->index();
     const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()
@@ -228,7 +228,7 @@ KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
     used_blocks += nb - ks;
     if (caching) {
       // v0.20 caches output blocks a step late under async scheduling: its count says which.
-      const std::int64_t cached = grouped
+      const std::int64_t cached = group_tables
                                       ? std::max<std::int64_t>(r->kv_groups[0].num_cached_block, 0)
                                       : r->num_computed_tokens / bs;
       used_hashed += std::max<std::int64_t>(0, std::min(cached, nb) - ks);
