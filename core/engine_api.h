@@ -4,9 +4,10 @@
 //
 // A step is: schedule(out) -> the caller times the batch and sets, for every scheduled request
 // whose tokens are all computed after this step, the token the model samples
-// (Request::sampled_token; V1 engines take it from Request::planned_outputs when the caller
-// planned the outputs up front) -> update_from_output(outputs). Dispatch is virtual once per step
-// (or per request for add/abort), never per block: families keep their hot loops inside.
+// (Request::sampled_token; or the caller plans every output up front in
+// Request::planned_outputs, which every engine reads first) -> update_from_output(outputs).
+// Dispatch is virtual once per step (or per request for add/abort), never per block: families keep
+// their hot loops inside.
 //
 // Everything here is family-neutral. A family's own state (V1's block pool, V0's CPU pool and
 // swapped queue, the contiguous allocator's extents) is reached through the read-only views below,
@@ -233,9 +234,10 @@ class EngineCore {
   /// add_request does, as a group that holds seats for 1 + children.size() sequences; when the
   /// parent samples its first token, each child (a Request with the parent's prompt and no
   /// output, owned by the caller like the parent) joins the group as a fork sharing the parent's
-  /// blocks (copy-on-write), with its `sampled_token` (set by the caller beforehand) as its first
-  /// token. From then on each child is scheduled, reported and finished as a request of its own;
-  /// aborting the parent aborts them all. Precondition: supports_forking().
+  /// blocks (copy-on-write), with its next_sampled_token() (its first planned output, or its
+  /// `sampled_token` set by the caller beforehand) as its first token. From then on each child is
+  /// scheduled, reported and finished as a request of its own; aborting the parent aborts them all.
+  /// Precondition: supports_forking().
   virtual void add_forking_request(Request& parent, std::span<Request* const> children);
 
   /// cache_only studies (no scheduler, no time): looks the prompt up in the prefix cache with the

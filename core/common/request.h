@@ -120,10 +120,10 @@ class Request {
   std::int64_t num_scheduled_tokens = 0;
   Token sampled_token = 0;
   /// The tokens the model will sample for this request, in order, when the caller knows them up
-  /// front (the simulator plans every output): V1 engines then take output k from here rather
-  /// than from sampled_token, which needs no per-step write for steps still in flight.
+  /// front (the simulator plans every output): engines then take output k from here rather than
+  /// from sampled_token, which needs no per-step write (nor one for steps still in flight).
   std::span<const Token> planned_outputs;
-  /// What a V1 engine appends as the next output: planned_outputs[num_output_tokens()] while the
+  /// What an engine appends as the next output: planned_outputs[num_output_tokens()] while the
   /// plan lasts, else sampled_token.
   Token next_sampled_token() const {
     const auto k = static_cast<std::size_t>(num_output_tokens());

@@ -171,9 +171,10 @@ void ContiguousScheduler::update_from_output(std::vector<RequestOutput>& outputs
     KVSIM_ASSERT(req.num_computed_tokens <= req.num_tokens() &&
                  req.num_computed_tokens <= ext.length);
     if (n > 0 && req.num_computed_tokens == req.num_tokens()) {
-      req.append_output_token(req.sampled_token);
+      const Token token = req.next_sampled_token();
+      req.append_output_token(token);
       const bool stopped = check_stop(req);
-      outputs.push_back({&req, req.sampled_token, stopped});
+      outputs.push_back({&req, token, stopped});
       if (stopped) {
         alloc_.free(ext.offset, ext.length);
         continue;

@@ -32,16 +32,16 @@ RequestStatus request_status(SeqStatus s) {
   return RequestStatus::kFinishedAborted;
 }
 
-/// The simulator's sampled tokens: Request::sampled_token of every sampling sequence; a group's
-/// pending children fork from its first sequence at its first sample.
+/// The caller's sampled tokens: Request::next_sampled_token() of every sampling sequence; a
+/// group's pending children fork from its first sequence at its first sample.
 class RequestSamples final : public SampleSource {
  public:
   Token token(const SequenceGroup& /*g*/, const Sequence& seq) override {
-    return seq.request()->sampled_token;
+    return seq.request()->next_sampled_token();
   }
   void forks(const SequenceGroup& g, const Sequence& parent, std::vector<Fork>& out) override {
     if (!g.is_single_seq() || g.pending_forks.empty() || &parent != g.first_seq()) return;
-    for (Request* c : g.pending_forks) out.push_back({-1, c->sampled_token, c});
+    for (Request* c : g.pending_forks) out.push_back({-1, c->next_sampled_token(), c});
   }
 };
 

@@ -24,9 +24,6 @@ Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn
   const Profile profile = scenario.engine.profile;
   stop_tokens_before_length_ = profile_info(profile).family == EngineFamily::kV1 &&
                                v1_policy(profile).stop_tokens_before_length;
-  // V1 engines take their samples from Request::planned_outputs (set at admission); the others
-  // read sampled_token, which the synchronous loop sets at each step.
-  set_sampled_ = profile_info(profile).family != EngineFamily::kV1;
   for (AsyncStep& a : async_steps_) {
     a.view.engine = core_.get();
     a.view.out = &a.out;
@@ -63,8 +60,7 @@ void Simulator::fail_cannot_fit(const Request& r) const {
                   r.num_prompt_tokens(), r.num_output_tokens(), scenario_.num_gpu_blocks));
 }
 
-void Simulator::describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs now,
-                              bool set_sampled) {
+void Simulator::describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs now) {
   v.step = step_;
   v.start_ns = now;
   v.prefill_tokens = v.decode_tokens = v.num_prefill_seqs = v.sum_context_tokens = 0;
@@ -77,10 +73,6 @@ void Simulator::describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs
   for (const ScheduledRequest& sr : out.scheduled) {
     Request& r = *sr.request;
     Live& l = live_[static_cast<std::size_t>(r.index())];
-    // What the model samples at this step's end for a request whose tokens are then all
-    // computed (read by update_from_output).
-    if (set_sampled && sr.num_computed_tokens + sr.num_tokens == r.num_tokens())
-      r.sampled_token = l.outputs[static_cast<std::size_t>(r.num_output_tokens())];
     if (l.first_scheduled_ns < 0) {
       l.first_scheduled_ns = now;
       l.first_lookup_hit_tokens = sr.num_computed_tokens;
@@ -125,7 +117,7 @@ void Simulator::start_step() {
   }
   const SimTimeNs now = engine_.now();
   StepView& v = view_;
-  describe_step(v, out_, now, set_sampled_);
+  describe_step(v, out_, now);
   SimTimeNs dur = step_time_ ? step_time_(v) : 1;
   if (dur < 1) dur = 1;  // time must advance for the run to make progress
   v.end_ns = now + dur;
@@ -225,7 +217,7 @@ void Simulator::start_step_async() {
                                static_cast<double>(now) / 1e9));
   }
   StepView& v = a.view;
-  describe_step(v, a.out, now, /*set_sampled=*/false);
+  describe_step(v, a.out, now);
   v.step = step_ + executed_in_flight;
   SimTimeNs dur = 0;  // an empty batch runs no forward pass
   if (a.executed) {

@@ -136,7 +136,7 @@ class Simulator {
   /// Fills `v` with the batch features of `out` (scheduled at `now`); `set_sampled` gives every
   /// request whose tokens this step completes the token it samples (the synchronous loop, for
   /// engines that read sampled_token).
-  void describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs now, bool set_sampled);
+  void describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs now);
   /// vLLM v0.20's async scheduling: EngineCore's batch queue of two steps (step k+1 scheduled
   /// before step k's tokens are known; a step's outputs applied at its end, in order).
   void start_step_async();
@@ -228,7 +228,6 @@ class Simulator {
     bool executed = false;  // it scheduled tokens (a forward pass)
   };
   bool async_ = false;
-  bool set_sampled_ = true;  // the engine reads Request::sampled_token (V0, contiguous)
   AsyncStep async_steps_[2];
   int async_head_ = 0;
   int async_count_ = 0;

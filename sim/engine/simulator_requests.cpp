@@ -176,7 +176,7 @@ void Simulator::make_request(std::int64_t slot) {
   l.request = std::make_unique<Request>(slot, std::move(spec.prompt), std::move(limits),
                                         std::vector<MMPlaceholder>{}, num_outputs);
   l.request->oracle_final_num_tokens = l.request->num_tokens() + num_outputs;
-  l.request->planned_outputs = l.outputs;  // V1 engines read their samples from it
+  l.request->planned_outputs = l.outputs;  // every engine reads its samples from it
   // Size the per-request tables once: the step loop then never grows them.
   core_->reserve_request(*l.request, final_kv_tokens_[s] + 1);
   spec.prompt.clear();
@@ -194,7 +194,6 @@ void Simulator::admit(std::int64_t slot) {
   for (std::int64_t c : l.fork_children) {
     make_request(c);
     Live& child = live_[static_cast<std::size_t>(c)];
-    child.request->sampled_token = child.outputs.front();
     fork_requests_.push_back(child.request.get());
   }
   core_->add_forking_request(*l.request, fork_requests_);

@@ -15,10 +15,10 @@
 #include <string>
 
 #include "core/v1/scheduler.h"
-#include "sim/metrics/metrics.h"
 #include "sim/config/scenario.h"
-#include "sim/run/run_scenario.h"
+#include "sim/metrics/metrics.h"
 #include "sim/metrics/writers.h"
+#include "sim/run/run_scenario.h"
 #include "sim_test_util.h"
 
 using namespace kvsim;
@@ -101,7 +101,8 @@ struct BreakdownChecker : StepObserver {
     const KVBreakdown fast = sched.kv_breakdown(sim->final_kv_tokens());
     const KVBreakdown slow = walk_breakdown(sched, sim->final_kv_tokens());
     const BlockPool& pool = sched.kv_cache_manager().pool();
-    REQUIRE(fast.total() == std::int64_t{pool.num_blocks()} * sched.kv_cache_manager().block_size());
+    REQUIRE(fast.total() ==
+            std::int64_t{pool.num_blocks()} * sched.kv_cache_manager().block_size());
     REQUIRE(fast.token_states == slow.token_states);
     REQUIRE(fast.reservation == slow.reservation);
     REQUIRE(fast.internal_fragmentation == slow.internal_fragmentation);
@@ -118,8 +119,7 @@ struct BreakdownChecker : StepObserver {
 
 }  // namespace
 
-TEST_CASE("adding n equal samples at once equals n single adds, across the exact limit",
-          "[sim]") {
+TEST_CASE("adding n equal samples at once equals n single adds, across the exact limit", "[sim]") {
   kvsim::QuantileSketch one, bulk;
   kvsim::PromHistogram h_one, h_bulk;
   h_one.init({0.5, 1, 2});
@@ -139,7 +139,8 @@ TEST_CASE("adding n equal samples at once equals n single adds, across the exact
   CHECK(bulk.count() == one.count());
   CHECK(bulk.mean() == one.mean());
   CHECK(bulk.stddev() == one.stddev());
-  for (double p : {0.0, 1.0, 50.0, 99.0, 99.99, 100.0}) CHECK(bulk.percentile(p) == one.percentile(p));
+  for (double p : {0.0, 1.0, 50.0, 99.0, 99.99, 100.0})
+    CHECK(bulk.percentile(p) == one.percentile(p));
   CHECK(one.percentile(100) > 1e9);  // the largest run is seen
   CHECK(h_bulk.counts == h_one.counts);
   CHECK(h_bulk.sum == h_one.sum);  // bit for bit: the same additions in the same order
@@ -219,6 +220,28 @@ TEST_CASE("a workload that stops at EOS finishes with reason stop at its sampled
   CHECK(capped_rows[1][13] == "length");
 }
 
+TEST_CASE("every engine family appends the simulator's planned outputs: EOS stops them all",
+          "[sim]") {
+  // The simulator plans every output up front (Request::planned_outputs); an engine that appended
+  // anything else would miss the planned EOS and finish on length instead.
+  TempDir tmp("eos-families");
+  RunOptions opt;
+  opt.step_time = constant_ms(10);
+  for (const char* profile : {"vllm-0.7.2", "vllm-0.8.5", "vllm-0.20", "vllm-0.7.2-v0", "orca-max",
+                              "orca-pow2", "orca-oracle"}) {
+    INFO(profile);
+    const Scenario s = scenario_from(
+        "engine: {profile: " + std::string(profile) + "}\n" +
+        timed_yaml("{block_size: 16, num_gpu_blocks_override: 64}", "{max_model_len: 512}",
+                   "{arrival: {process: all_at_once}, num_requests: 4, prompt_tokens: 32, "
+                   "output_tokens: {uniform: {min: 3, max: 9}}, ignore_eos: false, "
+                   "eos_token_id: 2}"));
+    const auto rows = read_csv(run_scenario(s, tmp.path / profile, opt).folder / "requests.csv");
+    REQUIRE(rows.size() == 5);
+    for (std::size_t i = 1; i < rows.size(); ++i) CHECK(rows[i][13] == "stop");
+  }
+}
+
 TEST_CASE("queueing delay is counted when the batch is full", "[sim]") {
   TempDir tmp("queue");
   // max_num_seqs 1: the second request waits for the first to finish (4 steps of 10 ms).
@@ -264,10 +287,10 @@ TEST_CASE("a burst of trace arrivals: the scheduler sees the queue's head, steps
     for (int i = 0; i < 30; ++i) f << "0,40,3,0,32\n";
   }
   for (const int blocks : {64, 12}) {
-    const Scenario s = scenario_from(timed_yaml(
-        "{block_size: 16, num_gpu_blocks_override: " + std::to_string(blocks) + "}",
-        "{max_model_len: 2048, max_num_seqs: 4}",
-        "{trace: {format: csv, path: " + trace.string() + "}}"));
+    const Scenario s = scenario_from(
+        timed_yaml("{block_size: 16, num_gpu_blocks_override: " + std::to_string(blocks) + "}",
+                   "{max_model_len: 2048, max_num_seqs: 4}",
+                   "{trace: {format: csv, path: " + trace.string() + "}}"));
     RunOptions opt;
     opt.step_time = constant_ms(1);
     const RunResult r = run_scenario(s, tmp.path / std::to_string(blocks), opt);
