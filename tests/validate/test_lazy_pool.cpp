@@ -21,35 +21,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using kvsim::validate::test::cpu_options;
 using kvsim::validate::test::kSmall;
 using kvsim::validate::test::out_dir;
-
-ValidationOptions cpu_options(std::int64_t sample_every) {
-  return kvsim::validate::test::options(kernels::BackendKind::kCpu, kernels::DType::kBF16,
-                                        sample_every);
-}
+using kvsim::validate::test::require_same_records;
 
 std::vector<StepTraits> survey_of(const Scenario& s) {
   const ValidationHarness h(s, cpu_options(1));
   return survey_run(s, make_step_time(s), h.cost_model(), s.cache.sizing.block_size);
-}
-
-void require_same_records(const ValidationRunResult& lazy, const ValidationRunResult& eager) {
-  REQUIRE(lazy.records.size() == eager.records.size());
-  CHECK(lazy.fault_step == eager.fault_step);
-  for (std::size_t i = 0; i < lazy.records.size(); ++i) {
-    const ValidationRecord& a = lazy.records[i];
-    const ValidationRecord& b = eager.records[i];
-    INFO("step " << a.step);
-    CHECK(a.step == b.step);
-    CHECK(a.err.max_abs == b.err.max_abs);  // the same kernel output, bit for bit
-    CHECK(a.err.mean_abs == b.err.mean_abs);
-    CHECK(a.err.rel_fro == b.err.rel_fro);
-    CHECK(a.err.num_nonfinite == b.err.num_nonfinite);
-    CHECK(a.err.num_violations == b.err.num_violations);
-    CHECK(a.mismatched_slots == b.mismatched_slots);
-    CHECK(a.pass == b.pass);
-  }
 }
 
 }  // namespace

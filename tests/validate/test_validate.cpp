@@ -24,13 +24,9 @@ namespace fs = std::filesystem;
 namespace {
 
 using kvsim::test::slurp;
+using kvsim::validate::test::cpu_options;
 using kvsim::validate::test::kSmall;
 using kvsim::validate::test::out_dir;
-
-ValidationOptions cpu_options(std::int64_t sample_every = 1) {
-  return kvsim::validate::test::options(kernels::BackendKind::kCpu, kernels::DType::kBF16,
-                                        sample_every);
-}
 
 /// The clean run of validate-small, sampled at every step (computed once).
 const ValidationRunResult& clean_run() {

@@ -18,16 +18,13 @@ using namespace kvsim::validate;
 
 namespace {
 
+using kvsim::validate::test::cpu_options;
 using kvsim::validate::test::kSmall;
 using kvsim::validate::test::out_dir;
+using kvsim::validate::test::require_same_records;
 
 /// validate-small under vLLM V0 with swaps and forks (validate_test_util.h).
 Scenario v0_swap_fork() { return load_scenario(kSmall, kvsim::validate::test::kV0SwapFork); }
-
-ValidationOptions cpu_options(std::int64_t sample_every) {
-  return kvsim::validate::test::options(kernels::BackendKind::kCpu, kernels::DType::kBF16,
-                                        sample_every);
-}
 
 /// The clean run, every step checked (computed once).
 const ValidationRunResult& clean_run() {
@@ -40,22 +37,6 @@ const ValidationRecord* record_at(const ValidationRunResult& r, std::int64_t ste
   for (const ValidationRecord& rec : r.records)
     if (rec.step == step) return &rec;
   return nullptr;
-}
-
-void require_same_records(const ValidationRunResult& lazy, const ValidationRunResult& eager) {
-  REQUIRE(lazy.records.size() == eager.records.size());
-  CHECK(lazy.fault_step == eager.fault_step);
-  for (std::size_t i = 0; i < lazy.records.size(); ++i) {
-    const ValidationRecord& a = lazy.records[i];
-    const ValidationRecord& b = eager.records[i];
-    INFO("step " << a.step);
-    CHECK(a.step == b.step);
-    CHECK(a.err.max_abs == b.err.max_abs);  // the same kernel output, bit for bit
-    CHECK(a.err.rel_fro == b.err.rel_fro);
-    CHECK(a.err.num_nonfinite == b.err.num_nonfinite);
-    CHECK(a.mismatched_slots == b.mismatched_slots);
-    CHECK(a.pass == b.pass);
-  }
 }
 
 }  // namespace

@@ -3,12 +3,14 @@
 
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "validate/harness.h"
+#include "validate/validate_run.h"
 
 namespace kvsim::validate::test {
 
@@ -46,6 +48,32 @@ inline ValidationOptions options(kernels::BackendKind backend, kernels::DType dt
   o.sample_every_steps = sample_every;
   if (backend == kernels::BackendKind::kCpu) o.repeats = 1;
   return o;
+}
+
+/// The cpu backend in bf16, sampling every `sample_every`-th step.
+inline ValidationOptions cpu_options(std::int64_t sample_every = 1) {
+  return options(kernels::BackendKind::kCpu, kernels::DType::kBF16, sample_every);
+}
+
+/// Two runs of one scenario checked the same steps with bit-identical kernel outputs and the same
+/// verdicts.
+inline void require_same_records(const ValidationRunResult& a_run,
+                                 const ValidationRunResult& b_run) {
+  REQUIRE(a_run.records.size() == b_run.records.size());
+  CHECK(a_run.fault_step == b_run.fault_step);
+  for (std::size_t i = 0; i < a_run.records.size(); ++i) {
+    const ValidationRecord& a = a_run.records[i];
+    const ValidationRecord& b = b_run.records[i];
+    INFO("step " << a.step);
+    CHECK(a.step == b.step);
+    CHECK(a.err.max_abs == b.err.max_abs);  // the same kernel output, bit for bit
+    CHECK(a.err.mean_abs == b.err.mean_abs);
+    CHECK(a.err.rel_fro == b.err.rel_fro);
+    CHECK(a.err.num_nonfinite == b.err.num_nonfinite);
+    CHECK(a.err.num_violations == b.err.num_violations);
+    CHECK(a.mismatched_slots == b.mismatched_slots);
+    CHECK(a.pass == b.pass);
+  }
 }
 
 }  // namespace kvsim::validate::test
