@@ -133,9 +133,8 @@ class Simulator {
   std::int64_t num_waiting() const;
   void start_step();
   void end_step();
-  /// Fills `v` with the batch features of `out` (scheduled at `now`); `set_sampled` gives every
-  /// request whose tokens this step completes the token it samples (the synchronous loop, for
-  /// engines that read sampled_token).
+  /// Fills `v` with the batch features of `out` (scheduled at `now`). The tokens the model samples
+  /// are not written here: every engine reads them from Request::planned_outputs.
   void describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs now);
   /// vLLM v0.20's async scheduling: EngineCore's batch queue of two steps (step k+1 scheduled
   /// before step k's tokens are known; a step's outputs applied at its end, in order).

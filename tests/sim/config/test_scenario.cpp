@@ -36,15 +36,12 @@ const std::string kBase =
 /// The error of parsing `text` with `sets` applied as load_scenario applies them: a value a --set
 /// wrote is reported at the argument.
 std::string set_error_of(const std::string& text, const std::vector<std::string>& sets) {
-  try {
+  return kvsim::test::error_of([&] {
     YAML::Node root = load_yaml_string(text, "s.yaml");
     auto origins = std::make_shared<ArgumentOrigins>();
     for (const auto& a : sets) apply_set(root, a, origins.get());
     (void)parse_scenario(root, "s.yaml", origins);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  });
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -130,8 +129,8 @@ TEST_CASE("randomly mutated V0 traces never crash and answer one line per op", "
   for (const char* name :
        {"gen_bm_seed11.jsonl", "gen_sched_seed11.jsonl", "edge_swap_cpu_full_runtime_error.jsonl",
         "bt_test_cow_caching_True.jsonl"}) {
-    std::ifstream in(kV0Cases / name);
-    for (std::string line; std::getline(in, line);) corpus.push_back(line);
+    const std::vector<std::string> lines = read_lines(kV0Cases / name);
+    corpus.insert(corpus.end(), lines.begin(), lines.end());
   }
   REQUIRE(corpus.size() > 3000);
   std::mt19937_64 rng(2024);
