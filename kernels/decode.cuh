@@ -1,6 +1,6 @@
 #pragma once
-// Paged attention on CUDA cores (kernels.md §7.2) and the split-KV merge kernel (§7.4), which the
-// tensor-core kernel (decode_mma.cuh) shares.
+// Paged attention on CUDA cores (kernels.md §7.2). The output store, the split-KV merge kernel
+// (§7.4) and the launch are shared with the tensor-core kernel (decode_common.cuh).
 //
 // One CTA per (work item, KV head); a work item is one query row and a KV range [begin, end).
 // All G query heads of the KV head are served by the same CTA, so each K/V byte crosses HBM once:
@@ -16,6 +16,7 @@
 
 #include "kernels/attention_cuda.h"
 #include "kernels/cuda_vec.cuh"
+#include "kernels/decode_common.cuh"
 #include "kernels/decode_dispatch.h"
 #include "kernels/kv_tile.cuh"
 
@@ -46,7 +47,8 @@ inline decode_block_shape make_decode_block_shape(int head_dim, int group) {
 /// Dynamic shared memory of PagedAttentionKernel: the two K/V stages, or the stream-merge area.
 template <typename T, int HEAD_DIM>
 inline int decode_smem_bytes(const decode_block_shape& shape) {
-  const int tiles = 2 * 2 * DecodeTileTokens<T, HEAD_DIM>() * HEAD_DIM * static_cast<int>(sizeof(T));
+  const int tiles =
+      2 * 2 * DecodeTileTokens<T, HEAD_DIM>() * HEAD_DIM * static_cast<int>(sizeof(T));
   const int merge = shape.group * shape.streams * (HEAD_DIM + 2) * static_cast<int>(sizeof(float));
   return tiles > merge ? tiles : merge;
 }
@@ -60,7 +62,7 @@ __global__ void __launch_bounds__(1024)
                          T* __restrict__ out,      // [num_rows, num_q_heads, HEAD_DIM]
                          const int num_q_heads, const float scale_log2,
                          const attention_work_view work,
-                         float* __restrict__ o_part,     // [num_items, num_q_heads, HEAD_DIM]
+                         float* __restrict__ o_part,      // [num_items, num_q_heads, HEAD_DIM]
                          float* __restrict__ lse_part) {  // [num_items, num_q_heads]
   using Vec = detail::Vec8<T>;
   constexpr int kLanes = HEAD_DIM / 8;
@@ -123,7 +125,8 @@ __global__ void __launch_bounds__(1024)
       const bool valid = j < kTile && tile_start + j < kv_end;
       float kf[8];
       if (valid) {
-        Vec::to_float(*reinterpret_cast<const uint4*>(smem_k + (stage * kTile + j) * HEAD_DIM + x * 8), kf);
+        Vec::to_float(
+            *reinterpret_cast<const uint4*>(smem_k + (stage * kTile + j) * HEAD_DIM + x * 8), kf);
       } else {
 #pragma unroll
         for (int i = 0; i < 8; ++i) kf[i] = 0.0f;
@@ -136,7 +139,8 @@ __global__ void __launch_bounds__(1024)
         s += __shfl_xor_sync(0xffffffffu, s, offset);
       if (valid) {  // select, never multiply: masked tokens never touch acc (NaN-safe)
         float vf[8];
-        Vec::to_float(*reinterpret_cast<const uint4*>(smem_v + (stage * kTile + j) * HEAD_DIM + x * 8), vf);
+        Vec::to_float(
+            *reinterpret_cast<const uint4*>(smem_v + (stage * kTile + j) * HEAD_DIM + x * 8), vf);
         const float m_new = fmaxf(m, s);
         const float correction = exp2f(m - m_new);
         const float p = exp2f(s - m_new);
@@ -150,8 +154,8 @@ __global__ void __launch_bounds__(1024)
   }
 
   if (streams > 1) {  // merge the Z token streams of each head through shared memory
-    float* smem_o = reinterpret_cast<float*>(smem_raw);       // [G, Z, HEAD_DIM]
-    float* smem_ml = smem_o + group * streams * HEAD_DIM;     // [G, Z, 2]
+    float* smem_o = reinterpret_cast<float*>(smem_raw);    // [G, Z, HEAD_DIM]
+    float* smem_ml = smem_o + group * streams * HEAD_DIM;  // [G, Z, 2]
     const int slot = g * streams + z;
 #pragma unroll
     for (int i = 0; i < 8; ++i) smem_o[slot * HEAD_DIM + x * 8 + i] = acc[i];
@@ -173,7 +177,8 @@ __global__ void __launch_bounds__(1024)
           const float w = exp2f(smem_ml[other * 2] - m_all);  // empty stream: exp2(-inf) = 0
           l_all = fmaf(smem_ml[other * 2 + 1], w, l_all);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) o_all[i] = fmaf(smem_o[other * HEAD_DIM + x * 8 + i], w, o_all[i]);
+          for (int i = 0; i < 8; ++i)
+            o_all[i] = fmaf(smem_o[other * HEAD_DIM + x * 8 + i], w, o_all[i]);
         }
       }
       m = m_all;
@@ -184,123 +189,38 @@ __global__ void __launch_bounds__(1024)
   }
   if (z != 0) return;
 
-  const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key: output 0, lse -inf
-#pragma unroll
-  for (int i = 0; i < 8; ++i) acc[i] *= inv_l;
   const int items_of_row = work.row_item_indptr[row + 1] - work.row_item_indptr[row];
-  if (items_of_row == 1) {
-    *reinterpret_cast<uint4*>(out + (static_cast<std::int64_t>(row) * num_q_heads + head) * HEAD_DIM +
-                              x * 8) = Vec::from_float(acc);
-  } else {
-    float* dst = o_part + (static_cast<std::int64_t>(item) * num_q_heads + head) * HEAD_DIM + x * 8;
-    reinterpret_cast<float4*>(dst)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    reinterpret_cast<float4*>(dst)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-    if (x == 0)
-      lse_part[static_cast<std::int64_t>(item) * num_q_heads + head] =
-          l > 0.0f ? m + log2f(l) : -INFINITY;
-  }
-}
-
-/// Merges the split partials of each (row, query head): out = sum_j w_j o_j / sum_j w_j with
-/// w_j = 2^(lse_j - max lse), fp32. Rows with a single item were written by the main kernel.
-/// Grid (num_rows, num_q_heads), threads stride over the head dimension.
-template <typename T>
-__global__ void PagedAttentionMergeKernel(const float* __restrict__ o_part,    // [num_items, Hq, D]
-                                          const float* __restrict__ lse_part,  // [num_items, Hq]
-                                          const std::int32_t* __restrict__ row_item_indptr,  // [num_rows + 1]
-                                          T* __restrict__ out,  // [num_rows, Hq, D]
-                                          const int num_q_heads, const int head_dim) {
-  const int row = blockIdx.x;
-  const int head = blockIdx.y;
-  const int begin = row_item_indptr[row];
-  const int end = row_item_indptr[row + 1];
-  if (end - begin <= 1) return;
-  float m_all = -INFINITY;
-  for (int j = begin; j < end; ++j)
-    m_all = fmaxf(m_all, lse_part[static_cast<std::int64_t>(j) * num_q_heads + head]);
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float num = 0.0f;
-    float den = 0.0f;
-    if (m_all != -INFINITY) {
-      for (int j = begin; j < end; ++j) {
-        const float w = exp2f(lse_part[static_cast<std::int64_t>(j) * num_q_heads + head] - m_all);
-        den += w;
-        num = fmaf(w, o_part[(static_cast<std::int64_t>(j) * num_q_heads + head) * head_dim + d], num);
-      }
-    }
-    out[(static_cast<std::int64_t>(row) * num_q_heads + head) * head_dim + d] =
-        detail::Vec8<T>::from_float1(den > 0.0f ? num / den : 0.0f);
-  }
+  detail::StoreItemOutput<T, HEAD_DIM>(acc, m, l, items_of_row, row, item, head, x, num_q_heads,
+                                       out, o_part, lse_part);
 }
 
 namespace detail {
 
-/// Launches PagedAttentionMergeKernel when the plan splits a row (work.max_items_per_row > 1);
-/// otherwise the attention kernel already wrote `out`.
-template <typename T>
-cudaError_t LaunchMergeIfSplit(const attention_work_view& work,
-                               const attention_split_workspace& workspace, void* out,
-                               int num_q_heads, int head_dim, cudaStream_t stream) {
-  if (work.max_items_per_row <= 1) return cudaSuccess;
-  PagedAttentionMergeKernel<T>
-      <<<dim3(static_cast<unsigned>(work.num_rows), static_cast<unsigned>(num_q_heads)), 64, 0,
-         stream>>>(workspace.o_part, workspace.lse_part, work.row_item_indptr,
-                   static_cast<T*>(out), num_q_heads, head_dim);
-  return cudaGetLastError();
-}
-
-/// Multiprocessors of the current device.
-inline cudaError_t CurrentDeviceSmCount(int* num_sms) {
-  int device = 0;
-  const cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  return cudaDeviceGetAttribute(num_sms, cudaDevAttrMultiProcessorCount, device);
-}
+/// PagedAttentionKernel's CTA for a group size (decode_block_shape, decode_smem_bytes).
+template <typename T, int HEAD_DIM, int BLOCK_SIZE>
+struct DecodeLaunch {
+  static attention_kernel_launch<T> get(int group) {
+    const decode_block_shape shape = make_decode_block_shape(HEAD_DIM, group);
+    return {PagedAttentionKernel<T, HEAD_DIM, BLOCK_SIZE>,
+            dim3(static_cast<unsigned>(shape.lanes), static_cast<unsigned>(shape.group),
+                 static_cast<unsigned>(shape.streams)),
+            decode_smem_bytes<T, HEAD_DIM>(shape)};
+  }
+};
 
 template <typename T>
 cudaError_t PagedAttentionRun(const paged_kv_view& kv, const void* q, void* out,
                               std::int32_t num_q_heads, float scale,
                               const attention_work_view& work,
                               const attention_split_workspace& workspace, cudaStream_t stream) {
-  const int group = num_q_heads / kv.num_kv_heads;
-  const float scale_log2 = scale * 1.4426950408889634f;
-  DISPATCH_HEAD_DIM(kv.head_size, HEAD_DIM, {
-    DISPATCH_BLOCK_SIZE(kv.block_size, BLOCK_SIZE, {
-      const decode_block_shape shape = make_decode_block_shape(HEAD_DIM, group);
-      if (shape.num_threads() > 1024) return cudaErrorInvalidConfiguration;
-      const int smem = decode_smem_bytes<T, HEAD_DIM>(shape);
-      const dim3 grid(static_cast<unsigned>(work.num_items), static_cast<unsigned>(kv.num_kv_heads));
-      const dim3 block(static_cast<unsigned>(shape.lanes), static_cast<unsigned>(shape.group),
-                       static_cast<unsigned>(shape.streams));
-      PagedAttentionKernel<T, HEAD_DIM, BLOCK_SIZE><<<grid, block, smem, stream>>>(
-          kv, static_cast<const T*>(q), static_cast<T*>(out), num_q_heads, scale_log2, work,
-          workspace.o_part, workspace.lse_part);
-      const cudaError_t err = cudaGetLastError();
-      if (err != cudaSuccess) return err;
-      return LaunchMergeIfSplit<T>(work, workspace, out, num_q_heads, HEAD_DIM, stream);
-    })
-  })
-  return cudaSuccess;
+  return RunAttentionKernel<T, DecodeLaunch>(kv, q, out, num_q_heads, scale, work, workspace,
+                                             stream);
 }
 
 template <typename T>
 cudaError_t PagedAttentionMaxCtas(std::int32_t head_size, std::int32_t block_size,
                                   std::int32_t group, std::int64_t* max_ctas) {
-  int num_sms = 0;
-  cudaError_t err = CurrentDeviceSmCount(&num_sms);
-  if (err != cudaSuccess) return err;
-  DISPATCH_HEAD_DIM(head_size, HEAD_DIM, {
-    DISPATCH_BLOCK_SIZE(block_size, BLOCK_SIZE, {
-      const decode_block_shape shape = make_decode_block_shape(HEAD_DIM, group);
-      int per_sm = 0;
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, PagedAttentionKernel<T, HEAD_DIM, BLOCK_SIZE>, shape.num_threads(),
-          static_cast<std::size_t>(decode_smem_bytes<T, HEAD_DIM>(shape)));
-      *max_ctas = static_cast<std::int64_t>(per_sm > 0 ? per_sm : 1) * num_sms;
-      return err;
-    })
-  })
-  return cudaSuccess;
+  return AttentionKernelMaxCtas<T, DecodeLaunch>(head_size, block_size, group, max_ctas);
 }
 
 }  // namespace detail

@@ -42,7 +42,7 @@
 
 #include "kernels/attention_cuda.h"
 #include "kernels/cuda_vec.cuh"
-#include "kernels/decode.cuh"
+#include "kernels/decode_common.cuh"
 #include "kernels/decode_dispatch.h"
 #include "kernels/kv_tile.cuh"
 
@@ -131,7 +131,6 @@ __global__ void __launch_bounds__(MmaWarps<HEAD_DIM>() * 32)
                             const attention_work_view work,
                             float* __restrict__ o_part,      // [num_items, num_q_heads, HEAD_DIM]
                             float* __restrict__ lse_part) {  // [num_items, num_q_heads]
-  using Vec = detail::Vec8<T>;
   constexpr int kWarps = MmaWarps<HEAD_DIM>();
   constexpr int kThreads = 32 * kWarps;
   constexpr int kTile = 16 * kWarps;                 // tokens per shared-memory stage
@@ -322,27 +321,22 @@ __global__ void __launch_bounds__(MmaWarps<HEAD_DIM>() * 32)
           acc[i] = fmaf(smem_o[(w * 16 + r) * HEAD_DIM + c * 8 + i], weight, acc[i]);
       }
     }
-    const float inv_l = l_all > 0.0f ? 1.0f / l_all : 0.0f;  // no visible key: 0, lse -inf
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] *= inv_l;
-    const int head = kv_head * group + r;
-    if (items_of_row == 1) {
-      *reinterpret_cast<uint4*>(
-          out + (static_cast<std::int64_t>(row) * num_q_heads + head) * HEAD_DIM + c * 8) =
-          Vec::from_float(acc);
-    } else {
-      float* dst =
-          o_part + (static_cast<std::int64_t>(item) * num_q_heads + head) * HEAD_DIM + c * 8;
-      reinterpret_cast<float4*>(dst)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      reinterpret_cast<float4*>(dst)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-      if (c == 0)
-        lse_part[static_cast<std::int64_t>(item) * num_q_heads + head] =
-            l_all > 0.0f ? m_all + log2f(l_all) : -INFINITY;
-    }
+    detail::StoreItemOutput<T, HEAD_DIM>(acc, m_all, l_all, items_of_row, row, item,
+                                         kv_head * group + r, c, num_q_heads, out, o_part,
+                                         lse_part);
   }
 }
 
 namespace detail {
+
+/// PagedAttentionMmaKernel's CTA: kWarps warps and MmaSmemBytes, whatever G (<= 16).
+template <typename T, int HEAD_DIM, int BLOCK_SIZE>
+struct MmaLaunch {
+  static attention_kernel_launch<T> get(int /*group*/) {
+    return {PagedAttentionMmaKernel<T, HEAD_DIM, BLOCK_SIZE>, dim3(32 * MmaWarps<HEAD_DIM>()),
+            MmaSmemBytes<T, HEAD_DIM>()};
+  }
+};
 
 template <typename T>
 cudaError_t PagedAttentionMmaRun(const paged_kv_view& kv, const void* q, void* out,
@@ -350,38 +344,14 @@ cudaError_t PagedAttentionMmaRun(const paged_kv_view& kv, const void* q, void* o
                                  const attention_work_view& work,
                                  const attention_split_workspace& workspace, cudaStream_t stream) {
   if (num_q_heads / kv.num_kv_heads > kMaxTensorCoreGroup) return cudaErrorInvalidValue;
-  const float scale_log2 = scale * 1.4426950408889634f;
-  DISPATCH_HEAD_DIM(
-      kv.head_size, HEAD_DIM, {DISPATCH_BLOCK_SIZE(kv.block_size, BLOCK_SIZE, {
-        const dim3 grid(static_cast<unsigned>(work.num_items),
-                        static_cast<unsigned>(kv.num_kv_heads));
-        PagedAttentionMmaKernel<T, HEAD_DIM, BLOCK_SIZE>
-            <<<grid, 32 * MmaWarps<HEAD_DIM>(), MmaSmemBytes<T, HEAD_DIM>(), stream>>>(
-                kv, static_cast<const T*>(q), static_cast<T*>(out), num_q_heads, scale_log2, work,
-                workspace.o_part, workspace.lse_part);
-        const cudaError_t err = cudaGetLastError();
-        if (err != cudaSuccess) return err;
-        return LaunchMergeIfSplit<T>(work, workspace, out, num_q_heads, HEAD_DIM, stream);
-      })})
-  return cudaSuccess;
+  return RunAttentionKernel<T, MmaLaunch>(kv, q, out, num_q_heads, scale, work, workspace, stream);
 }
 
 template <typename T>
 cudaError_t PagedAttentionMmaMaxCtas(std::int32_t head_size, std::int32_t block_size,
                                      std::int64_t* max_ctas) {
-  int num_sms = 0;
-  cudaError_t err = CurrentDeviceSmCount(&num_sms);
-  if (err != cudaSuccess) return err;
-  DISPATCH_HEAD_DIM(head_size, HEAD_DIM, {DISPATCH_BLOCK_SIZE(block_size, BLOCK_SIZE, {
-                      int per_sm = 0;
-                      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                          &per_sm, PagedAttentionMmaKernel<T, HEAD_DIM, BLOCK_SIZE>,
-                          32 * MmaWarps<HEAD_DIM>(),
-                          static_cast<std::size_t>(MmaSmemBytes<T, HEAD_DIM>()));
-                      *max_ctas = static_cast<std::int64_t>(per_sm > 0 ? per_sm : 1) * num_sms;
-                      return err;
-                    })})
-  return cudaSuccess;
+  // Any G gives the same CTA (MmaLaunch); the largest is the one the kernel is checked for.
+  return AttentionKernelMaxCtas<T, MmaLaunch>(head_size, block_size, kMaxTensorCoreGroup, max_ctas);
 }
 
 }  // namespace detail
