@@ -182,10 +182,19 @@ TEST_CASE("the automatic path is the tensor-core kernel for 4 <= G <= 16, else t
     const AttentionPath expected =
         group >= 4 && group <= 16 ? AttentionPath::kTensorCore : AttentionPath::kCudaCore;
     CHECK(resolve_attention_path(AttentionPath::kAuto, group) == expected);
+    const AttentionPath other = expected == AttentionPath::kTensorCore ? AttentionPath::kCudaCore
+                                                                       : AttentionPath::kTensorCore;
     const auto automatic = run_backend(*backend, p, 0, AttentionPath::kAuto);
     const auto forced = run_backend(*backend, p, 0, expected);
     INFO("G=" << group);
     CHECK(std::memcmp(automatic.data(), forced.data(), automatic.size()) == 0);
+    // The two kernels round differently, so the automatic output is the expected kernel's and not
+    // the other's: if the other kernel ran, this fails. (The tensor-core kernel takes G <= 16
+    // only.)
+    if (group <= 16) {
+      const auto wrong = run_backend(*backend, p, 0, other);
+      CHECK(std::memcmp(automatic.data(), wrong.data(), automatic.size()) != 0);
+    }
     check_output(p, automatic, reference_output(p), 0);
   }
 }
