@@ -1,6 +1,6 @@
 // kvsim validate SCENARIO.yaml [-o DIR] [--backend cpu|cuda] [--sample-every N | --sample-prob P]
 //                [--dtype bf16|fp16] [--set k=v ...] [--seed N] [--repeats N] [--warmup N]
-//                [--export-calibration FILE] [--quiet]
+//                [--threads N] [--export-calibration FILE] [--quiet]
 // Runs the scenario like `kvsim run` with the kernel validation harness (validate/harness.h) on
 // every step, and writes validation.csv + validation.json into the run folder. Exit 0 when every
 // sampled step is within the dtype's tolerance, 1 when one is not (or the run fails), 2 on bad
@@ -66,7 +66,7 @@ int validate(const Args& args) {
   std::string calibration;
   std::optional<std::string> backend;
   std::optional<kernels::DType> dtype;
-  std::optional<std::int64_t> every, repeats, warmup;
+  std::optional<std::int64_t> every, repeats, warmup, threads;
   std::optional<double> prob;
   add_scenario_args(cl, in);
   cl.options()  //
@@ -85,6 +85,9 @@ int validate(const Args& args) {
        "timed kernel calls per sampled step (default: cuda 20, cpu 3)")  //
       ("warmup", integer(&warmup, 0, kIntMax, "N"),
        "untimed kernel calls per sampled step (default: cuda 3, cpu 0)")  //
+      ("threads", integer(&threads, 1, 1024, "N"),
+       "worker threads for the dense references (default: one per hardware thread); the results "
+       "do not depend on it")  //
       ("export-calibration", checked<std::string>(&calibration, "FILE", parse_file_name),
        "measured kernel latencies as rows for `kvsim calibrate`");
   if (!cl.parse(args)) return 0;
@@ -112,6 +115,7 @@ int validate(const Args& args) {
   validate::ValidationOptions opts = validate::options_from_scenario(scenario);
   if (repeats) opts.repeats = static_cast<std::int32_t>(*repeats);
   if (warmup) opts.warmup = static_cast<std::int32_t>(*warmup);
+  if (threads) opts.threads = static_cast<std::int32_t>(*threads);
   if (!in.quiet) {
     if (!scenario.sweep.empty())
       std::printf(

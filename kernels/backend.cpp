@@ -1,8 +1,9 @@
 #include "kernels/backend.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -20,12 +21,6 @@ std::unique_ptr<AttentionBackend> make_cuda_backend();  // cuda_backend.cu
 }  // namespace detail
 
 namespace {
-
-/// Fills `n` elements of `dtype` at `data` with a quiet NaN.
-void fill_nan(void* data, DType dtype, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i)
-    store_from_float(data, dtype, i, std::numeric_limits<float>::quiet_NaN());
-}
 
 /// Blocks of one pool (the attention pool or the swap pool) as one allocation per block, made at
 /// the block's first write. Every block starts pointing at one shared NaN block (read-only by
@@ -101,7 +96,7 @@ class CpuBackend final : public AttentionBackend {
     block_elems_ = block_elements(shape);
     block_bytes_ = static_cast<std::size_t>(block_elems_) * dtype_size_bytes(shape.dtype);
     nan_block_ = std::make_unique_for_overwrite<std::byte[]>(block_bytes_);
-    fill_nan(nan_block_.get(), shape.dtype, block_elems_);
+    std::memset(nan_block_.get(), kPoisonByte, block_bytes_);
     clear_pool();
     swap_.reset(0, nan_block_.get(), block_bytes_);
   }
@@ -229,7 +224,38 @@ const char* backend_name(BackendKind kind) { return kind == BackendKind::kCpu ? 
 
 #if !defined(KVSIM_KERNELS_HAVE_CUDA)
 bool cuda_device_available() { return false; }
+std::string cuda_device_name() { return "none"; }
 #endif
+
+KernelTiming timing_from_samples(double* samples_us, std::int32_t n) {
+  std::sort(samples_us, samples_us + n);
+  auto at = [&](double q) {
+    const auto i = static_cast<std::int32_t>(std::lround(q * (n - 1)));
+    return samples_us[std::clamp(i, 0, n - 1)];
+  };
+  KernelTiming t;
+  t.repeats = n;
+  t.min_us = samples_us[0];
+  t.p10_us = at(0.1);
+  t.p90_us = at(0.9);
+  t.median_us = n % 2 ? samples_us[n / 2] : 0.5 * (samples_us[n / 2 - 1] + samples_us[n / 2]);
+  return t;
+}
+
+KernelTiming AttentionBackend::time_attention(const attention_batch& batch, const void* q,
+                                              std::int32_t warmup, std::int32_t repeats,
+                                              void* out) {
+  for (std::int32_t i = 0; i < warmup; ++i) attention(batch, q, out);
+  repeats = std::max(repeats, 1);
+  std::vector<double> samples(static_cast<std::size_t>(repeats));
+  for (std::int32_t i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    attention(batch, q, out);
+    samples[static_cast<std::size_t>(i)] =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  }
+  return timing_from_samples(samples.data(), repeats);
+}
 
 std::unique_ptr<AttentionBackend> make_attention_backend(BackendKind kind) {
   if (kind == BackendKind::kCpu) return std::make_unique<CpuBackend>();

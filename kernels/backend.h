@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "kernels/paged_kv.h"
@@ -28,6 +29,22 @@ enum class SwapDirection : std::uint8_t {
 /// (no driver, no device, insufficient driver) means false.
 bool cuda_device_available();
 
+/// The current CUDA device's name and compute capability, e.g. "NVIDIA H100 80GB HBM3 (sm_90)";
+/// "cuda device" when it cannot be read, "none" in a build without CUDA.
+std::string cuda_device_name();
+
+/// Latency of one timed attention call, microseconds.
+struct KernelTiming {
+  double median_us = 0;
+  double p10_us = 0;
+  double p90_us = 0;
+  double min_us = 0;
+  std::int32_t repeats = 0;
+};
+
+/// Sorted-sample statistics of `samples_us` (reordered in place). Precondition: n >= 1.
+KernelTiming timing_from_samples(double* samples_us, std::int32_t n);
+
 /// A batch of sequences over the backend's pool (host arrays).
 struct attention_batch {
   const std::int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
@@ -41,6 +58,11 @@ struct attention_batch {
   /// Query rows: q_indptr[num_seqs] or num_seqs for decode.
   std::int64_t num_q_rows() const { return q_indptr ? q_indptr[num_seqs] : num_seqs; }
 };
+
+/// The byte every element of a fresh, cleared or released pool block is filled with, in every
+/// backend: all-ones is a NaN in fp32, fp16 and bf16 alike, and one pattern makes the backends'
+/// pools comparable byte for byte.
+inline constexpr unsigned char kPoisonByte = 0xff;
 
 /// Paged attention and KV writes over a pool owned by the backend.
 class AttentionBackend {
@@ -73,6 +95,12 @@ class AttentionBackend {
   /// Decode or prefill/append attention (see cpu_paged_attention for the semantics).
   /// q/out: `[batch.num_q_rows(), num_q_heads, head_size]` in the pool dtype.
   virtual void attention(const attention_batch& batch, const void* q, void* out) = 0;
+  /// The kernel-only latency of attention(batch, q, out): `warmup` untimed calls, then `repeats`
+  /// (>= 1) timed ones; `out` receives the last call's output. The CPU backend times each call
+  /// with the host clock; the CUDA backend uploads and plans once and times each launch with
+  /// CUDA events on its own pool, so the arguments' transfers stay out of the figure.
+  virtual KernelTiming time_attention(const attention_batch& batch, const void* q,
+                                      std::int32_t warmup, std::int32_t repeats, void* out);
 
   /// Copies the whole pool (pool_shape().num_elements() elements, vLLM V1 layout) into `dst`.
   virtual void read_pool(void* dst) const = 0;

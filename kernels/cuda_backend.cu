@@ -1,5 +1,6 @@
 // AttentionBackend over the CUDA kernels: the pool lives on the device, arguments are host arrays.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -17,14 +18,21 @@ namespace {
 
 class CudaBackend final : public AttentionBackend {
  public:
+  CudaBackend() = default;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+  ~CudaBackend() override {
+    if (start_) cudaEventDestroy(start_);
+    if (stop_) cudaEventDestroy(stop_);
+  }
+
   BackendKind kind() const override { return BackendKind::kCuda; }
 
   void init_pool(const kv_pool_shape& shape) override {
     KVSIM_KERNELS_CHECK(shape.dtype != DType::kF32, "the cuda backend stores fp16 or bf16 only");
     shape_ = shape;
     pool_.resize(pool_bytes());
-    // 0xff bytes are NaN in fp16 (0xffff) and bf16 (0xffff) alike.
-    KVSIM_CUDA_CHECK(cudaMemset(pool_.get(), 0xff, pool_bytes()));
+    KVSIM_CUDA_CHECK(cudaMemset(pool_.get(), kPoisonByte, pool_bytes()));
     swap_.reset();
     swap_shape_ = shape;
     swap_shape_.num_blocks = 0;
@@ -33,7 +41,9 @@ class CudaBackend final : public AttentionBackend {
   std::int64_t pool_resident_bytes() const override {
     return static_cast<std::int64_t>(pool_bytes() + swap_.size_bytes());
   }
-  void clear_pool() override { KVSIM_CUDA_CHECK(cudaMemset(pool_.get(), 0xff, pool_bytes())); }
+  void clear_pool() override {
+    KVSIM_CUDA_CHECK(cudaMemset(pool_.get(), kPoisonByte, pool_bytes()));
+  }
   void release_block(std::int64_t block) override {
     KVSIM_KERNELS_CHECK(block >= 0 && block < shape_.num_blocks, "block out of range");
     const paged_kv_view v = view();
@@ -42,7 +52,7 @@ class CudaBackend final : public AttentionBackend {
     for (std::int64_t part = 0; part < 2; ++part) {  // K and V of the block: one run each
       const std::int64_t first = part * v.stride_kv + block * v.stride_block;  // elements
       KVSIM_CUDA_CHECK(
-          cudaMemset(pool_.get() + static_cast<std::size_t>(first) * elt, 0xff, bytes));
+          cudaMemset(pool_.get() + static_cast<std::size_t>(first) * elt, kPoisonByte, bytes));
     }
   }
 
@@ -63,34 +73,34 @@ class CudaBackend final : public AttentionBackend {
   }
 
   void attention(const attention_batch& batch, const void* q, void* out) override {
-    KVSIM_KERNELS_CHECK(batch.num_q_heads % shape_.num_kv_heads == 0, "Hq % Hkv != 0");
-    const std::int64_t rows = batch.num_q_rows();
-    for (std::int32_t s = 0; s < batch.num_seqs; ++s) {
-      const std::int32_t q_len = batch.q_indptr ? batch.q_indptr[s + 1] - batch.q_indptr[s] : 1;
-      KVSIM_KERNELS_CHECK(q_len <= batch.seq_lens[s] || (batch.seq_lens[s] == 0 && q_len <= 1),
-                          "q_len > seq_len");
-    }
-    const std::size_t row_bytes = static_cast<std::size_t>(batch.num_q_heads) * shape_.head_size *
-                                  dtype_size_bytes(shape_.dtype);
-    const std::size_t qo_bytes = static_cast<std::size_t>(rows) * row_bytes;
-    tables_.upload(batch.block_tables,
-                   static_cast<std::size_t>(batch.num_seqs) * batch.max_blocks_per_seq);
-    lens_.upload(batch.seq_lens, static_cast<std::size_t>(batch.num_seqs));
-    q_.upload(static_cast<const std::byte*>(q), qo_bytes);
-    out_.resize(qo_bytes);
-    KVSIM_CUDA_CHECK(cudaMemset(out_.get(), 0xff, qo_bytes));  // NaN: unwritten rows show up
-
-    work_.plan(shape_, batch.seq_lens, batch.q_indptr, batch.num_seqs, batch.num_q_heads,
-               forced_splits_, path_);
-    paged_kv_view kv = view();
-    kv.block_tables = tables_.get();
-    kv.max_blocks_per_seq = batch.max_blocks_per_seq;
-    kv.seq_lens = lens_.get();
-    kv.num_seqs = batch.num_seqs;
-    KVSIM_CUDA_CHECK(
-        work_.launch(kv, q_.get(), out_.get(), batch.num_q_heads, batch.scale, nullptr, path_));
+    const paged_kv_view kv = prepare(batch, q);
+    KVSIM_CUDA_CHECK(launch(kv, batch));
     KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
-    out_.download(static_cast<std::byte*>(out), qo_bytes);
+    out_.download(static_cast<std::byte*>(out), out_.size_bytes());
+  }
+
+  KernelTiming time_attention(const attention_batch& batch, const void* q, std::int32_t warmup,
+                              std::int32_t repeats, void* out) override {
+    const paged_kv_view kv = prepare(batch, q);
+    if (!start_) {
+      KVSIM_CUDA_CHECK(cudaEventCreate(&start_));
+      KVSIM_CUDA_CHECK(cudaEventCreate(&stop_));
+    }
+    for (std::int32_t i = 0; i < warmup; ++i) KVSIM_CUDA_CHECK(launch(kv, batch));
+    KVSIM_CUDA_CHECK(cudaDeviceSynchronize());
+    repeats = std::max(repeats, 1);
+    std::vector<double> samples(static_cast<std::size_t>(repeats));
+    for (std::int32_t i = 0; i < repeats; ++i) {
+      KVSIM_CUDA_CHECK(cudaEventRecord(start_, nullptr));
+      KVSIM_CUDA_CHECK(launch(kv, batch));
+      KVSIM_CUDA_CHECK(cudaEventRecord(stop_, nullptr));
+      KVSIM_CUDA_CHECK(cudaEventSynchronize(stop_));
+      float ms = 0;
+      KVSIM_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+      samples[static_cast<std::size_t>(i)] = 1e3 * static_cast<double>(ms);
+    }
+    out_.download(static_cast<std::byte*>(out), out_.size_bytes());
+    return timing_from_samples(samples.data(), repeats);
   }
 
   void read_pool(void* dst) const override {
@@ -106,7 +116,7 @@ class CudaBackend final : public AttentionBackend {
     const std::size_t bytes =
         static_cast<std::size_t>(swap_shape_.num_elements()) * dtype_size_bytes(shape_.dtype);
     swap_.resize(bytes);
-    if (bytes > 0) std::memset(swap_.get(), 0xff, bytes);  // NaN, as the pool
+    if (bytes > 0) std::memset(swap_.get(), kPoisonByte, bytes);  // NaN, as the pool
   }
   std::int64_t swap_pool_blocks() const override { return swap_shape_.num_blocks; }
   void swap_blocks(SwapDirection direction, const std::int64_t* block_mapping,
@@ -134,7 +144,7 @@ class CudaBackend final : public AttentionBackend {
     for (std::int64_t part = 0; part < 2; ++part)
       std::memset(
           swap_.get() + static_cast<std::size_t>(part * v.stride_kv + block * v.stride_block) * elt,
-          0xff, static_cast<std::size_t>(v.stride_block) * elt);
+          kPoisonByte, static_cast<std::size_t>(v.stride_block) * elt);
   }
   void read_swap_pool(void* dst) const override {
     if (swap_.size_bytes() > 0) std::memcpy(dst, swap_.get(), swap_.size_bytes());
@@ -144,6 +154,39 @@ class CudaBackend final : public AttentionBackend {
   void set_attention_path(AttentionPath path) override { path_ = path; }
 
  private:
+  /// Checks the batch, uploads its arguments, NaN-fills the output (unwritten rows show up) and
+  /// plans the launch; returns the pool view over the uploaded tables.
+  paged_kv_view prepare(const attention_batch& batch, const void* q) {
+    KVSIM_KERNELS_CHECK(batch.num_q_heads % shape_.num_kv_heads == 0, "Hq % Hkv != 0");
+    const std::int64_t rows = batch.num_q_rows();
+    for (std::int32_t s = 0; s < batch.num_seqs; ++s) {
+      const std::int32_t q_len = batch.q_indptr ? batch.q_indptr[s + 1] - batch.q_indptr[s] : 1;
+      KVSIM_KERNELS_CHECK(q_len <= batch.seq_lens[s] || (batch.seq_lens[s] == 0 && q_len <= 1),
+                          "q_len > seq_len");
+    }
+    const std::size_t row_bytes = static_cast<std::size_t>(batch.num_q_heads) * shape_.head_size *
+                                  dtype_size_bytes(shape_.dtype);
+    const std::size_t qo_bytes = static_cast<std::size_t>(rows) * row_bytes;
+    tables_.upload(batch.block_tables,
+                   static_cast<std::size_t>(batch.num_seqs) * batch.max_blocks_per_seq);
+    lens_.upload(batch.seq_lens, static_cast<std::size_t>(batch.num_seqs));
+    q_.upload(static_cast<const std::byte*>(q), qo_bytes);
+    out_.resize(qo_bytes);
+    KVSIM_CUDA_CHECK(cudaMemset(out_.get(), kPoisonByte, qo_bytes));
+
+    work_.plan(shape_, batch.seq_lens, batch.q_indptr, batch.num_seqs, batch.num_q_heads,
+               forced_splits_, path_);
+    paged_kv_view kv = view();
+    kv.block_tables = tables_.get();
+    kv.max_blocks_per_seq = batch.max_blocks_per_seq;
+    kv.seq_lens = lens_.get();
+    kv.num_seqs = batch.num_seqs;
+    return kv;
+  }
+  cudaError_t launch(const paged_kv_view& kv, const attention_batch& batch) {
+    return work_.launch(kv, q_.get(), out_.get(), batch.num_q_heads, batch.scale, nullptr, path_);
+  }
+
   std::size_t pool_bytes() const {
     return static_cast<std::size_t>(shape_.num_elements()) * dtype_size_bytes(shape_.dtype);
   }
@@ -162,9 +205,10 @@ class CudaBackend final : public AttentionBackend {
   DeviceBuffer<std::byte> q_;          // [num_rows, num_q_heads, head_size]
   DeviceBuffer<std::byte> out_;        // [num_rows, num_q_heads, head_size]
   DeviceWorkPlan work_;
-  kv_pool_shape swap_shape_;            // the pool's, with the swap pool's block count
-  PinnedBuffer<std::byte> swap_;        // [2, swap blocks, block_size, Hkv, D], host
-  DeviceBuffer<std::int64_t> mapping_;  // [num_pairs, 2] copy_blocks
+  kv_pool_shape swap_shape_;                      // the pool's, with the swap pool's block count
+  PinnedBuffer<std::byte> swap_;                  // [2, swap blocks, block_size, Hkv, D], host
+  DeviceBuffer<std::int64_t> mapping_;            // [num_pairs, 2] copy_blocks
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;  // time_attention, made at its first call
 };
 
 }  // namespace

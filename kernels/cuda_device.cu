@@ -1,6 +1,8 @@
-// Device detection that never throws and never leaves a sticky error behind.
+// Device detection and naming that never throw and never leave a sticky error behind.
 
 #include <cuda_runtime_api.h>
+
+#include <string>
 
 #include "kernels/backend.h"
 
@@ -14,6 +16,17 @@ bool cuda_device_available() {
     return false;
   }
   return count > 0;
+}
+
+std::string cuda_device_name() {
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "cuda device";
+  }
+  return std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
+         std::to_string(prop.minor) + ")";
 }
 
 }  // namespace kvsim::kernels

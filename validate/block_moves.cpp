@@ -48,7 +48,6 @@ bool ValidationHarness::Impl::apply_moves() {
   //    block is let go afterwards (the engine frees it; only a swap-out fills it again).
   if (!swap_in.empty()) {
     backend->swap_blocks(kernels::SwapDirection::kIn, swap_in.data(), pairs(swap_in));
-    if (timer) timer->swap_blocks(kernels::SwapDirection::kIn, swap_in.data(), pairs(swap_in));
     for (std::size_t i = 0; i < swap_in.size(); i += 2) {
       copy_shadow(swap_shadow, swap_in[i], shadow, swap_in[i + 1], bs);
       pool->moved_into(swap_in[i + 1]);
@@ -56,7 +55,6 @@ bool ValidationHarness::Impl::apply_moves() {
     for (std::size_t i = 0; i < swap_in.size(); i += 2) {
       std::fill_n(swap_shadow.begin() + swap_in[i] * bs, bs, 0);
       backend->release_swap_block(swap_in[i]);
-      if (timer) timer->release_swap_block(swap_in[i]);
     }
     moves.swapped_in += pairs(swap_in);
   }
@@ -65,7 +63,6 @@ bool ValidationHarness::Impl::apply_moves() {
     for (std::size_t i = 0; i < swap_out.size(); i += 2) pool->prepare_move_source(swap_out[i]);
     pool->flush();
     backend->swap_blocks(kernels::SwapDirection::kOut, swap_out.data(), pairs(swap_out));
-    if (timer) timer->swap_blocks(kernels::SwapDirection::kOut, swap_out.data(), pairs(swap_out));
     for (std::size_t i = 0; i < swap_out.size(); i += 2)
       copy_shadow(shadow, swap_out[i], swap_shadow, swap_out[i + 1], bs);
     moves.swapped_out += pairs(swap_out);
@@ -75,7 +72,6 @@ bool ValidationHarness::Impl::apply_moves() {
     for (std::size_t i = 0; i < copies.size(); i += 2) pool->prepare_move_source(copies[i]);
     pool->flush();
     backend->copy_blocks(copies.data(), pairs(copies));
-    if (timer) timer->copy_blocks(copies.data(), pairs(copies));
     for (std::size_t i = 0; i < copies.size(); i += 2) {
       copy_shadow(shadow, copies[i], shadow, copies[i + 1], bs);
       pool->moved_into(copies[i + 1]);

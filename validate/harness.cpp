@@ -13,7 +13,6 @@
 #include "kernels/dense_reference.h"
 #include "sim/common/errors.h"
 #include "sim/common/rng.h"
-#include "validate/cuda_timer.h"
 #include "validate/harness_impl.h"
 #include "validate/kv_content.h"
 
@@ -208,16 +207,11 @@ ValidationHarness::ValidationHarness(const Scenario& scenario, const ValidationO
   im.backend->init_pool(setup_.pool);
   im.backend->init_swap_pool(setup_.num_cpu_blocks);
   im.swap_shadow.assign(static_cast<std::size_t>(setup_.num_cpu_blocks * bs), 0);
-  if (options.backend == BackendKind::kCuda) {
-    im.timer = std::make_unique<CudaAttentionTimer>(setup_.pool);
-    im.timer->init_swap_pool(setup_.num_cpu_blocks);
-    setup_.device = im.timer->device_name();
-  } else {
-    setup_.device = cpu_model_name();
-  }
-  im.pool = std::make_unique<detail::PoolSync>(
-      im, *im.backend, im.timer.get(), im.content, setup_.block_bytes, setup_.bookkeeping_bytes,
-      options.max_pool_bytes, options.write_every_step, setup_.block_moves);
+  setup_.device =
+      options.backend == BackendKind::kCuda ? kernels::cuda_device_name() : cpu_model_name();
+  im.pool = std::make_unique<detail::PoolSync>(im, *im.backend, im.content, setup_.block_bytes,
+                                               setup_.bookkeeping_bytes, options.max_pool_bytes,
+                                               options.write_every_step, setup_.block_moves);
 }
 
 ValidationHarness::~ValidationHarness() = default;

@@ -15,8 +15,8 @@
 // At a checked step (sample_plan.h says which), additionally:
 //   2. One attention call over the whole batch (decode rows and prefill/append chunks together;
 //      queries are each request's scheduled tokens, context = num_computed + num_tokens) reads
-//      the pool through the block tables; it is timed (CPU: wall clock; CUDA: events on a mirror,
-//      see cuda_timer.h).
+//      the pool through the block tables; it is timed by the backend's time_attention (CPU: wall
+//      clock; CUDA: events around each launch on the backend's own pool).
 //   3. Each request's reference comes from its own tokens only: Q/K/V regenerated from the content
 //      model (never read from the pool), dense attention in double (kernels/dense_reference.h).
 //   4. The step's errors (max abs, relative Frobenius, NMSE) are judged against the dtype's
@@ -86,6 +86,7 @@ struct ValidationOptions {
   std::int32_t warmup = -1;             // untimed calls before timing; -1: cuda 3, cpu 0
   std::int32_t repeats = -1;            // timed calls (median); -1: cuda 20, cpu 3
   std::int64_t max_pool_bytes = std::int64_t{2} << 30;  // pool held + shadow + bookkeeping
+  std::int32_t threads = 0;         // workers for the dense references; 0: one per hardware thread
   bool write_every_step = false;    // tests: write K/V into the pool at every step (no lazy writes)
   bool ignore_block_moves = false;  // tests: leave vLLM V0's block moves out (the pool goes wrong)
   /// Called once before the run with the plan's one-line description (CLI: stdout).
@@ -118,7 +119,7 @@ struct ValidationRecord {
   std::int32_t repeats = 0;
   std::int64_t bytes = 0;        // unique bytes the call must move: K/V context + Q + O + tables
   double achieved_gb_per_s = 0;  // bytes / latency
-  bool timer_output_mismatch = false;  // cuda: the timed launch's output != the backend's (bitwise)
+  bool timer_output_mismatch = false;  // cuda: the last timed launch != one more call (bitwise)
   bool fault_planted = false;          // tests: the injected fault was planted at this step
   std::uint8_t reasons = 0;            // why the step was checked (SampleReason bits)
 

@@ -7,10 +7,10 @@
 #include <memory>
 #include <vector>
 
-#include "validate/cuda_timer.h"
 #include "validate/harness.h"
 #include "validate/kv_content.h"
 #include "validate/pool_sync.h"
+#include "validate/reference_workers.h"
 #include "validate/step_batch.h"
 
 namespace kvsim::validate {
@@ -18,7 +18,6 @@ namespace kvsim::validate {
 struct ValidationHarness::Impl : detail::StepBatch {
   ValidationOptions opt;
   std::unique_ptr<kernels::AttentionBackend> backend;
-  std::unique_ptr<CudaAttentionTimer> timer;  // cuda only
   KvContentModel content;
   std::unique_ptr<detail::PoolSync> pool;
   std::int32_t num_q_heads = 0;
@@ -46,10 +45,11 @@ struct ValidationHarness::Impl : detail::StepBatch {
   std::vector<std::int64_t> written_blocks;  // write-every-step mode
   std::vector<std::int32_t> tables, lens, q_indptr;
   std::vector<std::byte> q, out, out_timer;
-  std::vector<float> qf, kf, vf, out_f, ref_f;
+  std::vector<float> qf, out_f, ref_f;
+  detail::ReferenceWorkers reference_workers;
 
   Impl(const ValidationOptions& o, std::uint64_t seed, int hq, int hkv, int d)
-      : opt(o), content(seed, hq, hkv, d, o.dtype) {}
+      : opt(o), content(seed, hq, hkv, d, o.dtype), reference_workers(o.threads) {}
 
   std::size_t dsize() const { return kernels::dtype_size_bytes(opt.dtype); }
 
@@ -57,7 +57,7 @@ struct ValidationHarness::Impl : detail::StepBatch {
   void write_step(bool off_by_one);
   /// Copies the step's block moves into the batch (swap_in, swap_out, copies).
   void load_moves(const StepView& view);
-  /// Applies the batch's block moves to the backend (and timer) and the shadows (block_moves.cpp).
+  /// Applies the batch's block moves to the backend and the shadows (block_moves.cpp).
   /// Returns whether the step had any.
   bool apply_moves();
   void check(ValidationRecord& rec, std::int64_t step);

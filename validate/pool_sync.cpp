@@ -15,12 +15,11 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 }  // namespace
 
 PoolSync::PoolSync(const StepBatch& batch, kernels::AttentionBackend& backend,
-                   CudaAttentionTimer* timer, const KvContentModel& content,
-                   std::int64_t block_bytes, std::int64_t bookkeeping_bytes,
-                   std::int64_t limit_bytes, bool keep_all, bool moves)
+                   const KvContentModel& content, std::int64_t block_bytes,
+                   std::int64_t bookkeeping_bytes, std::int64_t limit_bytes, bool keep_all,
+                   bool moves)
     : batch_(batch),
       backend_(backend),
-      timer_(timer),
       content_(content),
       block_size_(batch.block_size),
       block_bytes_(block_bytes),
@@ -101,11 +100,7 @@ void PoolSync::reserve(std::int64_t step) {
         static_cast<double>(limit_bytes_) / kGiB));
 }
 
-void PoolSync::prepare_move_source(std::int64_t b) {
-  refresh_block(b, [](std::int64_t, std::uint64_t) {
-    return std::pair<const float*, const float*>(nullptr, nullptr);
-  });
-}
+void PoolSync::prepare_move_source(std::int64_t b) { refresh_block(b); }
 
 void PoolSync::moved_into(std::int64_t b) {
   KVSIM_ASSERT(moves_, "a block move without move tracking");
@@ -171,7 +166,6 @@ void PoolSync::flush() {
   if (slots_.empty()) return;
   const auto n = static_cast<std::int64_t>(slots_.size());
   backend_.write_kv(kbuf_.data(), vbuf_.data(), slots_.data(), n);
-  if (timer_) timer_->write_kv(kbuf_.data(), vbuf_.data(), slots_.data(), n);
   kbuf_.clear();
   vbuf_.clear();
   slots_.clear();
@@ -179,8 +173,7 @@ void PoolSync::flush() {
       std::max(usage_.peak_bytes, bookkeeping_bytes_ + backend_.pool_resident_bytes());
 }
 
-template <typename Own>
-void PoolSync::refresh_block(std::int64_t b, Own own) {
+void PoolSync::refresh_block(std::int64_t b) {
   std::uint8_t& state = state_[static_cast<std::size_t>(b)];
   if (!(state & kStale)) return;
   state = static_cast<std::uint8_t>(state & ~kStale);
@@ -195,37 +188,20 @@ void PoolSync::refresh_block(std::int64_t b, Own own) {
       pool_keys_[si] = key;
       moved_[si] = 0;
     }
-    const auto [k, v] = own(o, key);
-    if (k != nullptr) {
-      push_row(slot, k, v);
-    } else {
-      content_.values(key, KvPart::kKey, kgen_.data());
-      content_.values(key, KvPart::kValue, vgen_.data());
-      push_row(slot, kgen_.data(), vgen_.data());
-    }
+    content_.values(key, KvPart::kKey, kgen_.data());
+    content_.values(key, KvPart::kValue, vgen_.data());
+    push_row(slot, kgen_.data(), vgen_.data());
     if (!(state & kHeld)) held_.push_back(static_cast<std::int32_t>(b));
     state |= kHeld;
   }
 }
 
-void PoolSync::refresh(const SeqWork& s, const float* kf, const float* vf) {
-  const std::int64_t elems = content_.kv_elems();
-  for (std::size_t j = 0; j < s.table.size(); ++j) {
-    const std::int64_t first = static_cast<std::int64_t>(j) * block_size_;
-    refresh_block(s.table[j], [&](std::int64_t o, std::uint64_t key) {
-      const std::int64_t p = first + o;
-      if (kf != nullptr && p < s.context && s.keys[static_cast<std::size_t>(p)] == key)
-        return std::pair<const float*, const float*>(kf + p * elems, vf + p * elems);
-      return std::pair<const float*, const float*>(nullptr, nullptr);
-    });
-  }
+void PoolSync::refresh(const SeqWork& s) {
+  for (const std::int32_t b : s.table) refresh_block(b);
 }
 
 void PoolSync::refresh_blocks(std::span<const std::int64_t> blocks) {
-  for (const std::int64_t b : blocks)
-    refresh_block(b, [](std::int64_t, std::uint64_t) {
-      return std::pair<const float*, const float*>(nullptr, nullptr);
-    });
+  for (const std::int64_t b : blocks) refresh_block(b);
 }
 
 }  // namespace kvsim::validate::detail

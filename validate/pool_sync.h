@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "validate/cuda_timer.h"
 #include "validate/harness.h"
 #include "validate/kv_content.h"
 #include "validate/step_batch.h"
@@ -28,13 +27,13 @@ class PoolSync {
   /// Bookkeeping bytes per slot when block moves are tracked (the key the pool holds, a flag).
   static constexpr std::int64_t kBytesPerMovedSlot = 8 + 1;
 
-  /// `batch` (its shadow), `backend`, `timer` (may be null) and `content` must outlive this.
+  /// `batch` (its shadow), `backend` and `content` must outlive this.
   /// `limit_bytes` caps held pool bytes + `bookkeeping_bytes` (CPU backend; the CUDA pool is
   /// dense and checked up front). `keep_all`: never let go of a block (the write-every-step
   /// mode, whose pool must hold every write). `moves`: blocks are moved whole (vLLM V0); the key
   /// each slot of the pool holds is then tracked, so that a refresh rewrites only the slots
   /// written since and leaves the rest of a moved block as the move left it.
-  PoolSync(const StepBatch& batch, kernels::AttentionBackend& backend, CudaAttentionTimer* timer,
+  PoolSync(const StepBatch& batch, kernels::AttentionBackend& backend,
            const KvContentModel& content, std::int64_t block_bytes, std::int64_t bookkeeping_bytes,
            std::int64_t limit_bytes, bool keep_all, bool moves);
 
@@ -66,13 +65,12 @@ class PoolSync {
   /// alone pass the limit. O(blocks read + blocks held).
   void reserve(std::int64_t step);
 
-  /// Rewrites the stale blocks of `s`'s table. `kf`/`vf` (may be null): K and V of `s`'s positions
-  /// [0, s.context) as floats ([context, Hkv * D]), reused for a slot that holds `s`'s own key of
-  /// that position; any other key's K/V is generated. Rows are buffered: flush() before reading.
-  void refresh(const SeqWork& s, const float* kf, const float* vf);
+  /// Rewrites the stale blocks of `s`'s table, each written slot's K/V generated from the key the
+  /// shadow says it holds. Rows are buffered: flush() before reading.
+  void refresh(const SeqWork& s);
   /// Rewrites the stale ones among `blocks` (the write-every-step mode). Buffered as refresh().
   void refresh_blocks(std::span<const std::int64_t> blocks);
-  /// Hands the buffered rows to the backend (and the timer).
+  /// Hands the buffered rows to the backend.
   void flush();
 
   const PoolUsage& usage() const { return usage_; }
@@ -81,9 +79,8 @@ class PoolSync {
   static constexpr std::uint8_t kStale = 1;  // the pool's copy may differ from the shadow
   static constexpr std::uint8_t kHeld = 2;   // the backend holds storage for the block
 
-  /// Rewrites block `b` if stale; `own(o)` gives the floats of offset o's key, or null.
-  template <typename Own>
-  void refresh_block(std::int64_t b, Own own);
+  /// Rewrites block `b` if stale.
+  void refresh_block(std::int64_t b);
   void push_row(std::int64_t slot, const float* k, const float* v);
   /// Lets go of the held blocks `drop` says to (after sending the buffered rows).
   template <typename Drop>
@@ -91,7 +88,6 @@ class PoolSync {
 
   const StepBatch& batch_;
   kernels::AttentionBackend& backend_;
-  CudaAttentionTimer* timer_;
   const KvContentModel& content_;
   std::int64_t block_size_, block_bytes_, bookkeeping_bytes_, limit_bytes_;
   bool keep_all_;

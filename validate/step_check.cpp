@@ -3,7 +3,6 @@
 // content audit.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -13,6 +12,7 @@
 
 namespace kvsim::validate {
 
+using detail::ReferenceScratch;
 using detail::SeqWork;
 
 void ValidationHarness::Impl::check(ValidationRecord& rec, std::int64_t step) {
@@ -67,19 +67,25 @@ void ValidationHarness::Impl::check(ValidationRecord& rec, std::int64_t step) {
   batch.num_q_heads = num_q_heads;
   batch.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
 
-  // Per request: K/V regenerated from its own keys (never read from the pool) for the reference;
-  // the same floats bring the stale blocks it reads up to date where a slot holds its own key.
+  // The stale blocks the batch reads are brought up to date first, serially (one pool), each
+  // slot's K/V generated from its key. Then the references, one request per task on the
+  // reference workers: each request's K/V regenerated from its own keys (never read from the
+  // pool), its reference written to its own rows of ref_f, so any number of workers gives the
+  // same bytes.
   pool->reserve(step);
+  for (std::size_t i = 0; i < num_seqs; ++i) pool->refresh(seqs[i]);
   ref_f.resize(static_cast<std::size_t>(rows * qe));
-  for (std::size_t i = 0; i < num_seqs; ++i) {
+  const float scale = batch.scale;
+  reference_workers.run(num_seqs, kv_tokens * ke, [&](std::size_t i, ReferenceScratch& scratch) {
     const SeqWork& s = seqs[i];
+    std::vector<float>& kf = scratch.k;
+    std::vector<float>& vf = scratch.v;
     kf.resize(static_cast<std::size_t>(s.context * ke));
     vf.resize(kf.size());
     for (std::int64_t p = 0; p < s.context; ++p) {
       content.values(s.keys[static_cast<std::size_t>(p)], KvPart::kKey, kf.data() + p * ke);
       content.values(s.keys[static_cast<std::size_t>(p)], KvPart::kValue, vf.data() + p * ke);
     }
-    pool->refresh(s, kf.data(), vf.data());
     kernels::dense_sequence ds;
     ds.q = qf.data() + std::int64_t{q_indptr[i]} * qe;
     ds.k = kf.data();
@@ -87,30 +93,21 @@ void ValidationHarness::Impl::check(ValidationRecord& rec, std::int64_t step) {
     ds.q_len = static_cast<std::int32_t>(s.num_tokens);
     ds.kv_len = static_cast<std::int32_t>(s.context);
     const std::vector<float> ref = kernels::dense_attention_reference<double>(
-        ds, num_q_heads, hkv, static_cast<int>(d), batch.scale);
+        ds, num_q_heads, hkv, static_cast<int>(d), scale);
     std::copy(ref.begin(), ref.end(), ref_f.begin() + std::int64_t{q_indptr[i]} * qe);
-  }
+  });
   pool->flush();
   pool->count_moved_reads();
 
   out.resize(q.size());
-  KernelTiming timing;
-  if (timer) {
-    backend->attention(batch, q.data(), out.data());
+  const kernels::KernelTiming timing =
+      backend->time_attention(batch, q.data(), warmup, repeats, out.data());
+  if (backend->kind() == kernels::BackendKind::kCuda) {
+    // One more call outside the timing loop must give the same bits (no race, no state kept
+    // between launches).
     out_timer.resize(out.size());
-    timing = timer->time(batch, q.data(), warmup, repeats, out_timer.data());
+    backend->attention(batch, q.data(), out_timer.data());
     rec.timer_output_mismatch = std::memcmp(out.data(), out_timer.data(), out.size()) != 0;
-  } else {
-    for (std::int32_t i = 0; i < warmup; ++i) backend->attention(batch, q.data(), out.data());
-    std::vector<double> samples(static_cast<std::size_t>(repeats));
-    for (std::int32_t i = 0; i < repeats; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      backend->attention(batch, q.data(), out.data());
-      samples[static_cast<std::size_t>(i)] =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-              .count();
-    }
-    timing = timing_from_samples(samples.data(), repeats);
   }
   rec.latency_us = timing.median_us;
   rec.latency_p10_us = timing.p10_us;

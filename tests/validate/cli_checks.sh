@@ -35,6 +35,7 @@ expect_2 "unknown flag" "unknown option '--sample-evry'" "$scenario" --sample-ev
 expect_2 "both samplings" "not both" "$scenario" --sample-every 2 --sample-prob 0.5 -o "$work/x"
 expect_2 "bad probability" "sample-prob" "$scenario" --sample-prob 1.5 -o "$work/x"
 expect_2 "bad dtype" "unknown dtype 'int8'" "$scenario" --dtype int8 -o "$work/x"
+expect_2 "zero reference threads" "threads" "$scenario" --threads 0 -o "$work/x"
 expect_2 "missing scenario" "missing SCENARIO" --backend cpu
 expect_2 "pool bookkeeping over the limit" "num_gpu_blocks_override" "$scenario" \
   --set cache.num_gpu_blocks_override=20000000 -o "$work/x"
