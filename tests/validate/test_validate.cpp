@@ -27,6 +27,7 @@ using kvsim::test::slurp;
 using kvsim::validate::test::cpu_options;
 using kvsim::validate::test::kSmall;
 using kvsim::validate::test::out_dir;
+using kvsim::validate::test::record_at;
 
 /// The clean run of validate-small, sampled at every step (computed once).
 const ValidationRunResult& clean_run() {
@@ -35,12 +36,6 @@ const ValidationRunResult& clean_run() {
     return run_validation(s, out_dir("clean"), cpu_options());
   }();
   return r;
-}
-
-const ValidationRecord* record_at(const ValidationRunResult& r, std::int64_t step) {
-  for (const ValidationRecord& rec : r.records)
-    if (rec.step == step) return &rec;
-  return nullptr;
 }
 
 /// Runs validate-small with `kind` planted from step `from` on, checking only step 0 and the
@@ -52,29 +47,8 @@ void expect_fault_fails(FaultInjection::Kind kind, std::int64_t from,
   const Scenario s = load_scenario(kSmall, sets);
   ValidationOptions o = cpu_options(1 << 30);
   o.fault = {kind, from};
-  const std::string name = profile + "-" + fault_kind_name(kind);
-  const ValidationRunResult r = run_validation(s, out_dir(name), o);
-  INFO(profile << ": fault " << fault_kind_name(kind) << " planted at step " << r.fault_step);
-  REQUIRE(r.fault_step >= from);
-  const ValidationRunResult clean =
-      run_validation(s, out_dir("clean-" + name), cpu_options(r.fault_step));
-  const ValidationRecord* bad = record_at(r, r.fault_step);
-  const ValidationRecord* good = record_at(clean, r.fault_step);
-  REQUIRE(bad != nullptr);
-  REQUIRE(good != nullptr);
-  REQUIRE(bad->fault_planted);
-  INFO("clean: " << kernels::to_string(good->err)
-                 << " mismatched_slots=" << good->mismatched_slots);
-  INFO("fault: " << kernels::to_string(bad->err) << " mismatched_slots=" << bad->mismatched_slots);
-  CHECK(good->pass);
-  CHECK(good->mismatched_slots == 0);
-  CHECK_FALSE(bad->pass);
-  CHECK_FALSE(r.summary.pass);
-  CHECK(r.summary.first_failed_step == r.fault_step);
-  // Large: well above the bf16 tolerance (atol 1.5e-2) and 20x the clean error of the same step.
-  CHECK(bad->error_score() > 0.1);
-  CHECK(bad->error_score() > 20 * good->err.max_abs);
-  CHECK(bad->mismatched_slots > 0);
+  const ValidationRunResult r =
+      validate::test::expect_fault_fails(s, o, profile + "-" + fault_kind_name(kind));
   const nlohmann::json j = nlohmann::json::parse(slurp(r.json));
   CHECK(j["pass"] == false);
   CHECK(j["fault"]["kind"] == fault_kind_name(kind));

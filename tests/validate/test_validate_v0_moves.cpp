@@ -21,6 +21,7 @@ namespace {
 using kvsim::validate::test::cpu_options;
 using kvsim::validate::test::kSmall;
 using kvsim::validate::test::out_dir;
+using kvsim::validate::test::record_at;
 using kvsim::validate::test::require_same_records;
 
 /// validate-small under vLLM V0 with swaps and forks (validate_test_util.h).
@@ -31,12 +32,6 @@ const ValidationRunResult& clean_run() {
   static const ValidationRunResult r =
       run_validation(v0_swap_fork(), out_dir("v0-moves-clean"), cpu_options(1));
   return r;
-}
-
-const ValidationRecord* record_at(const ValidationRunResult& r, std::int64_t step) {
-  for (const ValidationRecord& rec : r.records)
-    if (rec.step == step) return &rec;
-  return nullptr;
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
+#include "sim/config/scenario.h"
 #include "validate/harness.h"
 #include "validate/validate_run.h"
 
@@ -53,6 +55,47 @@ inline ValidationOptions options(kernels::BackendKind backend, kernels::DType dt
 /// The cpu backend in bf16, sampling every `sample_every`-th step.
 inline ValidationOptions cpu_options(std::int64_t sample_every = 1) {
   return options(kernels::BackendKind::kCpu, kernels::DType::kBF16, sample_every);
+}
+
+/// The record of `step` in a validation run, or nullptr when that step was not checked.
+inline const ValidationRecord* record_at(const ValidationRunResult& r, std::int64_t step) {
+  for (const ValidationRecord& rec : r.records)
+    if (rec.step == step) return &rec;
+  return nullptr;
+}
+
+/// Runs `s` with the fault `faulty.fault` plants into `out_dir(name)`, then a clean run with the
+/// same options checking the fault's step, and checks that the clean step passes while the faulty
+/// one fails by far more than the tolerance: well above bf16's atol (1.5e-2) and 20x the clean
+/// error of the same step, with mismatched slots, as the run's first failed step. Returns the
+/// faulty run.
+inline ValidationRunResult expect_fault_fails(const Scenario& s, const ValidationOptions& faulty,
+                                              const std::string& name) {
+  const ValidationRunResult r = run_validation(s, out_dir(name), faulty);
+  INFO(name << ": fault " << fault_kind_name(faulty.fault.kind) << " planted at step "
+            << r.fault_step);
+  REQUIRE(r.fault_step >= faulty.fault.from_step);
+  ValidationOptions clean_options = faulty;
+  clean_options.fault = {};
+  clean_options.sample_every_steps = r.fault_step;
+  const ValidationRunResult clean = run_validation(s, out_dir("clean-" + name), clean_options);
+  const ValidationRecord* bad = record_at(r, r.fault_step);
+  const ValidationRecord* good = record_at(clean, r.fault_step);
+  REQUIRE(bad != nullptr);
+  REQUIRE(good != nullptr);
+  REQUIRE(bad->fault_planted);
+  INFO("clean: " << kernels::to_string(good->err)
+                 << " mismatched_slots=" << good->mismatched_slots);
+  INFO("fault: " << kernels::to_string(bad->err) << " mismatched_slots=" << bad->mismatched_slots);
+  CHECK(good->pass);
+  CHECK(good->mismatched_slots == 0);
+  CHECK_FALSE(bad->pass);
+  CHECK_FALSE(r.summary.pass);
+  CHECK(r.summary.first_failed_step == r.fault_step);
+  CHECK(bad->error_score() > 0.1);
+  CHECK(bad->error_score() > 20 * good->err.max_abs);
+  CHECK(bad->mismatched_slots > 0);
+  return r;
 }
 
 /// Two runs of one scenario checked the same steps with bit-identical kernel outputs and the same

@@ -49,16 +49,25 @@ TEST_CASE("validate-small passes on the cuda backend within the cpu baseline's e
   }
 }
 
-TEST_CASE("a block shared while in use fails validation on the cuda backend too",
+TEST_CASE("every planted fault fails validation on the cuda backend as on the cpu one",
           "[validate][gpu]") {
+  // The fault's step is checked against the same step of a clean cuda run, in both dtypes: the
+  // clean step passes, the faulty one fails by far more than the tolerance, and the run's first
+  // failed step is the fault's.
   const Scenario s = load_scenario(kSmall, {});
-  ValidationOptions o = options(kernels::BackendKind::kCuda, kernels::DType::kBF16);
-  o.sample_every_steps = 1 << 30;
-  o.fault = {FaultInjection::Kind::kBlockSharedInUse, 10};
-  const ValidationRunResult r = run_validation(s, out_dir("gpu-fault"), o);
-  REQUIRE(r.fault_step >= 10);
-  CHECK_FALSE(r.summary.pass);
-  CHECK(r.summary.first_failed_step == r.fault_step);
+  for (kernels::DType d : {kernels::DType::kBF16, kernels::DType::kF16}) {
+    for (FaultInjection::Kind kind :
+         {FaultInjection::Kind::kWrongPrefixHit, FaultInjection::Kind::kBlockSharedInUse,
+          FaultInjection::Kind::kSlotOffByOne, FaultInjection::Kind::kCorruptBlockTable}) {
+      const std::string name =
+          std::string("gpu-fault-") + kernels::dtype_name(d) + "-" + fault_kind_name(kind);
+      INFO(name);
+      ValidationOptions o = options(kernels::BackendKind::kCuda, d);
+      o.sample_every_steps = 1 << 30;
+      o.fault = {kind, 10};
+      validate::test::expect_fault_fails(s, o, name);
+    }
+  }
 }
 
 TEST_CASE("a V0 run with swaps and copy-on-write passes on the cuda backend, moves applied",
