@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # One GPU session in one command: build for sm_90, run the gpu-labelled tests, benchmark the
-# kernels (bench_kernels --mode gpu, then PyTorch SDPA on the same shapes) and validate
-# scenarios/validate-small.yaml on the cuda backend. Run it from anywhere in the repository on the
-# GPU machine; it needs no network. Results go to $OUT (default ./gpu-results) as at most 8 files,
-# the most the device tool brings back:
-#   session.log  nvidia-smi.txt  ctest-gpu.log  bench_kernels_gpu.csv  sdpa_gpu.csv
-#   bench_vs_sdpa.csv  validate.tar.gz  logs.tar.gz (build, ctest, bench, sdpa and validate logs)
+# kernels (bench_kernels --mode gpu, then PyTorch SDPA on the same shapes), validate
+# scenarios/validate-small.yaml and scenarios/validate-llama8b-pressure.yaml on the cuda backend
+# in bf16 and fp16, export the second one's measured attention latencies and fit them with
+# `kvsim calibrate`. Run it from anywhere in the repository on the GPU machine; it needs no
+# network. Results go to $OUT (default ./gpu-results) as at most 8 files, the most the device
+# tool brings back:
+#   session.log  ctest-gpu.log  bench_kernels_gpu.csv  sdpa_gpu.csv  bench_vs_sdpa.csv
+#   calibration_gpu.csv (validate --export-calibration, bf16)  validate.tar.gz (the validation
+#   runs and the fitted model)  logs.tar.gz (nvidia-smi, build, ctest, bench, sdpa and validate logs)
 # Sections are time-boxed (the whole run stays under KVSIM_GPU_BUDGET_S, default 480 s) and a
 # failing section does not stop the next; the exit status is 1 when any section failed.
 #
@@ -90,8 +93,8 @@ section "environment"
   nvidia-smi -L 2>&1
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu \
     --format=csv 2>&1
-} | tee "$OUT/nvidia-smi.txt"
-{ echo; nvidia-smi -q 2>&1; } >> "$OUT/nvidia-smi.txt"
+} | tee "$LOGS/nvidia-smi.txt"
+{ echo; nvidia-smi -q 2>&1; } >> "$LOGS/nvidia-smi.txt"
 
 section "configure + build (sm_90)"
 GENERATOR=(-G Ninja)
@@ -170,6 +173,20 @@ for dtype in bf16 fp16; do
   run_step "validate $dtype" 90 "$LOGS/validate.log" tee "$BUILD/kvsim" validate \
     "$ROOT/scenarios/validate-small.yaml" --backend cuda --dtype "$dtype" -o "$LOGS/validate/$dtype"
 done
+
+section "kvsim validate scenarios/validate-llama8b-pressure.yaml --backend cuda (+ calibration)"
+# Llama-3.1-8B shapes with preemptions and prefix hits; bf16 checks every tenth step and exports
+# the measured latencies, fp16 a sample of them.
+PRESSURE=$ROOT/scenarios/validate-llama8b-pressure.yaml
+run_step "pressure bf16" 150 "$LOGS/validate.log" tee "$BUILD/kvsim" validate "$PRESSURE" \
+  --backend cuda --dtype bf16 -o "$LOGS/validate/pressure-bf16" \
+  --export-calibration "$OUT/calibration_gpu.csv"
+run_step "pressure fp16" 90 "$LOGS/validate.log" tee "$BUILD/kvsim" validate "$PRESSURE" \
+  --backend cuda --dtype fp16 --sample-prob 0.03 -o "$LOGS/validate/pressure-fp16"
+if [ -s "$OUT/calibration_gpu.csv" ]; then
+  run_step "calibrate" 30 "$LOGS/validate.log" tee "$BUILD/kvsim" calibrate \
+    "$OUT/calibration_gpu.csv" -o "$LOGS/validate/fitted-attention.yaml"
+fi
 tar -czf "$OUT/validate.tar.gz" -C "$LOGS" validate 2> /dev/null
 
 section "summary"
