@@ -179,7 +179,7 @@ section "kvsim validate scenarios/validate-llama8b-pressure.yaml --backend cuda 
 # the measured latencies, fp16 a sample of them.
 PRESSURE=$ROOT/scenarios/validate-llama8b-pressure.yaml
 run_step "pressure bf16" 150 "$LOGS/validate.log" tee "$BUILD/kvsim" validate "$PRESSURE" \
-  --backend cuda --dtype bf16 -o "$LOGS/validate/pressure-bf16" \
+  --backend cuda --dtype bf16 --sample-prob 0.1 -o "$LOGS/validate/pressure-bf16" \
   --export-calibration "$OUT/calibration_gpu.csv"
 run_step "pressure fp16" 90 "$LOGS/validate.log" tee "$BUILD/kvsim" validate "$PRESSURE" \
   --backend cuda --dtype fp16 --sample-prob 0.03 -o "$LOGS/validate/pressure-fp16"
