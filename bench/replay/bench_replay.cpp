@@ -120,7 +120,6 @@ struct Bench {
       case KvmOp::Kind::kAppend:
         for (std::int32_t tok : op.data)
           reqs[static_cast<std::size_t>(op.req)]->append_output_token(tok);
-        if (v020) kv.update_block_hashes(*reqs[static_cast<std::size_t>(op.req)]);
         break;
       case KvmOp::Kind::kFree:
         kv.free(*reqs[static_cast<std::size_t>(op.req)]);

@@ -186,7 +186,6 @@ KvmTrace generate_kvm_trace(std::uint64_t seed, std::int64_t num_ops, Profile pr
     // Decode one token.
     const auto tok = static_cast<std::int32_t>(rng.g() % 50);
     r.append_output_token(tok);
-    if (v020) kv.update_block_hashes(r);
     --l.outputs_left;
     emit({KvmOp::Kind::kAppend, l.slot, 0, {tok}},
          "{\"op\":\"append_output\",\"id\":" + id(l.slot) + ",\"tokens\":[" + std::to_string(tok) +

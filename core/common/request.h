@@ -96,10 +96,10 @@ class Request {
   /// are unused). Only KVCacheManager mutates them. Two groups live inside the request (one
   /// cache miss less per request and step).
   boost::container::small_vector<KVGroupTable, 2> kv_groups;
-  /// vLLM hashes a prompt when the request is created; kvsim defers that until something reads
-  /// the hashes (KVCacheCoordinator::sync_block_hashes), which then hashes exactly what vLLM
-  /// would hold: the tokens the request had when it was added (this count; -1: nothing
-  /// deferred), then the blocks appended tokens completed since.
+  /// vLLM hashes a prompt when the request is created and extends the list on every append;
+  /// kvsim computes the list when something reads it (KVCacheCoordinator::sync_block_hashes),
+  /// exactly what vLLM would hold: the prompt's blocks as of when it was added (this count; -1:
+  /// hashed already, or no caching), then the blocks appended tokens completed since.
   std::int64_t deferred_hash_tokens = -1;
   /// AsyncScheduler: outputs scheduled but not yet received; set when a reset of the prefix
   /// cache preempted the request while its token was in flight (that token is dropped).

@@ -155,17 +155,6 @@ void KVCacheCoordinator::hash_deferred_prompt(Request& request) {
   hash_blocks(request, n);
 }
 
-void KVCacheCoordinator::update_block_hashes(Request& request) {
-  if (request.deferred_hash_tokens >= 0) {
-    // vLLM's list would end at the prompt's last full block, and this call would add nothing
-    // unless appended tokens completed a block after it: stay deferred until they do.
-    const std::int64_t bs = hash_block_size_;
-    if ((request.deferred_hash_tokens / bs + 1) * bs > request.num_tokens()) return;
-    hash_deferred_prompt(request);
-  }
-  hash_blocks(request, request.num_tokens());
-}
-
 void KVCacheCoordinator::hash_blocks(Request& request, const std::int64_t n) {
   if (!config_.enable_caching) return;
   const std::int64_t bs = hash_block_size_;

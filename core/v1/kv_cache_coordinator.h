@@ -60,26 +60,24 @@ class KVCacheCoordinator {
 
   /// Sizes the request's per-group state (once, when it arrives). O(groups).
   void init_request(Request& request) const;
-  /// A new request's prompt hashes (vLLM computes them when the request is created) are
-  /// deferred (with caching): sync_block_hashes computes them when something first reads them,
-  /// the same list, and a request that never leaves the waiting queue holds none. O(1).
+  /// A new request's hashes are computed when something reads them (with caching): vLLM hashes
+  /// the prompt when the request is created and extends the list whenever appended tokens
+  /// complete a block; kvsim records the prompt's length here, and sync_block_hashes computes
+  /// the same list on demand. A request that never leaves the waiting queue holds none. O(1).
   void defer_prompt_hashes(Request& request) const {
     if (config_.enable_caching) request.deferred_hash_tokens = request.num_tokens();
   }
-  /// The hash list vLLM's request holds now: computes the deferred prompt hashes, if any.
-  /// O(1) when nothing is deferred, else O(prompt blocks).
+  /// The hash list vLLM's request holds now: the prompt's full blocks in one pass from block 0
+  /// (as vLLM hashed them at creation, if still deferred), then every block the appended tokens
+  /// completed since, in one pass. That is vLLM's list although vLLM extended it append by
+  /// append: tokens are only ever appended, and a block's extra keys depend on its pass only
+  /// through whether the pass starts at block 0 (the multimodal items are then searched from the
+  /// first, else from the last; only the prompt's pass, or a first block completed by outputs,
+  /// starts there). Every reader of block_hashes calls it first. O(1) when nothing is new, else
+  /// O(new blocks).
   void sync_block_hashes(Request& request) {
     if (request.deferred_hash_tokens >= 0) hash_deferred_prompt(request);
-  }
-  /// Request.update_block_hashes: hashes the blocks its tokens completed since the last call
-  /// (with caching). O(new blocks); O(1) while the prompt's hashes are deferred and no block
-  /// completed.
-  void update_block_hashes(Request& request);
-  /// Whether update_block_hashes has work: the tokens complete a hash block past the request's
-  /// list (`hash_block_size` is hash_block_size(), a value so that a caller's loop holds it). O(1).
-  static bool block_hash_due(const Request& request, std::int64_t hash_block_size) {
-    return static_cast<std::int64_t>(request.block_hashes.size() + 1) * hash_block_size <=
-           request.num_tokens();
+    if (block_hash_due(request)) hash_blocks(request, request.num_tokens());
   }
 
   /// get_computed_blocks: the hits per group (replaced) and the hit tokens; records the lookup in
@@ -163,6 +161,12 @@ class KVCacheCoordinator {
   /// request holds num_tokens tokens.
   void hash_blocks(Request& request, std::int64_t num_tokens);
   void hash_deferred_prompt(Request& request);
+  /// Whether the tokens complete a hash block past the request's list. O(1).
+  bool block_hash_due(const Request& request) const {
+    return config_.enable_caching &&
+           static_cast<std::int64_t>(request.block_hashes.size() + 1) * hash_block_size_ <=
+               request.num_tokens();
+  }
   AllocStatus allocate_slots_one_group(Request& request, std::int64_t num_new_tokens,
                                        std::int64_t num_new_computed_tokens,
                                        const GroupBlockLists& hits,

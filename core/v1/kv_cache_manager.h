@@ -84,19 +84,14 @@ class KVCacheManager {
   KVCacheCoordinator* coordinator() { return coordinator_.get(); }
   const KVCacheCoordinator* coordinator() const { return coordinator_.get(); }
   std::int32_t num_groups() const { return coordinator_ ? coordinator_->num_groups() : 1; }
-  /// A new request: sizes its per-group tables; its prompt's hashes are computed when first read
-  /// (KVCacheCoordinator::defer_prompt_hashes). O(groups).
+  /// A new request: sizes its per-group tables; its hashes are computed when first read
+  /// (KVCacheCoordinator::defer_prompt_hashes), appended tokens need no call. O(groups).
   void add_request(Request& request) {
     coordinator_->init_request(request);
     coordinator_->defer_prompt_hashes(request);
   }
-  /// Tokens were appended: hashes the blocks they completed. O(1) unless a block completed.
-  void update_block_hashes(Request& request) {
-    if (KVCacheCoordinator::block_hash_due(request, coordinator_->hash_block_size()))
-      coordinator_->update_block_hashes(request);
-  }
-  /// The request's hash list as vLLM holds it (the deferred prompt hashes computed), for readers
-  /// outside the manager. O(1) when nothing is deferred.
+  /// The request's hash list as vLLM holds it now (KVCacheCoordinator::sync_block_hashes), for
+  /// readers outside the manager. O(1) when nothing is new.
   void sync_block_hashes(Request& request) {
     if (coordinator_) coordinator_->sync_block_hashes(request);
   }

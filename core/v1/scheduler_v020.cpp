@@ -280,7 +280,6 @@ void Scheduler::apply_outputs(std::span<const InFlightRequest> step,
                               std::vector<RequestOutput>& outputs) {
   KVCacheCoordinator& coordinator = *kv_.coordinator();
   const KVCacheCoordinator::NothingToCache nothing_to_cache = coordinator.nothing_to_cache();
-  const std::int64_t hash_block_size = coordinator.hash_block_size();
   bool stopped_waiting = false;
   bool stopped_running = false;
   for (const InFlightRequest& e : step) {
@@ -292,8 +291,7 @@ void Scheduler::apply_outputs(std::span<const InFlightRequest> step,
       continue;
     }
     const RequestStatus before = r.status;
-    r.append_output_token(r.next_sampled_token());
-    if (KVCacheCoordinator::block_hash_due(r, hash_block_size)) coordinator.update_block_hashes(r);
+    r.append_output_token(r.next_sampled_token());  // (its hashes follow when read)
     RequestStatus final_status;
     const bool stopped = stops(r, final_status);
     if constexpr (async) {

@@ -46,9 +46,9 @@ struct V1Policy {
   /// (max_admission_blocks_per_request, from max_num_batched_tokens), also for a running request
   /// (vLLM's defect: the table's null entries count, and get_new_blocks may then fail).
   bool admission_cap = false;
-  /// v0.9+: the block hashes live on the request: computed when it is created (kvsim: when first
-  /// read, the same list; see KVCacheCoordinator::defer_prompt_hashes) and extended
-  /// whenever appended tokens complete a block (kept across preemption); the lookup reads at most
+  /// v0.9+: the block hashes live on the request: computed when it is created and extended
+  /// whenever appended tokens complete a block (kvsim: when first read, the same list; see
+  /// KVCacheCoordinator::sync_block_hashes), kept across preemption; the lookup reads at most
   /// num_tokens - 1 tokens; extra keys are the LoRA name, (multimodal identifier, offset in the
   /// block) per item and the cache salt (block 0).
   bool hashes_on_request = false;

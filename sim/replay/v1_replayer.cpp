@@ -324,8 +324,7 @@ void V1Replayer::op_append_output(JsonWriter& w) {
   require_kvm_mode("append_output");
   Request& r = live_request(get_string("id"));
   read_tokens(field("tokens"), scratch_tokens_);
-  for (Token t : scratch_tokens_) r.append_output_token(t);
-  if (v020_) kvm_->update_block_hashes(r);
+  for (Token t : scratch_tokens_) r.append_output_token(t);  // (v0.20: hashed when read)
   w.begin_object().end_object();
 }
 

@@ -1,8 +1,8 @@
-// vLLM v0.20 (profile vllm-0.20): a request's prompt hashes are computed when something first
-// reads them instead of when it is added (KVCacheCoordinator::defer_prompt_hashes), and the list
-// then read is the one vLLM holds: checked against eager hashing (the hashes computed at add time
-// and after every append, as vLLM does) on random multimodal, LoRA and salted requests, whose
-// block hashes depend on the order they were computed in.
+// vLLM v0.20 (profile vllm-0.20): a request's block hashes are computed when something reads
+// them instead of when it is added and on every append (KVCacheCoordinator::sync_block_hashes),
+// and the list then read is the one vLLM holds: checked against eager hashing (at add time and
+// after every appended token, as vLLM does) on random multimodal, LoRA and salted requests,
+// whose block hashes depend on the passes they were computed in.
 
 #include <catch2/catch.hpp>
 #include <random>
@@ -38,12 +38,12 @@ Request random_request(std::mt19937_64& rng, std::int64_t index) {
   return r;
 }
 
-/// One seed: `deferred` goes through add_request (hashes deferred), `eager` is hashed at add time
-/// and after every append; both get the same appended tokens (update_block_hashes after each
-/// batch, as the scheduler and the replayer call it). At random points, and at the end, the
-/// deferred list is read (synced) and must equal the eager one, node for node (one table: equal
-/// contents are equal ids). Returns whether hashing `once` (every token of the request hashed
-/// in one pass from block 0, the naive deferral) differs from the eager list.
+/// One seed: `deferred` goes through add_request (its hashes computed only when read), `eager`
+/// is hashed as vLLM hashes: at creation and after every appended token. Both get the same
+/// tokens in batches of random size; at random points, and at the end, the deferred list is read
+/// (synced) and must equal the eager one, node for node (one table: equal contents are equal
+/// ids). Returns whether hashing `once` (every token of the request hashed in one pass from block
+/// 0, the naive deferral) differs from the eager list.
 bool run_seed(std::uint64_t seed) {
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
@@ -59,7 +59,7 @@ bool run_seed(std::uint64_t seed) {
   kv.add_request(deferred);
   CHECK(deferred.block_hashes.empty());  // nothing held while it waits
   c.init_request(eager);
-  c.update_block_hashes(eager);  // vLLM: hashed when created
+  c.sync_block_hashes(eager);  // not deferred: hashed now, as vLLM does when it is created
   c.init_request(once);
   const int rounds = static_cast<int>(1 + rng() % 4);
   for (int k = 0; k < rounds; ++k) {
@@ -67,9 +67,8 @@ bool run_seed(std::uint64_t seed) {
     for (int i = 0; i < n; ++i) {
       const auto t = static_cast<Token>(rng() % 3);
       for (Request* r : {&deferred, &eager, &once}) r->append_output_token(t);
+      c.sync_block_hashes(eager);  // vLLM: on every append
     }
-    kv.update_block_hashes(deferred);
-    kv.update_block_hashes(eager);
     if (rng() % 3 == 0) {
       kv.sync_block_hashes(deferred);
       REQUIRE(deferred.block_hashes == eager.block_hashes);
@@ -85,7 +84,7 @@ bool run_seed(std::uint64_t seed) {
   }
   REQUIRE(deferred.block_hashes == eager.block_hashes);
   CHECK(deferred.deferred_hash_tokens == -1);
-  kv.update_block_hashes(once);
+  c.sync_block_hashes(once);  // one pass over prompt and outputs
   const bool naive_differs = once.block_hashes != eager.block_hashes;
   for (Request* r : {&deferred, &eager, &once}) kv.release_request(*r);
   CHECK(kv.hashes().size() == 0);
@@ -94,7 +93,7 @@ bool run_seed(std::uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("v0.20: deferred prompt hashes equal vLLM's eager ones", "[core]") {
+TEST_CASE("v0.20: deferred block hashes equal vLLM's eager ones", "[core]") {
   int naive_differs = 0;
   for (std::uint64_t seed = 1; seed <= 3000; ++seed) naive_differs += run_seed(seed);
   // The check can fail: hashing prompt and outputs in one pass (vLLM reads only the last
@@ -108,16 +107,23 @@ TEST_CASE("v0.20: a waiting request holds no hashes until its lookup", "[core]")
   kv.add_request(r);
   CHECK(r.block_hashes.empty());
   CHECK(kv.hashes().size() == 0);
-  // Appended tokens that complete no block after the prompt's last full one keep it deferred.
+  // Appended tokens are not hashed until something reads the list, even when they complete a
+  // block; the read then holds the prompt's four blocks and the completed one.
   r.append_output_token(7);
-  kv.update_block_hashes(r);
-  CHECK(r.block_hashes.empty());
-  // One that does hashes the prompt's blocks, then the new one.
   r.append_output_token(8);
-  kv.update_block_hashes(r);
+  CHECK(r.block_hashes.empty());
+  CHECK(kv.hashes().size() == 0);
+  kv.sync_block_hashes(r);
+  CHECK(r.block_hashes.size() == 5);
+  CHECK(r.deferred_hash_tokens == -1);
+  r.append_output_token(9);  // completes nothing: the same list
+  kv.sync_block_hashes(r);
+  CHECK(r.block_hashes.size() == 5);
+  for (Token t = 10; t < 14; ++t) r.append_output_token(t);  // completes a sixth block
   CHECK(r.block_hashes.size() == 5);
   GroupBlockLists hits(1);
-  REQUIRE(kv.allocate_slots(r, 20, 0, hits, 0) == AllocStatus::kOk);  // caches its 5 blocks
+  REQUIRE(kv.allocate_slots(r, 24, 0, hits, 0) == AllocStatus::kOk);  // caching reads them
+  CHECK(r.block_hashes.size() == 6);
   Request w = make_request(1, iota_tokens(9));
   kv.add_request(w);
   AllocStatus st;

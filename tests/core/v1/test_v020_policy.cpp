@@ -165,7 +165,6 @@ void run_coordinator_seed(std::uint64_t seed, int num_ops, Coverage& cov) {
         if (r.num_computed_tokens == r.num_tokens()) {
           const Token t = static_cast<Token>(rng() % 3);
           r.append_output_token(t);
-          kv.update_block_hashes(r);
           l.naive.tokens.push_back(t);
         }
         const std::int64_t n = std::min(r.num_tokens() - r.num_computed_tokens, uniform(1, 4 * bs));
