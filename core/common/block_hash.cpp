@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/common/assert.h"
+#include "core/common/hot.h"
 
 namespace kvsim {
 namespace {
@@ -35,8 +36,8 @@ std::span<const Token> BlockHashTable::tokens(HashId h) const {
           static_cast<std::size_t>(block_size_)};
 }
 
-std::uint64_t BlockHashTable::hash_of(HashId parent, std::span<const Token> tokens,
-                                      ExtraKeysId extra) const {
+KVSIM_HOT std::uint64_t BlockHashTable::hash_of(HashId parent, std::span<const Token> tokens,
+                                                ExtraKeysId extra) const {
   const std::uint64_t ph = parent == kNoHash ? kRootHash : nodes_[slot(parent)].hash;
   return hash_fn_(ph, tokens, static_cast<std::int32_t>(extra));
 }
@@ -49,13 +50,14 @@ bool BlockHashTable::node_equals(std::int32_t n, HashId parent, std::span<const 
                      tokens.size_bytes()) == 0;
 }
 
-HashId BlockHashTable::intern(HashId parent, std::span<const Token> tokens, ExtraKeysId extra) {
+KVSIM_HOT HashId BlockHashTable::intern(HashId parent, std::span<const Token> tokens,
+                                        ExtraKeysId extra) {
   KVSIM_ASSERT(static_cast<std::int64_t>(tokens.size()) == block_size_);
   return intern_hashed(parent, tokens, extra, hash_of(parent, tokens, extra));
 }
 
-void BlockHashTable::intern_chain(HashId parent, std::span<const Token> tokens, ExtraKeysId extra,
-                                  std::vector<HashId>& out) {
+KVSIM_HOT void BlockHashTable::intern_chain(HashId parent, std::span<const Token> tokens,
+                                            ExtraKeysId extra, std::vector<HashId>& out) {
   const auto bs = static_cast<std::size_t>(block_size_);
   KVSIM_ASSERT(tokens.size() % bs == 0);
   const std::size_t n = tokens.size() / bs;
@@ -74,8 +76,8 @@ void BlockHashTable::intern_chain(HashId parent, std::span<const Token> tokens, 
   }
 }
 
-HashId BlockHashTable::intern_hashed(HashId parent, std::span<const Token> tokens,
-                                     ExtraKeysId extra, std::uint64_t h) {
+KVSIM_HOT HashId BlockHashTable::intern_hashed(HashId parent, std::span<const Token> tokens,
+                                               ExtraKeysId extra, std::uint64_t h) {
   const auto h_lo = static_cast<std::uint32_t>(h);
   std::uint64_t empty = h & bucket_mask_;
   for (;; empty = (empty + 1) & bucket_mask_) {
@@ -117,13 +119,13 @@ HashId BlockHashTable::intern_hashed(HashId parent, std::span<const Token> token
   return HashId{n};
 }
 
-void BlockHashTable::retain(HashId h) {
+KVSIM_HOT void BlockHashTable::retain(HashId h) {
   Node& node = nodes_[slot(h)];
   KVSIM_ASSERT(node.refs > 0, "retain of a dead hash node");
   ++node.refs;
 }
 
-void BlockHashTable::release(HashId h) {
+KVSIM_HOT void BlockHashTable::release(HashId h) {
   while (h != kNoHash) {
     Node& node = nodes_[slot(h)];
     KVSIM_ASSERT(node.refs > 0, "release of a dead hash node");
@@ -144,7 +146,7 @@ void BlockHashTable::bucket_insert(std::int32_t n, std::uint64_t hash) {
 }
 
 // Linear-probing deletion by backward shift (no tombstones).
-void BlockHashTable::bucket_erase(std::int32_t n) {
+KVSIM_HOT void BlockHashTable::bucket_erase(std::int32_t n) {
   std::uint64_t i = nodes_[static_cast<std::size_t>(n)].hash & bucket_mask_;
   while (buckets_[i].node != n) {
     KVSIM_ASSERT(buckets_[i].node >= 0, "hash node missing from its bucket chain");

@@ -4,6 +4,7 @@
 #include <bit>
 
 #include "core/common/assert.h"
+#include "core/common/hot.h"
 
 namespace kvsim {
 
@@ -35,7 +36,7 @@ BlockId BlockPool::get_cached_block(HashId h) const {
   return s < hash_head_.size() ? hash_head_[s] : kNoBlock;
 }
 
-void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
+KVSIM_HOT void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
   KVSIM_ASSERT(n <= num_free_blocks(), "not enough free blocks");
   // Evict in pop order. Releasing a hash node reads the node and then its bucket, two dependent
   // misses: pipeline them, block i being popped (its node prefetched) while block i - kLag / 2's
@@ -67,7 +68,7 @@ void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
   stats_.blocks_allocated += n;
 }
 
-void BlockPool::touch(std::span<const BlockId> blocks) {
+KVSIM_HOT void BlockPool::touch(std::span<const BlockId> blocks) {
   for (BlockId b : blocks) {
     KVCacheBlock& blk = block(b);
     if (blk.ref_cnt == 0 && b != null_block_) free_queue_.erase(free_queue_.iterator_to(blk));
@@ -75,7 +76,7 @@ void BlockPool::touch(std::span<const BlockId> blocks) {
   }
 }
 
-void BlockPool::free_block(BlockId b) {
+KVSIM_HOT void BlockPool::free_block(BlockId b) {
   KVCacheBlock& blk = block(b);
   if (b == null_block_) {
     --blk.ref_cnt;
@@ -85,7 +86,7 @@ void BlockPool::free_block(BlockId b) {
   if (--blk.ref_cnt == 0) free_queue_.push_back(blk);
 }
 
-void BlockPool::cache_block(BlockId b, HashId key) {
+KVSIM_HOT void BlockPool::cache_block(BlockId b, HashId key) {
   KVCacheBlock& blk = block(b);
   KVSIM_ASSERT(blk.block_hash == kNoHash, "block already has a hash");
   hashes_.retain(hash_of_key(key));
@@ -109,7 +110,7 @@ void BlockPool::cache_block(BlockId b, HashId key) {
 }
 
 // vLLM's _maybe_evict_cached_block: the block leaves its hash group; an emptied group is deleted.
-void BlockPool::evict(KVCacheBlock& blk) {
+KVSIM_HOT void BlockPool::evict(KVCacheBlock& blk) {
   const std::size_t s = head_slot(blk.block_hash);
   if (blk.hash_prev == kNoBlock)
     hash_head_[s] = blk.hash_next;

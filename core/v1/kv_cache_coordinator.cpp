@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/common/assert.h"
+#include "core/common/hot.h"
 
 namespace kvsim {
 
@@ -102,7 +103,7 @@ KVCacheCoordinator::KVCacheCoordinator(const KVCacheConfig& config, BlockPool& p
   assigned_.assign(groups.size(), 0);
 }
 
-void KVCacheCoordinator::init_request(Request& request) const {
+KVSIM_HOT void KVCacheCoordinator::init_request(Request& request) const {
   if (request.kv_groups.size() != managers_.size()) request.kv_groups.resize(managers_.size());
 }
 
@@ -117,8 +118,8 @@ GroupHashView KVCacheCoordinator::view(const Request& r, std::int32_t block_size
 // generate_block_hash_extra_keys (kv_cache_utils.py:501): the LoRA name, (identifier, offset in
 // the block) per overlapping multimodal item, the cache salt (block 0). Strings are stored as
 // "s<text>", items as "p<identifier>\0<offset>": equal exactly when vLLM's tuples are.
-ExtraKeysId KVCacheCoordinator::extra_keys(const Request& request, std::int64_t start,
-                                           std::int64_t end, std::int64_t& mm_idx) {
+KVSIM_HOT ExtraKeysId KVCacheCoordinator::extra_keys(const Request& request, std::int64_t start,
+                                                     std::int64_t end, std::int64_t& mm_idx) {
   extra_scratch_.clear();
   if (request.lora_name) extra_scratch_.push_back("s" + *request.lora_name);
   const auto& mm = request.mm_positions;
@@ -149,13 +150,13 @@ ExtraKeysId KVCacheCoordinator::extra_keys(const Request& request, std::int64_t 
   return hashes_.intern_extra(extra_scratch_);
 }
 
-void KVCacheCoordinator::hash_deferred_prompt(Request& request) {
+KVSIM_HOT void KVCacheCoordinator::hash_deferred_prompt(Request& request) {
   const std::int64_t n = request.deferred_hash_tokens;
   request.deferred_hash_tokens = -1;
   hash_blocks(request, n);
 }
 
-void KVCacheCoordinator::hash_blocks(Request& request, const std::int64_t n) {
+KVSIM_HOT void KVCacheCoordinator::hash_blocks(Request& request, const std::int64_t n) {
   if (!config_.enable_caching) return;
   const std::int64_t bs = hash_block_size_;
   std::int64_t start = static_cast<std::int64_t>(request.block_hashes.size()) * bs;
@@ -195,10 +196,10 @@ void KVCacheCoordinator::hash_blocks(Request& request, const std::int64_t n) {
 
 // ---- lookup ---------------------------------------------------------------------------------
 
-std::int64_t KVCacheCoordinator::find_longest_cache_hit(const Request& request,
-                                                        std::int64_t max_length,
-                                                        GroupBlockLists& hits,
-                                                        AllocStatus& status) {
+KVSIM_HOT std::int64_t KVCacheCoordinator::find_longest_cache_hit(const Request& request,
+                                                                  std::int64_t max_length,
+                                                                  GroupBlockLists& hits,
+                                                                  AllocStatus& status) {
   if (managers_.size() == 1) {  // UnitaryKVCacheCoordinator
     const SingleTypeManager& m = managers_[0];
     const std::int32_t ids[1] = {0};
@@ -261,8 +262,9 @@ std::int64_t KVCacheCoordinator::find_longest_cache_hit(const Request& request,
   return hit_length;
 }
 
-std::int64_t KVCacheCoordinator::get_computed_blocks(Request& request, GroupBlockLists& hits,
-                                                     AllocStatus& status) {
+KVSIM_HOT std::int64_t KVCacheCoordinator::get_computed_blocks(Request& request,
+                                                               GroupBlockLists& hits,
+                                                               AllocStatus& status) {
   status = AllocStatus::kOk;
   sync_block_hashes(request);
   if (hits.size() != managers_.size()) hits.resize(managers_.size());
@@ -284,11 +286,11 @@ std::int64_t KVCacheCoordinator::get_computed_blocks(Request& request, GroupBloc
 
 // ---- allocation -----------------------------------------------------------------------------
 
-std::int64_t KVCacheCoordinator::num_blocks_to_allocate(const Request& request,
-                                                        std::int64_t num_tokens,
-                                                        const GroupBlockLists& hits,
-                                                        std::int64_t total_computed,
-                                                        AllocStatus& status) const {
+KVSIM_HOT std::int64_t KVCacheCoordinator::num_blocks_to_allocate(const Request& request,
+                                                                  std::int64_t num_tokens,
+                                                                  const GroupBlockLists& hits,
+                                                                  std::int64_t total_computed,
+                                                                  AllocStatus& status) const {
   if (managers_.size() == 1 && !hits.empty())
     return managers_[0].num_blocks_to_allocate(request, num_tokens, hits[0], total_computed,
                                                status);
@@ -300,10 +302,10 @@ std::int64_t KVCacheCoordinator::num_blocks_to_allocate(const Request& request,
   return n;
 }
 
-bool KVCacheCoordinator::can_fit_full_sequence(const Request& request,
-                                               std::int64_t num_new_computed_tokens,
-                                               const GroupBlockLists& hits,
-                                               AllocStatus& status) const {
+KVSIM_HOT bool KVCacheCoordinator::can_fit_full_sequence(const Request& request,
+                                                         std::int64_t num_new_computed_tokens,
+                                                         const GroupBlockLists& hits,
+                                                         AllocStatus& status) const {
   status = AllocStatus::kOk;
   const std::int64_t total =
       std::min(request.num_computed_tokens + num_new_computed_tokens, config_.max_model_len);
@@ -311,11 +313,9 @@ bool KVCacheCoordinator::can_fit_full_sequence(const Request& request,
   return num_blocks_to_allocate(request, full, hits, total, status) <= pool_.num_free_blocks();
 }
 
-AllocStatus KVCacheCoordinator::allocate_slots(Request& request, std::int64_t num_new_tokens,
-                                               std::int64_t num_new_computed_tokens,
-                                               const GroupBlockLists& hits,
-                                               std::int64_t num_lookahead_tokens,
-                                               bool delay_cache_blocks) {
+KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots(
+    Request& request, std::int64_t num_new_tokens, std::int64_t num_new_computed_tokens,
+    const GroupBlockLists& hits, std::int64_t num_lookahead_tokens, bool delay_cache_blocks) {
   if (managers_.size() == 1)
     return allocate_slots_one_group(request, num_new_tokens, num_new_computed_tokens, hits,
                                     num_lookahead_tokens, delay_cache_blocks);
@@ -350,7 +350,7 @@ AllocStatus KVCacheCoordinator::allocate_slots(Request& request, std::int64_t nu
 }
 
 // The same steps for one group, without the loops over groups (most models).
-AllocStatus KVCacheCoordinator::allocate_slots_one_group(
+KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots_one_group(
     Request& request, std::int64_t num_new_tokens, std::int64_t num_new_computed_tokens,
     const GroupBlockLists& hits, std::int64_t num_lookahead_tokens, bool delay_cache_blocks) {
   new_blocks_[0] = 0;
@@ -375,9 +375,8 @@ AllocStatus KVCacheCoordinator::allocate_slots_one_group(
   return grow_and_cache_one_group(request, need, total + num_new_tokens, delay_cache_blocks);
 }
 
-AllocStatus KVCacheCoordinator::allocate_slots_running(Request& request,
-                                                       std::int64_t num_new_tokens,
-                                                       std::int64_t num_lookahead_tokens) {
+KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots_running(
+    Request& request, std::int64_t num_new_tokens, std::int64_t num_lookahead_tokens) {
   KVSIM_ASSERT(managers_.size() == 1 && !managers_[0].skips_blocks() && num_new_tokens > 0,
                "allocate_slots_running: one full-attention group and new tokens only");
   SingleTypeManager& m = managers_[0];
@@ -393,8 +392,8 @@ AllocStatus KVCacheCoordinator::allocate_slots_running(Request& request,
   return grow_and_cache_one_group(request, need, total + num_new_tokens, false);
 }
 
-AllocStatus KVCacheCoordinator::cache_blocks_of_groups(Request& request,
-                                                       std::int64_t num_computed_tokens) {
+KVSIM_HOT AllocStatus KVCacheCoordinator::cache_blocks_of_groups(Request& request,
+                                                                 std::int64_t num_computed_tokens) {
   if (!config_.enable_caching) return AllocStatus::kOk;
   sync_block_hashes(request);
   if (managers_.size() == 1)  // (its cache_blocks returns at once when nothing is new)
@@ -410,7 +409,7 @@ AllocStatus KVCacheCoordinator::cache_blocks_of_groups(Request& request,
   return AllocStatus::kOk;
 }
 
-void KVCacheCoordinator::free(Request& request) {
+KVSIM_HOT void KVCacheCoordinator::free(Request& request) {
   if (request.kv_groups.size() != managers_.size()) return;  // never allocated
   for (SingleTypeManager& m : managers_) m.free(request);
 }

@@ -4,6 +4,7 @@
 #include <bit>
 
 #include "core/common/assert.h"
+#include "core/common/hot.h"
 
 namespace kvsim {
 
@@ -45,8 +46,8 @@ KVCacheManager::KVCacheManager(const KVCacheConfig& config, const V1Policy& poli
   }
 }
 
-ExtraKeysId KVCacheManager::extra_keys(const Request& request, std::int64_t start, std::int64_t end,
-                                       std::int64_t& mm_idx) {
+KVSIM_HOT ExtraKeysId KVCacheManager::extra_keys(const Request& request, std::int64_t start,
+                                                 std::int64_t end, std::int64_t& mm_idx) {
   const auto& mm = request.mm_positions;
   if (mm.empty()) return kExtraNone;
   if (mm.back().offset + mm.back().length < start) return kExtraNone;
@@ -71,7 +72,7 @@ ExtraKeysId KVCacheManager::extra_keys(const Request& request, std::int64_t star
   return hashes_.intern_extra(mm_scratch_);
 }
 
-void KVCacheManager::hash_request_tokens(Request& request) {
+KVSIM_HOT void KVCacheManager::hash_request_tokens(Request& request) {
   const std::int64_t bs = config_.block_size;
   const std::vector<Token>& tokens = request.all_token_ids();
   if (request.mm_positions.empty()) {
@@ -92,7 +93,8 @@ void KVCacheManager::hash_request_tokens(Request& request) {
   }
 }
 
-std::int64_t KVCacheManager::get_computed_blocks(Request& request, std::vector<BlockId>& hits) {
+KVSIM_HOT std::int64_t KVCacheManager::get_computed_blocks(Request& request,
+                                                           std::vector<BlockId>& hits) {
   KVSIM_ASSERT(!coordinator_, "a KV cache coordinator's lookup is per group");
   hits.clear();
   if (!config_.enable_caching) return 0;
@@ -108,9 +110,9 @@ std::int64_t KVCacheManager::get_computed_blocks(Request& request, std::vector<B
   return static_cast<std::int64_t>(hits.size()) * config_.block_size;
 }
 
-AllocResult KVCacheManager::allocate_slots_full(Request& request, std::int64_t num_tokens,
-                                                std::span<const BlockId> new_computed_blocks,
-                                                std::int64_t num_lookahead_tokens) {
+KVSIM_HOT AllocResult KVCacheManager::allocate_slots_full(
+    Request& request, std::int64_t num_tokens, std::span<const BlockId> new_computed_blocks,
+    std::int64_t num_lookahead_tokens) {
   KVSIM_ASSERT(!coordinator_, "a KV cache coordinator allocates per group");
   if (num_tokens == 0) return {AllocStatus::kZeroTokens, 0};
   std::vector<BlockId>& table = request.blocks;
@@ -168,7 +170,8 @@ AllocResult KVCacheManager::allocate_slots_full(Request& request, std::int64_t n
   return {AllocStatus::kOk, num_allocated};
 }
 
-HashId KVCacheManager::hash_generated_block(Request& request, std::int64_t i, HashId parent) {
+KVSIM_HOT HashId KVCacheManager::hash_generated_block(Request& request, std::int64_t i,
+                                                      HashId parent) {
   const std::int64_t bs = config_.block_size;
   const std::int64_t start = i * bs;
   std::int64_t mm_idx = -1;  // a block completed by generated tokens: the last placeholder only
@@ -181,8 +184,8 @@ HashId KVCacheManager::hash_generated_block(Request& request, std::int64_t i, Ha
   return h;
 }
 
-AllocStatus KVCacheManager::cache_full_blocks(Request& request, std::int64_t first,
-                                              std::int64_t end) {
+KVSIM_HOT AllocStatus KVCacheManager::cache_full_blocks(Request& request, std::int64_t first,
+                                                        std::int64_t end) {
   if (first >= end) return AllocStatus::kOk;
   const std::vector<BlockId>& table = request.blocks;
   HashId parent = kNoHash;
@@ -220,7 +223,7 @@ namespace {
 constexpr std::size_t kWalkAhead = 8;
 }  // namespace
 
-void KVCacheManager::free(Request& request) {
+KVSIM_HOT void KVCacheManager::free(Request& request) {
   if (coordinator_) return coordinator_->free(request);
   std::vector<BlockId>& table = request.blocks;
   const std::size_t n = table.size();
@@ -239,7 +242,7 @@ void KVCacheManager::free(Request& request) {
   request.num_cached_block = -1;
 }
 
-void KVCacheManager::release_request(Request& request) {
+KVSIM_HOT void KVCacheManager::release_request(Request& request) {
   const std::vector<HashId>& hashes = request.block_hashes;
   for (std::size_t i = 0; i < hashes.size(); ++i) {
     if (i + kWalkAhead < hashes.size()) hashes_.prefetch_node(hashes[i + kWalkAhead]);
@@ -257,8 +260,8 @@ double KVCacheManager::usage() const {
   return 1.0 - static_cast<double>(pool_.num_free_blocks()) / config_.num_gpu_blocks;
 }
 
-std::int32_t KVCacheManager::get_num_common_prefix_blocks(const Request& request,
-                                                          std::int64_t num_running) const {
+KVSIM_HOT std::int32_t KVCacheManager::get_num_common_prefix_blocks(
+    const Request& request, std::int64_t num_running) const {
   std::int32_t n = 0;
   for (BlockId b : request.blocks) {
     if (pool_.block(b).ref_cnt != num_running) break;

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/common/assert.h"
+#include "core/common/hot.h"
 
 namespace kvsim {
 
@@ -38,7 +39,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_conf
   next_running_.reserve(seqs);
 }
 
-void Scheduler::add_request(Request& request) {
+KVSIM_HOT void Scheduler::add_request(Request& request) {
   request.status = RequestStatus::kWaiting;
   if (!kv_.coordinator()) {
     waiting_.push_back(&request);
@@ -58,7 +59,7 @@ bool runs_before(const Request& a, const Request& b) {
 }
 }  // namespace
 
-void Scheduler::enqueue_waiting(Request& request, bool front) {
+KVSIM_HOT void Scheduler::enqueue_waiting(Request& request, bool front) {
   if (!config_.priority_policy) {
     if (front)
       waiting_.push_front(&request);
@@ -85,7 +86,7 @@ void Scheduler::preempt_last(SchedulerOutput& out) {
   ++stats_.num_preemptions;
 }
 
-void Scheduler::schedule(SchedulerOutput& out) {
+KVSIM_HOT void Scheduler::schedule(SchedulerOutput& out) {
   out.begin_step(finished_ids_);
   finished_ids_.clear();
   if (kv_.policy().outputs_in_scheduling_order) return schedule_v020(out);
@@ -149,8 +150,8 @@ void Scheduler::schedule(SchedulerOutput& out) {
   ++stats_.num_steps;
 }
 
-void Scheduler::schedule_waiting(SchedulerOutput& out, std::int64_t& budget,
-                                 std::int64_t max_chunk) {
+KVSIM_HOT void Scheduler::schedule_waiting(SchedulerOutput& out, std::int64_t& budget,
+                                           std::int64_t max_chunk) {
   const V1Policy& policy = kv_.policy();
   const std::int64_t bs = kv_.block_size();
   const std::int64_t lookahead = config_.num_lookahead_tokens;
@@ -189,7 +190,7 @@ void Scheduler::schedule_waiting(SchedulerOutput& out, std::int64_t& budget,
   }
 }
 
-bool Scheduler::stops(Request& req, RequestStatus& status) const {
+KVSIM_HOT bool Scheduler::stops(Request& req, RequestStatus& status) const {
   const bool v020 = kv_.policy().stop_tokens_before_length;
   // v0.20: nothing stops a request before min_tokens outputs (asked only of a request that would
   // stop otherwise: the same answer, without the test on most calls).
@@ -214,14 +215,14 @@ bool Scheduler::stops(Request& req, RequestStatus& status) const {
   return v020 && at_length && !below_min_tokens();  // v0.20: stop tokens before the length limits
 }
 
-bool Scheduler::check_stop(Request& req) {
+KVSIM_HOT bool Scheduler::check_stop(Request& req) {
   RequestStatus status;
   if (!stops(req, status)) return false;
   finish(req, status);
   return true;
 }
 
-void Scheduler::finish(Request& req, RequestStatus status) {
+KVSIM_HOT void Scheduler::finish(Request& req, RequestStatus status) {
   req.status = status;
   kv_.free(req);
   kv_.release_request(req);
@@ -229,7 +230,7 @@ void Scheduler::finish(Request& req, RequestStatus status) {
   if (inflight_count_ > 0) drop_in_flight(req);
 }
 
-void Scheduler::update_from_output(std::vector<RequestOutput>& outputs) {
+KVSIM_HOT void Scheduler::update_from_output(std::vector<RequestOutput>& outputs) {
   if (kv_.policy().outputs_in_scheduling_order) return update_in_scheduling_order(outputs);
   scheduled_unconsumed_ = false;
   outputs.clear();

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "core/common/assert.h"
+#include "core/common/hot.h"
 #include "core/v1/scheduler.h"
 
 namespace kvsim {
@@ -47,7 +48,7 @@ void Scheduler::preempt(Request& victim, SchedulerOutput* out) {
   if (async && !chunk) ++req.num_output_placeholders;
 }
 
-void Scheduler::schedule_v020(SchedulerOutput& out) {
+KVSIM_HOT void Scheduler::schedule_v020(SchedulerOutput& out) {
   step_error_ = "";
   kv_.coordinator()->new_step_starts();
   const std::int64_t max_budget = config_.max_num_scheduled_tokens > 0
@@ -101,8 +102,8 @@ void Scheduler::schedule_v020(SchedulerOutput& out) {
 }
 
 template <bool async>
-void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget_left,
-                                      std::int64_t max_chunk) {
+KVSIM_HOT void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget_left,
+                                                std::int64_t max_chunk) {
   // Constants in locals: the loop's stores through Request& may alias the members.
   const std::int64_t lookahead = config_.num_lookahead_tokens;
   const std::int64_t max_model_len = config_.max_model_len;
@@ -198,8 +199,8 @@ void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget
   budget_left = budget;
 }
 
-void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget,
-                                      std::int64_t max_chunk) {
+KVSIM_HOT void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget,
+                                                std::int64_t max_chunk) {
   while (!waiting_.empty() && budget > 0) {
     if (static_cast<std::int64_t>(running_.size()) >= config_.max_num_seqs) break;
     Request& req = *waiting_.front();
@@ -260,7 +261,7 @@ void Scheduler::drop_in_flight(const Request& request) {
       if (e.request == &request) e.request = nullptr;
 }
 
-void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) {
+KVSIM_HOT void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) {
   step_error_ = "";
   outputs.clear();
   if (inflight_count_ == 0) return;
@@ -276,8 +277,8 @@ void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) 
 }
 
 template <bool async>
-void Scheduler::apply_outputs(std::span<const InFlightRequest> step,
-                              std::vector<RequestOutput>& outputs) {
+KVSIM_HOT void Scheduler::apply_outputs(std::span<const InFlightRequest> step,
+                                        std::vector<RequestOutput>& outputs) {
   KVCacheCoordinator& coordinator = *kv_.coordinator();
   const KVCacheCoordinator::NothingToCache nothing_to_cache = coordinator.nothing_to_cache();
   bool stopped_waiting = false;

@@ -4,6 +4,7 @@
 #include <bit>
 
 #include "core/common/assert.h"
+#include "core/common/hot.h"
 
 namespace kvsim {
 namespace {
@@ -79,11 +80,9 @@ bool SingleTypeManager::lookup(HashId hash, std::span<const std::int32_t> group_
   return true;
 }
 
-AllocStatus SingleTypeManager::find_longest_cache_hit(const GroupHashView& hashes,
-                                                      std::int64_t max_length,
-                                                      std::span<const std::int32_t> group_ids,
-                                                      bool use_eagle, std::int64_t alignment_tokens,
-                                                      GroupBlockLists& hits) const {
+KVSIM_HOT AllocStatus SingleTypeManager::find_longest_cache_hit(
+    const GroupHashView& hashes, std::int64_t max_length, std::span<const std::int32_t> group_ids,
+    bool use_eagle, std::int64_t alignment_tokens, GroupBlockLists& hits) const {
   const std::int64_t bs = spec_.block_size;
   const BlockId null = pool_.null_block();
   BlockId found[256];
@@ -239,7 +238,7 @@ std::int64_t SingleTypeManager::num_blocks_to_allocate_skipping(
   return num_new + evictable;
 }
 
-AllocStatus SingleTypeManager::allocate_new_computed_blocks(
+KVSIM_HOT AllocStatus SingleTypeManager::allocate_new_computed_blocks(
     Request& request, std::span<const BlockId> new_computed_blocks,
     std::int64_t num_local_computed_tokens) {
   KVGroupTable& t = table_of(request);
@@ -262,8 +261,9 @@ AllocStatus SingleTypeManager::allocate_new_computed_blocks(
   return AllocStatus::kOk;
 }
 
-AllocStatus SingleTypeManager::allocate_new_blocks(Request& request, std::int64_t num_tokens,
-                                                   std::int32_t& num_new) {
+KVSIM_HOT AllocStatus SingleTypeManager::allocate_new_blocks(Request& request,
+                                                             std::int64_t num_tokens,
+                                                             std::int32_t& num_new) {
   KVGroupTable& t = table_of(request);
   add_entry(t);
   num_new = 0;
@@ -277,8 +277,8 @@ AllocStatus SingleTypeManager::allocate_new_blocks(Request& request, std::int64_
   return AllocStatus::kOk;
 }
 
-AllocStatus SingleTypeManager::cache_blocks(Request& request, std::int64_t num_tokens,
-                                            const GroupHashView& hashes) {
+KVSIM_HOT AllocStatus SingleTypeManager::cache_blocks(Request& request, std::int64_t num_tokens,
+                                                      const GroupHashView& hashes) {
   KVGroupTable& t = table_of(request);
   const std::int64_t num_cached = std::max<std::int64_t>(t.num_cached_block, 0);
   const std::int64_t num_full = full_blocks(num_tokens);
@@ -316,7 +316,7 @@ AllocStatus SingleTypeManager::cache_blocks(Request& request, std::int64_t num_t
   return AllocStatus::kOk;
 }
 
-void SingleTypeManager::free(Request& request) {
+KVSIM_HOT void SingleTypeManager::free(Request& request) {
   KVGroupTable& t = table_of(request);
   for (std::size_t i = t.blocks.size(); i-- > 0;) pool_.free_block(t.blocks[i]);
   t.blocks.clear();
@@ -327,8 +327,8 @@ void SingleTypeManager::free(Request& request) {
   }
 }
 
-void SingleTypeManager::remove_skipped_blocks(Request& request,
-                                              std::int64_t total_computed_tokens) {
+KVSIM_HOT void SingleTypeManager::remove_skipped_blocks(Request& request,
+                                                        std::int64_t total_computed_tokens) {
   if (spec_.kind == KVGroupKind::kMamba)  // drafts may still be rejected: assume they all are
     total_computed_tokens =
         std::max<std::int64_t>(0, total_computed_tokens - spec_.num_speculative_blocks);
@@ -348,7 +348,7 @@ void SingleTypeManager::remove_skipped_blocks(Request& request,
   }
 }
 
-std::int32_t SingleTypeManager::num_common_prefix_blocks(Request& request) {
+KVSIM_HOT std::int32_t SingleTypeManager::num_common_prefix_blocks(Request& request) {
   if (spec_.kind != KVGroupKind::kFullAttention) return 0;
   KVGroupTable& t = table_of(request);
   add_entry(t);  // vLLM indexes a defaultdict

@@ -1,6 +1,7 @@
 #include "core/v1/specialized_manager.h"
 
 #include "core/common/assert.h"
+#include "core/common/hot.h"
 
 namespace kvsim {
 
@@ -18,8 +19,8 @@ SpecializedManager::SpecializedManager(std::int32_t block_size, std::int64_t sli
                "a sliding-window manager needs a pool with a null block");
 }
 
-void SpecializedManager::find_longest_cache_hit(std::span<const HashId> hashes,
-                                                std::vector<BlockId>& hits) const {
+KVSIM_HOT void SpecializedManager::find_longest_cache_hit(std::span<const HashId> hashes,
+                                                          std::vector<BlockId>& hits) const {
   hits.clear();
   if (kind_ == Kind::kFullAttention) {
     for (HashId h : hashes) {  // a chain: after the first miss nothing can hit
