@@ -175,7 +175,7 @@ for dtype in bf16 fp16; do
 done
 
 section "kvsim validate scenarios/validate-llama8b-pressure.yaml --backend cuda (+ calibration)"
-# Llama-3.1-8B shapes with preemptions and prefix hits; bf16 checks every tenth step and exports
+# Llama-3.1-8B shapes with preemptions and prefix hits; bf16 checks a tenth of the steps and exports
 # the measured latencies, fp16 a sample of them.
 PRESSURE=$ROOT/scenarios/validate-llama8b-pressure.yaml
 run_step "pressure bf16" 150 "$LOGS/validate.log" tee "$BUILD/kvsim" validate "$PRESSURE" \
