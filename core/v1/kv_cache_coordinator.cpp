@@ -103,8 +103,16 @@ KVCacheCoordinator::KVCacheCoordinator(const KVCacheConfig& config, BlockPool& p
   assigned_.assign(groups.size(), 0);
 }
 
-KVSIM_HOT void KVCacheCoordinator::init_request(Request& request) const {
-  if (request.kv_groups.size() != managers_.size()) request.kv_groups.resize(managers_.size());
+KVSIM_HOT void KVCacheCoordinator::init_request(Request& request,
+                                                std::int64_t reserve_tokens) const {
+  if (request.kv_groups.size() > managers_.size()) request.kv_groups.resize(managers_.size());
+  // (Appended one by one: the small vector's resize takes its general insertion path.)
+  while (request.kv_groups.size() < managers_.size()) request.kv_groups.emplace_back();
+  if (reserve_tokens <= 0) return;
+  for (std::size_t g = 0; g < managers_.size(); ++g)
+    request.kv_groups[g].blocks.reserve(
+        static_cast<std::size_t>(managers_[g].blocks_for(reserve_tokens)));
+  request.block_hashes.reserve(static_cast<std::size_t>(reserve_tokens / hash_block_size_));
 }
 
 GroupHashView KVCacheCoordinator::view(const Request& r, std::int32_t block_size) const {

@@ -58,8 +58,9 @@ class KVCacheCoordinator {
   /// The token alignment of hits and of the scheduler (lcm of the group block sizes).
   std::int64_t lcm_block_size() const { return lcm_block_size_; }
 
-  /// Sizes the request's per-group state (once, when it arrives). O(groups).
-  void init_request(Request& request) const;
+  /// Sizes the request's per-group state (once, when it arrives), with room in every table and
+  /// in the hash list for `reserve_tokens` tokens (none when 0). O(groups).
+  void init_request(Request& request, std::int64_t reserve_tokens = 0) const;
   /// A new request's hashes are computed when something reads them (with caching): vLLM hashes
   /// the prompt when the request is created and extends the list whenever appended tokens
   /// complete a block; kvsim records the prompt's length here, and sync_block_hashes computes

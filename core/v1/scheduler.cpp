@@ -39,8 +39,24 @@ Scheduler::Scheduler(const SchedulerConfig& config, const KVCacheConfig& kv_conf
   next_running_.reserve(seqs);
 }
 
+KVSIM_HOT void Scheduler::reserve_request(Request& req, std::int64_t max_total_tokens) {
+  const std::int64_t tokens = max_total_tokens + config_.num_lookahead_tokens;
+  if (const KVCacheCoordinator* c = kv_.coordinator()) {
+    c->init_request(req, tokens);
+    return;
+  }
+  const auto max_blocks =
+      static_cast<std::size_t>(cdiv(tokens, kv_.block_size()) + kv_.num_preallocate_blocks());
+  req.blocks.reserve(max_blocks);
+  req.block_hashes.reserve(max_blocks);
+}
+
 KVSIM_HOT void Scheduler::add_request(Request& request) {
   request.status = RequestStatus::kWaiting;
+  // Room in the tables and the hash list for every token the request's token list has room for
+  // (its prompt and the outputs it may generate): the step loop then grows neither, whoever
+  // drives it (the simulator reserves its exact final length first; reserve() keeps the larger).
+  reserve_request(request, static_cast<std::int64_t>(request.all_token_ids().capacity()));
   if (!kv_.coordinator()) {
     waiting_.push_back(&request);
     return;

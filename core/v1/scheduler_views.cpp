@@ -94,22 +94,6 @@ std::int64_t Scheduler::cache_only_request_v020(Request& req) {
   return computed;
 }
 
-void Scheduler::reserve_request(Request& req, std::int64_t max_total_tokens) {
-  if (const KVCacheCoordinator* c = kv_.coordinator()) {
-    c->init_request(req);
-    for (std::int32_t g = 0; g < c->num_groups(); ++g)
-      req.kv_groups[static_cast<std::size_t>(g)].blocks.reserve(static_cast<std::size_t>(
-          cdiv(max_total_tokens + config_.num_lookahead_tokens, c->manager(g).block_size())));
-    req.block_hashes.reserve(static_cast<std::size_t>(max_total_tokens / c->hash_block_size()));
-    return;
-  }
-  const auto max_blocks = static_cast<std::size_t>(
-      cdiv(max_total_tokens + config_.num_lookahead_tokens, kv_.block_size()) +
-      kv_.num_preallocate_blocks());
-  req.blocks.reserve(max_blocks);
-  req.block_hashes.reserve(max_blocks);
-}
-
 KVPoolStats Scheduler::pool_stats() const {
   const BlockPool& pool = kv_.pool();
   KVPoolStats s;

@@ -24,10 +24,13 @@ struct V020Setup {
   bool hybrid = false;
 };
 
+/// `explicit_reserve`: the owner sizes each request's tables first (as the simulator does);
+/// without it add_request alone must (as the replayer and bench drive the core).
 void check_steps_allocate_nothing(Profile profile, std::int64_t window_tokens,
-                                  V020Setup v020 = {}) {
+                                  V020Setup v020 = {}, bool explicit_reserve = true) {
   INFO(profile_name(profile) << ", window " << window_tokens << ", async " << v020.async
-                             << ", hybrid " << v020.hybrid);
+                             << ", hybrid " << v020.hybrid << ", explicit reserve "
+                             << explicit_reserve);
   constexpr std::int32_t kBlockSize = 16;
   KVCacheConfig kc{kBlockSize, 256, 4096, true, 64};
   kc.sliding_window = window_tokens;
@@ -67,7 +70,7 @@ void check_steps_allocate_nothing(Profile profile, std::int64_t window_tokens,
       lim.max_tokens = 50 + static_cast<std::int64_t>(rng() % 50);
       auto req = std::make_unique<Request>(next_index++, std::move(prompt), lim);
       // Owners size a request's tables once (the simulator does this at arrival).
-      sched.reserve_request(*req, req->num_tokens() + lim.max_tokens);
+      if (explicit_reserve) sched.reserve_request(*req, req->num_tokens() + lim.max_tokens);
       sched.add_request(*req);
       round.push_back(std::move(req));
     }
@@ -106,11 +109,31 @@ TEST_CASE("once warm the scheduler step allocates nothing on the heap", "[core]"
   check_steps_allocate_nothing(Profile::kVllm020, 0, {.async = true, .hybrid = true});
 }
 
-TEST_CASE("the allocation counter sees a request table growing without a reserve", "[core]") {
+TEST_CASE("add_request alone sizes a request's tables for its token capacity", "[core]") {
+  // The replayer and bench_replay add requests without reserve_request: decoding up to
+  // max_tokens must not grow the tables or the hash list either.
+  check_steps_allocate_nothing(Profile::kVllm072, 0, {}, /*explicit_reserve=*/false);
+  check_steps_allocate_nothing(Profile::kVllm085, 64, {}, /*explicit_reserve=*/false);
+  check_steps_allocate_nothing(Profile::kVllm020, 0, {.async = true}, false);
+  check_steps_allocate_nothing(Profile::kVllm020, 0, {.async = true, .hybrid = true}, false);
+  for (const Profile p : {Profile::kVllm072, Profile::kVllm020}) {
+    Scheduler sched(SchedulerConfig{4, 512, 4096}, KVCacheConfig{16, 64, 4096, true, 0}, p);
+    SamplingLimits lim;
+    lim.max_tokens = 60;
+    Request r(0, std::vector<Token>(100, 1), lim);
+    sched.add_request(r);
+    const std::vector<BlockId>& table =
+        p == Profile::kVllm020 ? r.kv_groups[0].blocks : r.blocks;
+    CHECK(table.capacity() >= 10);             // cdiv(100 + 60, 16) blocks
+    CHECK(r.block_hashes.capacity() >= 10);    // 160 / 16 full blocks
+  }
+}
+
+TEST_CASE("the allocation counter sees a cold scheduler step allocate", "[core]") {
   Scheduler sched(SchedulerConfig{4, 512, 4096}, KVCacheConfig{16, 64, 4096, true, 0});
   SamplingLimits lim;
   lim.max_tokens = 4;
-  Request r(0, std::vector<Token>(100, 1), lim);  // no reserve: the first allocation grows tables
+  Request r(0, std::vector<Token>(100, 1), lim);  // the step's output vectors start empty
   sched.add_request(r);
   SchedulerOutput out;
   g_allocations = 0;
