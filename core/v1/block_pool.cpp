@@ -36,7 +36,7 @@ BlockId BlockPool::get_cached_block(HashId h) const {
   return s < hash_head_.size() ? hash_head_[s] : kNoBlock;
 }
 
-KVSIM_HOT void BlockPool::get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
+KVSIM_HOT void BlockPool::get_new_blocks_batch(std::int32_t n, std::vector<BlockId>& out) {
   KVSIM_ASSERT(n <= num_free_blocks(), "not enough free blocks");
   // Evict in pop order. Releasing a hash node reads the node and then its bucket, two dependent
   // misses: pipeline them, block i being popped (its node prefetched) while block i - kLag / 2's

@@ -108,7 +108,18 @@ class BlockPool {
 
   /// Pops `n` blocks from the head of the free queue, evicting any cached hash, ref_cnt = 1 each,
   /// and appends their ids to `out` in pop order. Precondition: n <= num_free_blocks(). O(n).
-  void get_new_blocks(std::int32_t n, std::vector<BlockId>& out);
+  /// (One block, a decode step's growth without preallocation, is inline.)
+  void get_new_blocks(std::int32_t n, std::vector<BlockId>& out) {
+    if (n != 1) return get_new_blocks_batch(n, out);
+    KVSIM_ASSERT(n <= num_free_blocks(), "not enough free blocks");
+    KVCacheBlock& blk = free_queue_.front();
+    free_queue_.pop_front();
+    KVSIM_ASSERT(blk.ref_cnt == 0);
+    blk.ref_cnt = 1;
+    out.push_back(id_of(blk));
+    if (enable_caching_ && blk.block_hash != kNoHash) evict(blk);
+    ++stats_.blocks_allocated;
+  }
 
   /// vLLM's touch: takes each block out of the free queue if its ref_cnt is 0 (the null block
   /// never is in it), then ref_cnt += 1.
@@ -146,6 +157,7 @@ class BlockPool {
   void check_invariants() const;
 
  private:
+  void get_new_blocks_batch(std::int32_t n, std::vector<BlockId>& out);
   void evict(KVCacheBlock& blk);
   std::size_t head_slot(HashId h) const { return static_cast<std::size_t>(to_int(h)); }
 

@@ -115,12 +115,6 @@ KVSIM_HOT void KVCacheCoordinator::init_request(Request& request,
   request.block_hashes.reserve(static_cast<std::size_t>(reserve_tokens / hash_block_size_));
 }
 
-GroupHashView KVCacheCoordinator::view(const Request& r, std::int32_t block_size) const {
-  // (No division for the usual layout: every group of the hash block size.)
-  return {r.block_hashes.data(), r.block_hashes.size(),
-          block_size == hash_block_size_ ? 1 : block_size / hash_block_size_};
-}
-
 // ---- hashing --------------------------------------------------------------------------------
 
 // generate_block_hash_extra_keys (kv_cache_utils.py:501): the LoRA name, (identifier, offset in
@@ -173,20 +167,10 @@ KVSIM_HOT void KVCacheCoordinator::hash_blocks(Request& request, const std::int6
   HashId parent = request.block_hashes.empty() ? kNoHash : request.block_hashes.back();
   std::int64_t mm_idx = start == 0 ? 0 : -1;
   const bool salted = request.cache_salt && !request.cache_salt->empty();
-  if (request.mm_positions.empty() && !request.lora_name && !(start == 0 && salted) &&
-      start + 2 * bs > n) {
-    // Text only, one block completed (every decode step's case): no extra keys.
-    for (; start + bs <= n; start += bs) {
-      parent = hashes_.intern(
-          parent, std::span<const Token>(tokens.data() + start, static_cast<std::size_t>(bs)),
-          kExtraNone);
-      request.block_hashes.push_back(parent);
-    }
-    return;
-  }
   if (request.mm_positions.empty() && !(start == 0 && salted)) {
     // Every block has the same extra keys (the LoRA name or none): one chain.
-    const ExtraKeysId extra = extra_keys(request, start, start + bs, mm_idx);
+    const ExtraKeysId extra =
+        request.lora_name ? extra_keys(request, start, start + bs, mm_idx) : kExtraNone;
     const std::int64_t end = n / bs * bs;
     hashes_.intern_chain(
         parent,
@@ -381,23 +365,6 @@ KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots_one_group(
     if (st != AllocStatus::kOk) return st;
   }
   return grow_and_cache_one_group(request, need, total + num_new_tokens, delay_cache_blocks);
-}
-
-KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots_running(
-    Request& request, std::int64_t num_new_tokens, std::int64_t num_lookahead_tokens) {
-  KVSIM_ASSERT(managers_.size() == 1 && !managers_[0].skips_blocks() && num_new_tokens > 0,
-               "allocate_slots_running: one full-attention group and new tokens only");
-  SingleTypeManager& m = managers_[0];
-  const std::int64_t max_len = config_.max_model_len;
-  const std::int64_t total = std::min(request.num_computed_tokens, max_len);
-  const std::int64_t need = std::min(total + num_new_tokens + num_lookahead_tokens, max_len);
-  // Full attention without hits: the blocks needed are the table's growth.
-  if (m.blocks_for(need) - static_cast<std::int64_t>(request.kv_groups[0].blocks.size()) >
-      pool_.num_free_blocks()) {
-    new_blocks_[0] = 0;
-    return AllocStatus::kNoFreeBlocks;
-  }
-  return grow_and_cache_one_group(request, need, total + num_new_tokens, false);
 }
 
 KVSIM_HOT AllocStatus KVCacheCoordinator::cache_blocks_of_groups(Request& request,

@@ -78,7 +78,21 @@ class KVCacheCoordinator {
   /// O(new blocks).
   void sync_block_hashes(Request& request) {
     if (request.deferred_hash_tokens >= 0) hash_deferred_prompt(request);
-    if (block_hash_due(request)) hash_blocks(request, request.num_tokens());
+    if (!block_hash_due(request)) return;
+    // Every decode step's case inline: one block past the first, completed by a text request
+    // without a LoRA (no extra keys; a salt keys block 0 only). hash_blocks takes the others.
+    const std::int64_t start = static_cast<std::int64_t>(request.block_hashes.size()) *
+                               hash_block_size_;
+    if (start > 0 && start + 2 * hash_block_size_ > request.num_tokens() &&
+        request.mm_positions.empty() && !request.lora_name) {
+      request.block_hashes.push_back(hashes_.intern(
+          request.block_hashes.back(),
+          std::span<const Token>(request.all_token_ids().data() + start,
+                                 static_cast<std::size_t>(hash_block_size_)),
+          kExtraNone));
+      return;
+    }
+    hash_blocks(request, request.num_tokens());
   }
 
   /// get_computed_blocks: the hits per group (replaced) and the hit tokens; records the lookup in
@@ -97,7 +111,21 @@ class KVCacheCoordinator {
   /// effects, without the general path's hit handling and loops over groups. Precondition: one
   /// full-attention group, num_new_tokens > 0.
   AllocStatus allocate_slots_running(Request& request, std::int64_t num_new_tokens,
-                                     std::int64_t num_lookahead_tokens);
+                                     std::int64_t num_lookahead_tokens) {
+    KVSIM_ASSERT(managers_.size() == 1 && !managers_[0].skips_blocks() && num_new_tokens > 0,
+                 "allocate_slots_running: one full-attention group and new tokens only");
+    SingleTypeManager& m = managers_[0];
+    const std::int64_t max_len = config_.max_model_len;
+    const std::int64_t total = std::min(request.num_computed_tokens, max_len);
+    const std::int64_t need = std::min(total + num_new_tokens + num_lookahead_tokens, max_len);
+    // Full attention without hits: the blocks needed are the table's growth.
+    if (m.blocks_for(need) - static_cast<std::int64_t>(request.kv_groups[0].blocks.size()) >
+        pool_.num_free_blocks()) {
+      new_blocks_[0] = 0;
+      return AllocStatus::kNoFreeBlocks;
+    }
+    return grow_and_cache_one_group(request, need, total + num_new_tokens, false);
+  }
   /// Zeroes new_blocks() (an allocation that needed none). O(groups), no call for one group.
   void clear_new_blocks() {
     if (new_blocks_.size() == 1)
@@ -157,7 +185,11 @@ class KVCacheCoordinator {
     std::vector<std::int32_t> group_ids;
     bool eagle = false;
   };
-  GroupHashView view(const Request& r, std::int32_t block_size) const;
+  GroupHashView view(const Request& r, std::int32_t block_size) const {
+    // (No division for the usual layout: every group of the hash block size.)
+    return {r.block_hashes.data(), r.block_hashes.size(),
+            block_size == hash_block_size_ ? 1 : block_size / hash_block_size_};
+  }
   /// Hashes the blocks tokens [hashed, num_tokens) complete, as vLLM's block hasher does when the
   /// request holds num_tokens tokens.
   void hash_blocks(Request& request, std::int64_t num_tokens);
@@ -176,10 +208,15 @@ class KVCacheCoordinator {
   /// caching, unless delayed) the blocks that min(computed_end, num_tokens) tokens fill are cached.
   AllocStatus grow_and_cache_one_group(Request& request, std::int64_t need,
                                        std::int64_t computed_end, bool delay_cache_blocks) {
-    const AllocStatus st = managers_[0].allocate_new_blocks(request, need, new_blocks_[0]);
+    SingleTypeManager& m = managers_[0];
+    const AllocStatus st = m.allocate_new_blocks(request, need, new_blocks_[0]);
     if (st != AllocStatus::kOk || !config_.enable_caching || delay_cache_blocks) return st;
-    // Lookahead slots and unverified drafts are not cached.
-    return cache_blocks(request, std::min(computed_end, request.num_tokens()));
+    // Lookahead slots and unverified drafts are not cached. (cache_blocks for the one group,
+    // inline.)
+    const std::int64_t end = std::min(computed_end, request.num_tokens());
+    if (nothing_to_cache()(request, end)) return AllocStatus::kOk;
+    sync_block_hashes(request);
+    return m.cache_blocks(request, end, view(request, m.block_size()));
   }
   AllocStatus cache_blocks_of_groups(Request& request, std::int64_t num_computed_tokens);
   std::int64_t find_longest_cache_hit(const Request& request, std::int64_t max_length,

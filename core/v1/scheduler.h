@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/hot.h"
 #include "core/common/request.h"
 #include "core/common/ring_deque.h"
 #include "core/engine_api.h"
@@ -130,7 +131,16 @@ class Scheduler final : public EngineCore {
   /// chunked prefill off), then the step goes in flight.
   void schedule_v020(SchedulerOutput& out);
   template <bool async>
-  void schedule_running_v020(SchedulerOutput& out, std::int64_t& budget, std::int64_t max_chunk);
+  KVSIM_HOT void schedule_running_v020(SchedulerOutput& out, std::int64_t& budget,
+                                       std::int64_t max_chunk);
+  /// allocate_running_v020's answer (returned in registers).
+  struct RunningAllocation {
+    bool scheduled = false;
+    std::int32_t unscheduled = 0;  // entries of this step taken out again (priority preemption)
+    std::int64_t refund = 0;       // their tokens, back to the budget
+  };
+  template <bool async>
+  RunningAllocation allocate_running_v020(SchedulerOutput& out, Request& req, std::int64_t n);
   void schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget, std::int64_t max_chunk);
   /// Appends a scheduled entry (with the manager's new blocks of every group when `allocated`)
   /// and advances the request as _update_after_schedule does (`async`: the scheduling mode).
@@ -140,7 +150,8 @@ class Scheduler final : public EngineCore {
   void update_in_scheduling_order(std::vector<RequestOutput>& outputs);
   /// update_in_scheduling_order's walk of the step that ends, for one scheduling mode.
   template <bool async>
-  void apply_outputs(std::span<const InFlightRequest> step, std::vector<RequestOutput>& outputs);
+  KVSIM_HOT void apply_outputs(std::span<const InFlightRequest> step,
+                               std::vector<RequestOutput>& outputs);
   std::int64_t cache_only_request_v020(Request& request);
   /// kv_breakdown; `by_group` empty or one share per group.
   KVBreakdown breakdown(std::span<const std::int64_t> final_kv_tokens,

@@ -104,13 +104,14 @@ KVSIM_HOT void Scheduler::schedule_v020(SchedulerOutput& out) {
 template <bool async>
 KVSIM_HOT void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64_t& budget_left,
                                                 std::int64_t max_chunk) {
-  // Constants in locals: the loop's stores through Request& may alias the members.
+  // Constants in locals: the loop's stores through Request& may alias the members. (i and
+  // budget have no address taken: they stay in registers.)
   const std::int64_t lookahead = config_.num_lookahead_tokens;
   const std::int64_t max_model_len = config_.max_model_len;
   const KVCacheManager::NoOpAllocation no_op = kv_.no_op_allocation();
+  const auto min = [](std::int64_t a, std::int64_t b) { return a < b ? a : b; };
   std::int64_t budget = budget_left;
-  const GroupBlockLists& no_hits = group_hits_;  // cleared below: "no hits"
-  for (auto& h : group_hits_) h.clear();
+  for (auto& h : group_hits_) h.clear();  // "no hits" for allocate_running_v020
   std::size_t i = 0;
   while (i < running_.size() && budget > 0) {
     Request& req = *running_[i];
@@ -124,79 +125,93 @@ KVSIM_HOT void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64
       continue;
     }
     const std::int64_t num_tokens = req.num_tokens();
-    const std::int64_t n = std::min(
-        {num_tokens + placeholders - computed, max_chunk, budget, max_model_len - 1 - computed});
+    // min(tokens left, max_chunk, budget, max_model_len - 1 - computed)
+    const std::int64_t n = min(min(num_tokens + placeholders - computed, max_chunk),
+                               min(budget, max_model_len - 1 - computed));
     if (n <= 0) {  // nothing to compute now (vLLM: `continue`, the next request may run)
       ++i;
       continue;
     }
     // Most decode steps need no allocation (computed + n < max_model_len here).
     const std::int64_t end = computed + n;
-    const bool allocates =
-        !no_op.enabled || !no_op.fits(req.kv_groups[0], end,
-                                      std::min(end + lookahead, max_model_len), num_tokens, false);
+    const bool allocates = !no_op.enabled || !no_op.fits(req.kv_groups[0], end,
+                                                         min(end + lookahead, max_model_len),
+                                                         num_tokens, false);
     if (allocates) {
-      // Straight to the coordinator: the manager's entry would repeat the no-op test, which no
-      // preemption below can change (it frees other requests' blocks only).
-      KVCacheCoordinator& coordinator = *kv_.coordinator();
-      AllocStatus st;
-      bool scheduled = true;
-      while (true) {
-        st = no_op.enabled ? coordinator.allocate_slots_running(req, n, lookahead)
-                           : coordinator.allocate_slots(req, n, 0, no_hits, lookahead, false);
-        if (st != AllocStatus::kNoFreeBlocks) break;
-        Request* victim;
-        if (config_.priority_policy) {
-          // The running request of the largest (priority, arrival time), the first such in the
-          // list, even one scheduled earlier in this step (its tokens go back to the budget).
-          std::size_t vi = 0;
-          for (std::size_t k = 1; k < running_.size(); ++k) {
-            const Request& a = *running_[k];
-            const Request& b = *running_[vi];
-            if (a.priority > b.priority ||
-                (a.priority == b.priority && a.arrival_time > b.arrival_time))
-              vi = k;
-          }
-          victim = running_[vi];
-          running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(vi));
-          const auto it =
-              std::find_if(out.scheduled.begin(), out.scheduled.end(),
-                           [&](const ScheduledRequest& s) { return s.request == victim; });
-          if (it != out.scheduled.end()) {
-            // Out of the step again: its placeholder is taken back (preempt() resets its
-            // computed tokens).
-            budget += it->num_tokens;
-            if (async && !it->prefill_chunk) --victim->num_output_placeholders;
-            const auto pos = it - out.scheduled.begin();
-            if (!out.group_new_blocks.empty()) {
-              const auto g = static_cast<std::ptrdiff_t>(kv_.num_groups());
-              out.group_new_blocks.erase(out.group_new_blocks.begin() + pos * g,
-                                         out.group_new_blocks.begin() + (pos + 1) * g);
-            }
-            out.scheduled.erase(it);
-            --i;
-          }
-        } else {
-          victim = running_.back();
-          running_.pop_back();
-        }
-        preempt(*victim, &out);
-        if (victim == &req) {
-          scheduled = false;
-          break;
-        }
-      }
-      if (!scheduled) break;
-      if (st != AllocStatus::kOk) {  // vLLM raises out of schedule()
-        step_error_ = alloc_status_message(st);
-        break;
-      }
+      const RunningAllocation r = allocate_running_v020<async>(out, req, n);
+      i -= r.unscheduled;  // entries of this step that a priority preemption took out again
+      budget += r.refund;
+      if (!r.scheduled) break;
     }
     add_scheduled_v020(out, req, n, computed, ScheduledRequest::Kind::kRunning, allocates, async);
     budget -= n;
     ++i;
   }
   budget_left = budget;
+}
+
+// The running loop's allocation for `req` (out of line: one call in four or fewer), with the
+// preemptions it takes. Not scheduled when the loop stops (the request itself was preempted, or
+// vLLM raised: step_error_). A priority preemption of an entry scheduled earlier in this step
+// takes it out again: the loop's index and budget follow (`unscheduled`, `refund`).
+template <bool async>
+[[gnu::noinline]] KVSIM_HOT Scheduler::RunningAllocation Scheduler::allocate_running_v020(
+    SchedulerOutput& out, Request& req, std::int64_t n) {
+  // Straight to the coordinator: the manager's entry would repeat the no-op test, which no
+  // preemption below can change (it frees other requests' blocks only).
+  KVCacheCoordinator& coordinator = *kv_.coordinator();
+  const bool one_full_group = kv_.no_op_allocation().enabled;
+  const std::int64_t lookahead = config_.num_lookahead_tokens;
+  RunningAllocation result;
+  while (true) {
+    const AllocStatus st =
+        one_full_group ? coordinator.allocate_slots_running(req, n, lookahead)
+                       : coordinator.allocate_slots(req, n, 0, group_hits_, lookahead, false);
+    if (st == AllocStatus::kOk) {
+      result.scheduled = true;
+      return result;
+    }
+    if (st != AllocStatus::kNoFreeBlocks) {  // vLLM raises out of schedule()
+      step_error_ = alloc_status_message(st);
+      return result;
+    }
+    Request* victim;
+    if (config_.priority_policy) {
+      // The running request of the largest (priority, arrival time), the first such in the
+      // list, even one scheduled earlier in this step (its tokens go back to the budget).
+      std::size_t vi = 0;
+      for (std::size_t k = 1; k < running_.size(); ++k) {
+        const Request& a = *running_[k];
+        const Request& b = *running_[vi];
+        if (a.priority > b.priority ||
+            (a.priority == b.priority && a.arrival_time > b.arrival_time))
+          vi = k;
+      }
+      victim = running_[vi];
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(vi));
+      const auto it = std::find_if(out.scheduled.begin(), out.scheduled.end(),
+                                   [&](const ScheduledRequest& s) { return s.request == victim; });
+      if (it != out.scheduled.end()) {
+        // Out of the step again: its placeholder is taken back (preempt() resets its computed
+        // tokens).
+        result.refund += it->num_tokens;
+        if (async && !it->prefill_chunk) --victim->num_output_placeholders;
+        const auto pos = it - out.scheduled.begin();
+        if (!out.group_new_blocks.empty()) {
+          const auto g = static_cast<std::ptrdiff_t>(kv_.num_groups());
+          out.group_new_blocks.erase(out.group_new_blocks.begin() + pos * g,
+                                     out.group_new_blocks.begin() + (pos + 1) * g);
+        }
+        out.scheduled.erase(it);
+        ++result.unscheduled;
+      }
+    } else {
+      victim = running_.back();
+      running_.pop_back();
+    }
+    preempt(*victim, &out);
+    if (victim == &req) return result;
+  }
 }
 
 KVSIM_HOT void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget,

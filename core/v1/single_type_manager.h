@@ -63,7 +63,9 @@ struct GroupHashView {
   const HashId* hashes = nullptr;
   std::size_t num_hashes = 0;
   std::int64_t k = 1;  // group block size / hash block size
-  std::size_t size() const { return num_hashes / static_cast<std::size_t>(k); }
+  std::size_t size() const {  // (no division for the usual k = 1)
+    return k == 1 ? num_hashes : num_hashes / static_cast<std::size_t>(k);
+  }
   HashId operator[](std::size_t i) const {
     return hashes[(i + 1) * static_cast<std::size_t>(k) - 1];
   }
@@ -138,8 +140,22 @@ class SingleTypeManager {
                                            std::int64_t num_local_computed_tokens);
 
   /// allocate_new_blocks: grows the table to cdiv(num_tokens, block_size) blocks (popped from the
-  /// free queue); `num_new` gets the count. kPoolExhausted when the pool is short.
-  AllocStatus allocate_new_blocks(Request& request, std::int64_t num_tokens, std::int32_t& num_new);
+  /// free queue); `num_new` gets the count. kPoolExhausted when the pool is short. (Inline: the
+  /// running loop's allocations grow a table by one block at a time.)
+  AllocStatus allocate_new_blocks(Request& request, std::int64_t num_tokens,
+                                  std::int32_t& num_new) {
+    KVGroupTable& t = table_of(request);
+    add_entry(t);
+    num_new = 0;
+    if (spec_.kind == KVGroupKind::kMamba)
+      num_tokens += spec_.block_size * spec_.num_speculative_blocks;
+    const std::int64_t n = blocks_for(num_tokens) - static_cast<std::int64_t>(t.blocks.size());
+    if (n <= 0) return AllocStatus::kOk;
+    if (n > pool_.num_free_blocks()) return AllocStatus::kPoolExhausted;
+    num_new = static_cast<std::int32_t>(n);
+    pool_.get_new_blocks(num_new, t.blocks);
+    return AllocStatus::kOk;
+  }
 
   /// cache_blocks: caches the table's full blocks up to num_tokens / block_size under the keys of
   /// `hashes` (null blocks skipped).
