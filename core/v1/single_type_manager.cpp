@@ -270,18 +270,6 @@ KVSIM_HOT AllocStatus SingleTypeManager::cache_blocks(Request& request, std::int
   add_entry(t);
   if (static_cast<std::int64_t>(hashes.num_hashes) < num_full) return AllocStatus::kHashesMissing;
   const std::int64_t end = std::min(num_full, static_cast<std::int64_t>(t.blocks.size()));
-  // A decode step's case: one more block of a full-attention table, its key at hand. The loops
-  // below do the same for it.
-  if (num_full == num_cached + 1 && end == num_full && hashes.k == 1 &&
-      spec_.kind == KVGroupKind::kFullAttention) {
-    if (const BlockId b = t.blocks[static_cast<std::size_t>(num_cached)];
-        b != pool_.null_block()) {
-      if (pool_.block(b).block_hash != kNoHash) return AllocStatus::kBlockAlreadyCached;
-      pool_.cache_block(b, pool_.key_of(hashes.hashes[num_cached], group_id_));
-    }
-    t.num_cached_block = num_full;
-    return AllocStatus::kOk;
-  }
   const BlockId null = pool_.null_block();
   // Locals: the compiler cannot tell that cache_block() leaves the table, the view and the
   // key layout alone.
