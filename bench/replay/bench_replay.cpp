@@ -3,7 +3,7 @@
 // repetitions interleave the profiles, so that machine noise hits them alike). See bench/README.md.
 //
 //   bench_replay [--ops N] [--seed S] [--reps R] [--profile NAME]... [--hybrid BOOL]
-//                [--core-only] [--write-v0-traces DIR]
+//                [--core-only] [--mode kvm|sched|both] [--write-v0-traces DIR]
 //
 // Modes: V1's kvm and sched traces (per V1 profile), and vLLM V0's sched-mode traces with
 // recompute (v0-rc) and swap (v0-sw) preemption (--write-v0-traces DIR saves those two files, for
@@ -283,6 +283,7 @@ int main(int argc, char** argv) {
   std::string v0_dir;
   bool hybrid = true;
   bool core_only = false;
+  std::string mode_arg = "both";
   po::options_description opts("bench_replay options");
   opts.add_options()("help,h", "this text")("ops", po::value(&num_ops)->default_value(num_ops),
                                             "ops per generated trace")(
@@ -294,6 +295,8 @@ int main(int argc, char** argv) {
       "also run vllm-0.20's hybrid layout (vllm-0.20+sw)")(
       "core-only", po::bool_switch(&core_only),
       "time the core alone (no end-to-end or kvsim replay runs; their columns print -)")(
+      "mode", po::value(&mode_arg)->default_value(mode_arg),
+      "V1 traces to run: kvm, sched or both (a profiler sees one mode alone)")(
       "write-v0-traces", po::value(&v0_dir), "save the V0 traces (v0-rc, v0-sw) to this folder");
   try {
     po::variables_map vm;
@@ -316,6 +319,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     chosen.push_back(*p);
+  }
+  if (mode_arg != "kvm" && mode_arg != "sched" && mode_arg != "both") {
+    std::fprintf(stderr, "bench_replay: --mode: '%s' is not kvm, sched or both\n",
+                 mode_arg.c_str());
+    return 2;
   }
   if (reps < 1 || num_ops < 1) {
     std::fprintf(stderr, "bench_replay: --reps and --ops need positive counts\n");
@@ -347,15 +355,17 @@ int main(int argc, char** argv) {
   }
   std::vector<KvmTrace> kvm;
   std::vector<SchedTrace> sch;
+  const bool run_kvm = mode_arg != "sched", run_sched = mode_arg != "kvm";
   for (const Bench& b : profs) {
-    kvm.push_back(generate_kvm_trace(seed, num_ops, b.profile, b.kvm_layout));
-    sch.push_back(generate_sched_trace(seed, num_ops, b.sched_layout));
+    kvm.push_back(run_kvm ? generate_kvm_trace(seed, num_ops, b.profile, b.kvm_layout)
+                          : KvmTrace{});
+    sch.push_back(run_sched ? generate_sched_trace(seed, num_ops, b.sched_layout) : SchedTrace{});
   }
   std::printf("bench_replay: seed %llu, best of %d runs (profiles interleaved), one core\n",
               static_cast<unsigned long long>(seed), reps);
   std::printf("%-14s %-6s %10s %8s %14s %14s %14s\n", "profile", "mode", "ops", "MB", "e2e ops/s",
               "cli ops/s", "core ops/s");
-  for (int mode = 0; mode < 2 && !profs.empty(); ++mode) {
+  for (int mode = run_kvm ? 0 : 1; mode < (run_sched ? 2 : 1) && !profs.empty(); ++mode) {
     const auto text = [&](std::size_t p) -> const std::string& {
       return mode == 0 ? kvm[p].text : sch[p].text;
     };
