@@ -23,7 +23,9 @@ constexpr std::uint64_t kRootHash = 0x6a09e667f3bcc908ull;  // the parent "hash"
 }  // namespace
 
 BlockHashTable::BlockHashTable(std::int32_t block_size, BucketHashFn hash_fn)
-    : block_size_(block_size), hash_fn_(hash_fn ? hash_fn : &default_bucket_hash) {
+    : block_size_(block_size),
+      block_(block_size),
+      hash_fn_(hash_fn ? hash_fn : &default_bucket_hash) {
   KVSIM_ASSERT(block_size > 0);
   buckets_.assign(1024, Bucket{});
   bucket_mask_ = buckets_.size() - 1;
@@ -59,8 +61,8 @@ KVSIM_HOT HashId BlockHashTable::intern(HashId parent, std::span<const Token> to
 KVSIM_HOT void BlockHashTable::intern_chain(HashId parent, std::span<const Token> tokens,
                                             ExtraKeysId extra, std::vector<HashId>& out) {
   const auto bs = static_cast<std::size_t>(block_size_);
-  KVSIM_ASSERT(tokens.size() % bs == 0);
-  const std::size_t n = tokens.size() / bs;
+  const auto n = static_cast<std::size_t>(block_.div(static_cast<std::int64_t>(tokens.size())));
+  KVSIM_ASSERT(n * bs == tokens.size());
   chain_hashes_.resize(n);
   // A node's hash is a function of its parent's hash and its own key, so the whole chain's
   // hashes are known before any node is looked up.

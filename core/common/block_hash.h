@@ -96,6 +96,7 @@ class BlockHashTable {
   void grow_buckets();
 
   std::int32_t block_size_;
+  Divisor block_;  // block_size_
   BucketHashFn hash_fn_;
   std::vector<Node> nodes_;
   std::vector<Token> tokens_;                // [nodes_.size(), block_size]

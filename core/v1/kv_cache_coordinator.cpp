@@ -60,7 +60,11 @@ std::string KVCacheCoordinator::check_layout(const KVCacheConfig& config) {
 
 KVCacheCoordinator::KVCacheCoordinator(const KVCacheConfig& config, BlockPool& pool,
                                        BlockHashTable& hashes, bool admission_cap)
-    : config_(config), pool_(pool), hashes_(hashes), hash_block_size_(hash_block_size_of(config)) {
+    : config_(config),
+      pool_(pool),
+      hashes_(hashes),
+      hash_block_size_(hash_block_size_of(config)),
+      hash_block_(hash_block_size_) {
   KVSIM_ASSERT(check_layout(config).empty(), "invalid KV cache group layout");
   const std::vector<KVGroupSpec> groups = groups_of(config);
   const std::int64_t batched =
@@ -78,6 +82,7 @@ KVCacheCoordinator::KVCacheCoordinator(const KVCacheConfig& config, BlockPool& p
     else if (s.kind == KVGroupKind::kChunkedLocal)
       cap = cdiv(std::min(s.attention_chunk_size + batched, config.max_model_len), s.block_size);
     managers_.emplace_back(s, static_cast<std::int32_t>(g), cap, pool);
+    hash_ratio_.emplace_back(s.block_size / hash_block_size_);
     has_mamba_ = has_mamba_ || s.kind == KVGroupKind::kMamba;
   }
   bool any_eagle = false;
@@ -112,7 +117,7 @@ KVSIM_HOT void KVCacheCoordinator::init_request(Request& request,
   for (std::size_t g = 0; g < managers_.size(); ++g)
     request.kv_groups[g].blocks.reserve(
         static_cast<std::size_t>(managers_[g].blocks_for(reserve_tokens)));
-  request.block_hashes.reserve(static_cast<std::size_t>(reserve_tokens / hash_block_size_));
+  request.block_hashes.reserve(static_cast<std::size_t>(hash_block_.div(reserve_tokens)));
 }
 
 // ---- hashing --------------------------------------------------------------------------------
@@ -171,7 +176,7 @@ KVSIM_HOT void KVCacheCoordinator::hash_blocks(Request& request, const std::int6
     // Every block has the same extra keys (the LoRA name or none): one chain.
     const ExtraKeysId extra =
         request.lora_name ? extra_keys(request, start, start + bs, mm_idx) : kExtraNone;
-    const std::int64_t end = n / bs * bs;
+    const std::int64_t end = hash_block_.div(n) * bs;
     hashes_.intern_chain(
         parent,
         std::span<const Token>(tokens.data() + start, static_cast<std::size_t>(end - start)), extra,
@@ -195,8 +200,8 @@ KVSIM_HOT std::int64_t KVCacheCoordinator::find_longest_cache_hit(const Request&
   if (managers_.size() == 1) {  // UnitaryKVCacheCoordinator
     const SingleTypeManager& m = managers_[0];
     const std::int32_t ids[1] = {0};
-    status = m.find_longest_cache_hit(view(request, m.block_size()), max_length, ids,
-                                      eagle_groups_[0], m.block_size(), hits);
+    status = m.find_longest_cache_hit(view(request, m), max_length, ids, eagle_groups_[0],
+                                      m.block_size(), hits);
     return static_cast<std::int64_t>(hits[0].size()) * m.block_size();
   }
   // HybridKVCacheCoordinator: a fixed point; each attention type accepts the candidate length or
@@ -218,13 +223,13 @@ KVSIM_HOT std::int64_t KVCacheCoordinator::find_longest_cache_hit(const Request&
       const std::int64_t bs = m.block_size();
       if (m.spec().kind == KVGroupKind::kFullAttention &&
           assigned_[static_cast<std::size_t>(a.group_ids[0])]) {
-        curr = curr / bs * bs;  // looked up once, then only shortened
+        curr = m.full_blocks(curr) * bs;  // looked up once, then only shortened
         continue;
       }
       const bool use_eagle = a.eagle && !eagle_verified[idx];
       const std::int64_t max_len = use_eagle ? std::min(curr + bs, max_length) : curr;
-      status = m.find_longest_cache_hit(view(request, m.block_size()), max_len, a.group_ids,
-                                        use_eagle, lcm_block_size_, hits);
+      status = m.find_longest_cache_hit(view(request, m), max_len, a.group_ids, use_eagle,
+                                        lcm_block_size_, hits);
       if (status != AllocStatus::kOk) return 0;
       const std::int64_t len =
           static_cast<std::int64_t>(hits[static_cast<std::size_t>(a.group_ids[0])].size()) * bs;
@@ -241,12 +246,12 @@ KVSIM_HOT std::int64_t KVCacheCoordinator::find_longest_cache_hit(const Request&
   }
   const AttentionGroup& first = attention_groups_[0];
   if (kind_of(first) == KVGroupKind::kFullAttention) {
-    const std::int64_t bs = managers_[static_cast<std::size_t>(first.manager)].block_size();
+    const std::int64_t blocks =
+        managers_[static_cast<std::size_t>(first.manager)].full_blocks(hit_length);
     for (std::int32_t g : first.group_ids) {
       auto& h = hits[static_cast<std::size_t>(g)];
-      if (assigned_[static_cast<std::size_t>(g)] &&
-          static_cast<std::int64_t>(h.size()) > hit_length / bs)
-        h.resize(static_cast<std::size_t>(hit_length / bs));
+      if (assigned_[static_cast<std::size_t>(g)] && static_cast<std::int64_t>(h.size()) > blocks)
+        h.resize(static_cast<std::size_t>(blocks));
     }
   }
   for (std::size_t g = 0; g < managers_.size(); ++g)
@@ -372,13 +377,11 @@ KVSIM_HOT AllocStatus KVCacheCoordinator::cache_blocks_of_groups(Request& reques
   if (!config_.enable_caching) return AllocStatus::kOk;
   sync_block_hashes(request);
   if (managers_.size() == 1)  // (its cache_blocks returns at once when nothing is new)
-    return managers_[0].cache_blocks(request, num_computed_tokens,
-                                     view(request, managers_[0].block_size()));
+    return managers_[0].cache_blocks(request, num_computed_tokens, view(request, managers_[0]));
   for (SingleTypeManager& m : managers_) {
     const KVGroupTable& t = request.kv_groups[static_cast<std::size_t>(m.group_id())];
     if (t.num_cached_block >= m.full_blocks(num_computed_tokens)) continue;  // nothing new
-    const AllocStatus st =
-        m.cache_blocks(request, num_computed_tokens, view(request, m.block_size()));
+    const AllocStatus st = m.cache_blocks(request, num_computed_tokens, view(request, m));
     if (st != AllocStatus::kOk) return st;
   }
   return AllocStatus::kOk;

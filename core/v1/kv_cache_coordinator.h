@@ -185,10 +185,9 @@ class KVCacheCoordinator {
     std::vector<std::int32_t> group_ids;
     bool eagle = false;
   };
-  GroupHashView view(const Request& r, std::int32_t block_size) const {
-    // (No division for the usual layout: every group of the hash block size.)
+  GroupHashView view(const Request& r, const SingleTypeManager& m) const {
     return {r.block_hashes.data(), r.block_hashes.size(),
-            block_size == hash_block_size_ ? 1 : block_size / hash_block_size_};
+            hash_ratio_[static_cast<std::size_t>(m.group_id())]};
   }
   /// Hashes the blocks tokens [hashed, num_tokens) complete, as vLLM's block hasher does when the
   /// request holds num_tokens tokens.
@@ -216,7 +215,7 @@ class KVCacheCoordinator {
     const std::int64_t end = std::min(computed_end, request.num_tokens());
     if (nothing_to_cache()(request, end)) return AllocStatus::kOk;
     sync_block_hashes(request);
-    return m.cache_blocks(request, end, view(request, m.block_size()));
+    return m.cache_blocks(request, end, view(request, m));
   }
   AllocStatus cache_blocks_of_groups(Request& request, std::int64_t num_computed_tokens);
   std::int64_t find_longest_cache_hit(const Request& request, std::int64_t max_length,
@@ -232,6 +231,8 @@ class KVCacheCoordinator {
   BlockPool& pool_;
   BlockHashTable& hashes_;
   std::int32_t hash_block_size_;
+  Divisor hash_block_;               // hash_block_size_
+  std::vector<Divisor> hash_ratio_;  // by group: its block size / hash_block_size_
   std::int64_t lcm_block_size_;
   std::vector<SingleTypeManager> managers_;
   bool has_mamba_ = false;  // a mamba group (the only type new_step_starts changes)

@@ -1,7 +1,6 @@
 #include "core/v1/kv_cache_manager.h"
 
 #include <algorithm>
-#include <bit>
 
 #include "core/common/assert.h"
 #include "core/common/hot.h"
@@ -12,9 +11,7 @@ KVCacheManager::KVCacheManager(const KVCacheConfig& config, const V1Policy& poli
                                BlockHashTable::BucketHashFn hash_fn)
     : config_(config),
       policy_(policy),
-      block_shift_(std::has_single_bit(static_cast<std::uint64_t>(config.block_size))
-                       ? std::countr_zero(static_cast<std::uint64_t>(config.block_size))
-                       : -1),
+      block_(config.block_size),
       num_preallocate_blocks_(
           policy.preallocate
               ? static_cast<std::int32_t>(cdiv(config.num_preallocate_tokens, config.block_size))

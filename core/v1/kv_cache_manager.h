@@ -191,16 +191,12 @@ class KVCacheManager {
   AllocStatus cache_full_blocks(Request& request, std::int64_t first, std::int64_t end);
   /// floor(tokens / block_size) and ceil(...) for tokens >= 0: a shift when the block size is a
   /// power of two (every step divides; a 64-bit idiv costs tens of cycles).
-  std::int64_t full_blocks(std::int64_t tokens) const {
-    return block_shift_ >= 0 ? tokens >> block_shift_ : tokens / config_.block_size;
-  }
-  std::int64_t blocks_for(std::int64_t tokens) const {
-    return full_blocks(tokens + config_.block_size - 1);
-  }
+  std::int64_t full_blocks(std::int64_t tokens) const { return block_.div(tokens); }
+  std::int64_t blocks_for(std::int64_t tokens) const { return block_.ceil(tokens); }
 
   KVCacheConfig config_;
   V1Policy policy_;
-  int block_shift_;  // log2(block_size), or -1 when it is not a power of two
+  Divisor block_;  // config_.block_size
   std::int32_t num_preallocate_blocks_;
   std::int64_t max_num_blocks_per_req_;
   BlockHashTable hashes_;

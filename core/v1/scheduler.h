@@ -192,6 +192,11 @@ class Scheduler final : public EngineCore {
   std::vector<InFlightStep> inflight_;
   std::size_t inflight_head_ = 0;
   std::size_t inflight_count_ = 0;
+  /// The ring's index of the k-th step from the oldest (k < inflight_.size(); no division).
+  std::size_t in_flight_slot(std::size_t k) const {
+    const std::size_t i = inflight_head_ + k;
+    return i < inflight_.size() ? i : i - inflight_.size();
+  }
   std::vector<std::int32_t> common_prefix_;  // schedule_v020's scratch
   /// v0.20: vLLM's exception in the last schedule() or update_from_output ("" if none).
   const char* step_error_ = "";

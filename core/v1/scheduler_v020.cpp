@@ -85,14 +85,14 @@ KVSIM_HOT void Scheduler::schedule_v020(SchedulerOutput& out) {
   if (inflight_count_ == inflight_.size()) {  // grow the ring, keeping its order
     std::vector<InFlightStep> bigger(std::max<std::size_t>(4, inflight_.size() * 2));
     for (std::size_t k = 0; k < inflight_count_; ++k)
-      std::swap(bigger[k], inflight_[(inflight_head_ + k) % inflight_.size()]);
+      std::swap(bigger[k], inflight_[in_flight_slot(k)]);
     inflight_.swap(bigger);
     inflight_head_ = 0;
   }
   // A byte copy: assign() would copy entry by entry (ScheduledRequest's member initializers
   // make it non-trivial for the library).
   static_assert(std::is_trivially_copyable_v<InFlightRequest>);
-  InFlightStep& slot = inflight_[(inflight_head_ + inflight_count_) % inflight_.size()];
+  InFlightStep& slot = inflight_[in_flight_slot(inflight_count_)];
   slot.size = out.scheduled.size();
   if (slot.buffer.size() < slot.size) slot.buffer.resize(slot.size);
   if (slot.size > 0)
@@ -272,7 +272,7 @@ std::span<const InFlightRequest> Scheduler::oldest_in_flight() const {
 
 void Scheduler::drop_in_flight(const Request& request) {
   for (std::size_t k = 0; k < inflight_count_; ++k)
-    for (InFlightRequest& e : inflight_[(inflight_head_ + k) % inflight_.size()].entries())
+    for (InFlightRequest& e : inflight_[in_flight_slot(k)].entries())
       if (e.request == &request) e.request = nullptr;
 }
 
@@ -282,7 +282,7 @@ KVSIM_HOT void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>&
   if (inflight_count_ == 0) return;
   // Out of the ring first: a request finishing below is then looked for in the later steps only.
   const std::span<const InFlightRequest> step = inflight_[inflight_head_].entries();
-  inflight_head_ = (inflight_head_ + 1) % inflight_.size();
+  inflight_head_ = in_flight_slot(1);
   --inflight_count_;
   // One loop per scheduling mode: the mode's tests leave the loop.
   if (config_.async_scheduling)

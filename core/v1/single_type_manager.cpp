@@ -1,19 +1,12 @@
 #include "core/v1/single_type_manager.h"
 
 #include <algorithm>
-#include <bit>
 
 #include "core/common/assert.h"
 #include "core/common/hot.h"
 
 namespace kvsim {
 namespace {
-
-// Python's floor division (mamba's skipped-token count is -1 before the first token).
-std::int64_t floor_div(std::int64_t a, std::int64_t b) {
-  const std::int64_t q = a / b;
-  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
-}
 
 void pop_all(GroupBlockLists& hits, std::span<const std::int32_t> group_ids) {
   for (std::int32_t g : group_ids) hits[static_cast<std::size_t>(g)].pop_back();
@@ -60,9 +53,7 @@ const char* alloc_status_message(AllocStatus s) {
 SingleTypeManager::SingleTypeManager(const KVGroupSpec& spec, std::int32_t group_id,
                                      std::int64_t admission_cap_blocks, BlockPool& pool)
     : spec_(spec),
-      block_shift_(std::has_single_bit(static_cast<std::uint32_t>(spec.block_size))
-                       ? std::countr_zero(static_cast<std::uint32_t>(spec.block_size))
-                       : -1),
+      block_(spec.block_size),
       group_id_(group_id),
       admission_cap_(admission_cap_blocks),
       pool_(pool) {
@@ -89,9 +80,12 @@ KVSIM_HOT AllocStatus SingleTypeManager::find_longest_cache_hit(
   KVSIM_ASSERT(group_ids.size() <= 256);
   std::vector<BlockId>& first = hits[static_cast<std::size_t>(group_ids[0])];
   const auto len = [&] { return static_cast<std::int64_t>(first.size()); };
-  const auto misaligned = [&] { return bs != alignment_tokens && len() * bs % alignment_tokens; };
+  // (Tested apart: within the loops' tests GCC computed the remainder even when bs is the
+  // alignment, a division per lookup.)
+  const bool aligning = bs != alignment_tokens;
+  const auto misaligned = [&] { return len() * bs % alignment_tokens != 0; };
   for (std::int32_t g : group_ids) hits[static_cast<std::size_t>(g)].clear();
-  const std::int64_t max_blocks = max_length / bs;
+  const std::int64_t max_blocks = full_blocks(max_length);
 
   switch (spec_.kind) {
     case KVGroupKind::kFullAttention: {
@@ -105,7 +99,8 @@ KVSIM_HOT AllocStatus SingleTypeManager::find_longest_cache_hit(
           first.push_back(b);
         }
         if (use_eagle && !first.empty()) first.pop_back();
-        while (misaligned()) first.pop_back();
+        if (aligning)
+          while (misaligned()) first.pop_back();
         return AllocStatus::kOk;
       }
       for (std::int64_t i = 0; i < n; ++i) {  // a chain: after the first miss nothing can hit
@@ -114,7 +109,8 @@ KVSIM_HOT AllocStatus SingleTypeManager::find_longest_cache_hit(
           hits[static_cast<std::size_t>(group_ids[j])].push_back(found[j]);
       }
       if (use_eagle && !first.empty()) pop_all(hits, group_ids);
-      while (misaligned()) pop_all(hits, group_ids);
+      if (aligning)
+        while (misaligned()) pop_all(hits, group_ids);
       return AllocStatus::kOk;
     }
     case KVGroupKind::kSlidingWindow: {
@@ -146,11 +142,13 @@ KVSIM_HOT AllocStatus SingleTypeManager::find_longest_cache_hit(
       if (!found_run) {  // the hits from block 0 on count anyway
         for (std::int32_t g : group_ids)
           hits[static_cast<std::size_t>(g)].resize(static_cast<std::size_t>(run));
-        while (misaligned()) pop_all(hits, group_ids);
+        if (aligning)
+          while (misaligned()) pop_all(hits, group_ids);
       }
       if (use_eagle && !first.empty()) {
         pop_all(hits, group_ids);
-        while (misaligned()) pop_all(hits, group_ids);
+        if (aligning)
+          while (misaligned()) pop_all(hits, group_ids);
       }
       return AllocStatus::kOk;
     }
@@ -223,7 +221,8 @@ std::int64_t SingleTypeManager::num_blocks_to_allocate_skipping(
     if (!new_computed_blocks.empty()) status = AllocStatus::kHitsForKnownRequest;
     return std::max<std::int64_t>(required - num_req, 0);
   }
-  const std::int64_t skipped_blocks = floor_div(num_skipped_tokens(total_computed_tokens), bs);
+  // (Python's floor division: mamba's skipped-token count is -1 before the first token.)
+  const std::int64_t skipped_blocks = block_.floor(num_skipped_tokens(total_computed_tokens));
   const std::int64_t local_blocks = static_cast<std::int64_t>(new_computed_blocks.size()) + num_req;
   const std::int64_t num_new =
       std::max<std::int64_t>(required - std::max(skipped_blocks, local_blocks), 0);
@@ -246,8 +245,7 @@ KVSIM_HOT AllocStatus SingleTypeManager::allocate_new_computed_blocks(
     return new_computed_blocks.empty() ? AllocStatus::kOk : AllocStatus::kHitsForKnownRequest;
   add_entry(t);
   if (!t.blocks.empty()) return AllocStatus::kTableNotEmpty;
-  const std::int64_t skipped =
-      floor_div(num_skipped_tokens(num_local_computed_tokens), spec_.block_size);
+  const std::int64_t skipped = block_.floor(num_skipped_tokens(num_local_computed_tokens));
   std::span<const BlockId> kept = new_computed_blocks;
   if (skipped > 0) kept = kept.subspan(std::min(kept.size(), static_cast<std::size_t>(skipped)));
   if (pool_.enable_caching())
@@ -321,7 +319,7 @@ KVSIM_HOT void SingleTypeManager::remove_skipped_blocks(Request& request,
   KVGroupTable& t = table_of(request);
   add_entry(t);
   const std::int64_t skipped =
-      std::min(skipped_tokens / spec_.block_size, static_cast<std::int64_t>(t.blocks.size()));
+      std::min(block_.div(skipped_tokens), static_cast<std::int64_t>(t.blocks.size()));
   const BlockId null = pool_.null_block();
   // The block that left the window last is freed first (vLLM frees the list in this order).
   for (std::int64_t i = skipped - 1; i >= 0; --i) {

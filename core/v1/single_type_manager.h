@@ -62,12 +62,12 @@ const char* alloc_status_message(AllocStatus s);
 struct GroupHashView {
   const HashId* hashes = nullptr;
   std::size_t num_hashes = 0;
-  std::int64_t k = 1;  // group block size / hash block size
-  std::size_t size() const {  // (no division for the usual k = 1)
-    return k == 1 ? num_hashes : num_hashes / static_cast<std::size_t>(k);
+  Divisor k;  // group block size / hash block size (a shift for the usual 1)
+  std::size_t size() const {
+    return static_cast<std::size_t>(k.div(static_cast<std::int64_t>(num_hashes)));
   }
   HashId operator[](std::size_t i) const {
-    return hashes[(i + 1) * static_cast<std::size_t>(k) - 1];
+    return hashes[(i + 1) * static_cast<std::size_t>(k.value()) - 1];
   }
 };
 
@@ -87,13 +87,10 @@ class SingleTypeManager {
   std::int64_t admission_cap_blocks() const { return admission_cap_; }
   /// num_tokens / block_size (C++ division), a shift for a power-of-two block size.
   std::int64_t full_blocks(std::int64_t tokens) const {
-    return block_shift_ >= 0 && tokens >= 0 ? tokens >> block_shift_ : tokens / spec_.block_size;
+    return tokens >= 0 ? block_.div(tokens) : tokens / spec_.block_size;
   }
   /// cdiv(tokens, block_size), a shift for a power-of-two block size.
-  std::int64_t blocks_for(std::int64_t tokens) const {
-    return block_shift_ >= 0 ? (tokens + spec_.block_size - 1) >> block_shift_
-                             : cdiv(tokens, spec_.block_size);
-  }
+  std::int64_t blocks_for(std::int64_t tokens) const { return block_.ceil(tokens); }
   /// True for a type whose lookup and tables may hold null blocks (all but full attention).
   bool skips_blocks() const { return spec_.kind != KVGroupKind::kFullAttention; }
 
@@ -196,7 +193,7 @@ class SingleTypeManager {
   bool lookup(HashId hash, std::span<const std::int32_t> group_ids, BlockId* found) const;
 
   KVGroupSpec spec_;
-  int block_shift_;  // log2(block_size), or -1
+  Divisor block_;  // spec_.block_size
   std::int32_t group_id_;
   std::int64_t admission_cap_;  // 0: none
   BlockPool& pool_;
