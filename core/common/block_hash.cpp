@@ -23,9 +23,7 @@ constexpr std::uint64_t kRootHash = 0x6a09e667f3bcc908ull;  // the parent "hash"
 }  // namespace
 
 BlockHashTable::BlockHashTable(std::int32_t block_size, BucketHashFn hash_fn)
-    : block_size_(block_size),
-      block_(block_size),
-      hash_fn_(hash_fn ? hash_fn : &default_bucket_hash) {
+    : block_(block_size), hash_fn_(hash_fn ? hash_fn : &default_bucket_hash) {
   KVSIM_ASSERT(block_size > 0);
   buckets_.assign(1024, Bucket{});
   bucket_mask_ = buckets_.size() - 1;
@@ -34,8 +32,7 @@ BlockHashTable::BlockHashTable(std::int32_t block_size, BucketHashFn hash_fn)
 }
 
 std::span<const Token> BlockHashTable::tokens(HashId h) const {
-  return {tokens_.data() + slot(h) * static_cast<std::size_t>(block_size_),
-          static_cast<std::size_t>(block_size_)};
+  return {tokens_.data() + slot(h) * block_len(), block_len()};
 }
 
 KVSIM_HOT std::uint64_t BlockHashTable::hash_of(HashId parent, std::span<const Token> tokens,
@@ -48,19 +45,19 @@ bool BlockHashTable::node_equals(std::int32_t n, HashId parent, std::span<const 
                                  ExtraKeysId extra) const {
   const Node& node = nodes_[static_cast<std::size_t>(n)];
   if (node.parent != parent || node.extra != extra) return false;
-  return std::memcmp(tokens_.data() + static_cast<std::size_t>(n) * block_size_, tokens.data(),
+  return std::memcmp(tokens_.data() + static_cast<std::size_t>(n) * block_len(), tokens.data(),
                      tokens.size_bytes()) == 0;
 }
 
 KVSIM_HOT HashId BlockHashTable::intern(HashId parent, std::span<const Token> tokens,
                                         ExtraKeysId extra) {
-  KVSIM_ASSERT(static_cast<std::int64_t>(tokens.size()) == block_size_);
+  KVSIM_ASSERT(static_cast<std::int64_t>(tokens.size()) == block_.value());
   return intern_hashed(parent, tokens, extra, hash_of(parent, tokens, extra));
 }
 
 KVSIM_HOT void BlockHashTable::intern_chain(HashId parent, std::span<const Token> tokens,
                                             ExtraKeysId extra, std::vector<HashId>& out) {
-  const auto bs = static_cast<std::size_t>(block_size_);
+  const auto bs = block_len();
   const auto n = static_cast<std::size_t>(block_.div(static_cast<std::int64_t>(tokens.size())));
   KVSIM_ASSERT(n * bs == tokens.size());
   chain_hashes_.resize(n);
@@ -98,7 +95,7 @@ KVSIM_HOT HashId BlockHashTable::intern_hashed(HashId parent, std::span<const To
   } else {
     n = static_cast<std::int32_t>(nodes_.size());
     nodes_.emplace_back();
-    tokens_.resize(tokens_.size() + static_cast<std::size_t>(block_size_));
+    tokens_.resize(tokens_.size() + block_len());
   }
   Node& node = nodes_[static_cast<std::size_t>(n)];
   node.hash = h;
@@ -106,7 +103,7 @@ KVSIM_HOT HashId BlockHashTable::intern_hashed(HashId parent, std::span<const To
   node.extra = extra;
   node.refs = 1;
   std::copy(tokens.begin(), tokens.end(),
-            tokens_.begin() + static_cast<std::ptrdiff_t>(n) * block_size_);
+            tokens_.begin() + static_cast<std::ptrdiff_t>(n) * block_.value());
   if (parent != kNoHash) retain(parent);
   ++live_;
   // Linear probing degrades fast with load (each probe and each backward shift is a branch on a

@@ -66,7 +66,7 @@ class BlockHashTable {
 
   /// Number of live nodes.
   std::int64_t size() const { return live_; }
-  std::int32_t block_size() const { return block_size_; }
+  std::int32_t block_size() const { return static_cast<std::int32_t>(block_.value()); }
 
   /// The first broken invariant ("" if none): every live node findable by its key, live parents,
   /// counts consistent. O(nodes + buckets).
@@ -95,8 +95,9 @@ class BlockHashTable {
   void bucket_erase(std::int32_t n);
   void grow_buckets();
 
-  std::int32_t block_size_;
-  Divisor block_;  // block_size_
+  std::size_t block_len() const { return static_cast<std::size_t>(block_.value()); }
+
+  Divisor block_;  // the block size
   BucketHashFn hash_fn_;
   std::vector<Node> nodes_;
   std::vector<Token> tokens_;                // [nodes_.size(), block_size]

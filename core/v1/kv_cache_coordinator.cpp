@@ -60,11 +60,7 @@ std::string KVCacheCoordinator::check_layout(const KVCacheConfig& config) {
 
 KVCacheCoordinator::KVCacheCoordinator(const KVCacheConfig& config, BlockPool& pool,
                                        BlockHashTable& hashes, bool admission_cap)
-    : config_(config),
-      pool_(pool),
-      hashes_(hashes),
-      hash_block_size_(hash_block_size_of(config)),
-      hash_block_(hash_block_size_) {
+    : config_(config), pool_(pool), hashes_(hashes), hash_block_(hash_block_size_of(config)) {
   KVSIM_ASSERT(check_layout(config).empty(), "invalid KV cache group layout");
   const std::vector<KVGroupSpec> groups = groups_of(config);
   const std::int64_t batched =
@@ -82,7 +78,7 @@ KVCacheCoordinator::KVCacheCoordinator(const KVCacheConfig& config, BlockPool& p
     else if (s.kind == KVGroupKind::kChunkedLocal)
       cap = cdiv(std::min(s.attention_chunk_size + batched, config.max_model_len), s.block_size);
     managers_.emplace_back(s, static_cast<std::int32_t>(g), cap, pool);
-    hash_ratio_.emplace_back(s.block_size / hash_block_size_);
+    hash_ratio_.emplace_back(s.block_size / hash_block_.value());
     has_mamba_ = has_mamba_ || s.kind == KVGroupKind::kMamba;
   }
   bool any_eagle = false;
@@ -165,7 +161,7 @@ KVSIM_HOT void KVCacheCoordinator::hash_deferred_prompt(Request& request) {
 
 KVSIM_HOT void KVCacheCoordinator::hash_blocks(Request& request, const std::int64_t n) {
   if (!config_.enable_caching) return;
-  const std::int64_t bs = hash_block_size_;
+  const std::int64_t bs = hash_block_.value();
   std::int64_t start = static_cast<std::int64_t>(request.block_hashes.size()) * bs;
   if (start + bs > n) return;
   const std::vector<Token>& tokens = request.all_token_ids();
@@ -375,9 +371,9 @@ KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots_one_group(
 KVSIM_HOT AllocStatus KVCacheCoordinator::cache_blocks_of_groups(Request& request,
                                                                  std::int64_t num_computed_tokens) {
   if (!config_.enable_caching) return AllocStatus::kOk;
-  sync_block_hashes(request);
   if (managers_.size() == 1)  // (its cache_blocks returns at once when nothing is new)
-    return managers_[0].cache_blocks(request, num_computed_tokens, view(request, managers_[0]));
+    return cache_one_group(request, num_computed_tokens);
+  sync_block_hashes(request);
   for (SingleTypeManager& m : managers_) {
     const KVGroupTable& t = request.kv_groups[static_cast<std::size_t>(m.group_id())];
     if (t.num_cached_block >= m.full_blocks(num_computed_tokens)) continue;  // nothing new

@@ -80,10 +80,14 @@ KVSIM_HOT AllocStatus SingleTypeManager::find_longest_cache_hit(
   KVSIM_ASSERT(group_ids.size() <= 256);
   std::vector<BlockId>& first = hits[static_cast<std::size_t>(group_ids[0])];
   const auto len = [&] { return static_cast<std::int64_t>(first.size()); };
-  // (Tested apart: within the loops' tests GCC computed the remainder even when bs is the
-  // alignment, a division per lookup.)
+  // Drops hits until their length is a multiple of alignment_tokens. (The test of bs apart:
+  // within the loop's test GCC computed the remainder even when bs is the alignment, a division
+  // per lookup.)
   const bool aligning = bs != alignment_tokens;
-  const auto misaligned = [&] { return len() * bs % alignment_tokens != 0; };
+  const auto align_down = [&] {
+    if (aligning)
+      while (len() * bs % alignment_tokens != 0) pop_all(hits, group_ids);
+  };
   for (std::int32_t g : group_ids) hits[static_cast<std::size_t>(g)].clear();
   const std::int64_t max_blocks = full_blocks(max_length);
 
@@ -99,8 +103,7 @@ KVSIM_HOT AllocStatus SingleTypeManager::find_longest_cache_hit(
           first.push_back(b);
         }
         if (use_eagle && !first.empty()) first.pop_back();
-        if (aligning)
-          while (misaligned()) first.pop_back();
+        align_down();
         return AllocStatus::kOk;
       }
       for (std::int64_t i = 0; i < n; ++i) {  // a chain: after the first miss nothing can hit
@@ -109,8 +112,7 @@ KVSIM_HOT AllocStatus SingleTypeManager::find_longest_cache_hit(
           hits[static_cast<std::size_t>(group_ids[j])].push_back(found[j]);
       }
       if (use_eagle && !first.empty()) pop_all(hits, group_ids);
-      if (aligning)
-        while (misaligned()) pop_all(hits, group_ids);
+      align_down();
       return AllocStatus::kOk;
     }
     case KVGroupKind::kSlidingWindow: {
@@ -142,13 +144,11 @@ KVSIM_HOT AllocStatus SingleTypeManager::find_longest_cache_hit(
       if (!found_run) {  // the hits from block 0 on count anyway
         for (std::int32_t g : group_ids)
           hits[static_cast<std::size_t>(g)].resize(static_cast<std::size_t>(run));
-        if (aligning)
-          while (misaligned()) pop_all(hits, group_ids);
+        align_down();
       }
       if (use_eagle && !first.empty()) {
         pop_all(hits, group_ids);
-        if (aligning)
-          while (misaligned()) pop_all(hits, group_ids);
+        align_down();
       }
       return AllocStatus::kOk;
     }
