@@ -228,16 +228,21 @@ void V1Replayer::op_add_request(JsonWriter& w) {
       mm.push_back({int_value(off, "offset"), int_value(len, "length"), {}});
     }
     const Index hashes = json_.find(JsonLine::root(), "mm_hashes");
-    if (v020_ && json_.is_null_or_absent(hashes)) {  // an item without identifier: hash_<index>
-      for (std::size_t k = 0; k < mm.size(); ++k) mm[k].hash = "hash_" + std::to_string(k);
-    } else if (json_.is_null_or_absent(hashes) || json_[hashes].type != Type::kArray ||
-               json_[hashes].size != mm.size()) {
+    const bool listed = !json_.is_null_or_absent(hashes);
+    if (listed && json_[hashes].type != Type::kArray)
+      throw OpError{"TypeError: mm_hashes must be a list"};
+    const std::size_t num_listed = listed ? json_[hashes].size : 0;
+    // v0.20: an item without an identifier (none listed for it, or null) gets "hash_<index>";
+    // the older releases need one string per item.
+    if (num_listed > mm.size() || (!v020_ && num_listed != mm.size()))
       throw OpError{"ValueError: mm_positions and mm_hashes must have the same length"};
-    }
-    std::size_t k = json_.is_null_or_absent(hashes) ? mm.size() : 0;
-    for (Index e = JsonLine::first_child(hashes); k < mm.size(); ++k, e = json_.next(e)) {
-      if (json_[e].type != Type::kString) throw OpError{"TypeError: mm_hashes must be strings"};
-      mm[k].hash = std::string(json_[e].s);
+    Index e = listed ? JsonLine::first_child(hashes) : JsonLine::kNone;
+    for (std::size_t k = 0; k < mm.size(); ++k) {
+      const bool named = k < num_listed && json_[e].type == Type::kString;
+      if (k < num_listed && !named && (!v020_ || json_[e].type != Type::kNull))
+        throw OpError{"TypeError: mm_hashes must be strings"};
+      mm[k].hash = named ? std::string(json_[e].s) : "hash_" + std::to_string(k);
+      if (k + 1 < num_listed) e = json_.next(e);
     }
   }
   if (v020_) {

@@ -90,7 +90,10 @@ void V1Replayer::op_schedule(JsonWriter& w) {
   std::vector<std::string_view> finished;
   for (std::int64_t i : sched_out_.finished)
     finished.push_back(names_[static_cast<std::size_t>(i)]);
+  // vLLM's finished_req_ids is a set of ids: an id reused after its request finished, then
+  // finished again before this step, is listed once.
   std::sort(finished.begin(), finished.end());
+  finished.erase(std::unique(finished.begin(), finished.end()), finished.end());
   w.key("finished").begin_array();
   for (std::string_view f : finished) w.value(f);
   w.end_array().key("preempted").begin_array();

@@ -95,6 +95,59 @@ TEST_CASE("update without a schedule and a zero modulus are errors in sched mode
   CHECK(is_error(out[7]));
 }
 
+TEST_CASE("an id that finishes twice before a step is listed once, as vLLM's set lists it",
+          "[sim]") {
+  // vLLM's finished_req_ids is a set of ids (every V1 release): x finishes at max_tokens, a new
+  // request reuses the id and is aborted before the next schedule.
+  for (const kvsim::Profile p :
+       {kvsim::Profile::kVllm072, kvsim::Profile::kVllm085, kvsim::Profile::kVllm020}) {
+    kvsim::V1Replayer r(p, kvsim::ReplayOptions{});
+    const auto out = run(
+        r, {
+               R"({"op":"sched_init","block_size":4,"num_gpu_blocks":16,"max_model_len":64,"max_num_seqs":4,"max_num_batched_tokens":64})",
+               R"({"op":"add_request","id":"x","prompt":[1,2,3],"max_tokens":1})",
+               R"({"op":"schedule"})",
+               R"({"op":"update"})",
+               R"({"op":"add_request","id":"x","prompt":[4,5,6]})",
+               R"({"op":"abort","ids":["x"]})",
+               R"({"op":"add_request","id":"a","prompt":[7,8,9],"max_tokens":1})",
+               R"({"op":"schedule"})",
+           });
+    REQUIRE(out.size() == 8);
+    INFO(kvsim::profile_name(p) << ": " << out[7]);
+    CHECK(json::parse(out[3])["outputs"][0]["finished"] == true);
+    CHECK(json::parse(out[7])["finished"] == json::parse(R"(["x"])"));
+    CHECK(json::parse(out[7])["new"][0]["id"] == "a");
+  }
+}
+
+TEST_CASE("vllm-0.20 keys a multimodal item without an identifier hash_<index>", "[sim]") {
+  // ops-format-v0.20.md: "an item without one gets hash_<index>" (none listed for it, or null);
+  // the older profiles need one string per item.
+  const std::vector<std::string> ops = {
+      R"({"op":"init","block_size":4,"num_gpu_blocks":16,"max_model_len":64})",
+      R"({"op":"add_request","id":"a","prompt":[1,-1,-1,4,5,6,-1,-1,-1,10,11,12],"mm_positions":[{"offset":1,"length":2},{"offset":6,"length":3}],"mm_hashes":["img",null]})",
+      R"({"op":"req_info","id":"a"})",
+      R"({"op":"add_request","id":"b","prompt":[1,-1,-1,4,5,6,-1,-1,-1,10,11,12],"mm_positions":[{"offset":1,"length":2},{"offset":6,"length":3}],"mm_hashes":["img"]})",
+      R"({"op":"req_info","id":"b"})",
+      R"({"op":"add_request","id":"c","prompt":[1,2],"mm_positions":[{"offset":0,"length":1}],"mm_hashes":["x","y"]})",
+      R"({"op":"add_request","id":"d","prompt":[1,2],"mm_positions":[{"offset":0,"length":1}],"mm_hashes":[3]})",
+  };
+  const json keys = json::parse(R"([[["img",1]],[["hash_1",2]],[["hash_1",-2]]])");
+  kvsim::V1Replayer v020(kvsim::Profile::kVllm020, kvsim::ReplayOptions{});
+  const auto out = run(v020, ops);
+  REQUIRE(out.size() == ops.size());
+  CHECK(json::parse(out[2])["block_hash_extra_keys"] == keys);
+  CHECK(json::parse(out[4])["block_hash_extra_keys"] == keys);
+  CHECK(is_error(out[5]));  // more identifiers than items
+  CHECK(is_error(out[6]));  // not a string
+  kvsim::V1Replayer v085(kvsim::Profile::kVllm085, kvsim::ReplayOptions{});
+  const auto old = run(v085, ops);
+  REQUIRE(old.size() == ops.size());
+  CHECK(is_error(old[1]));
+  CHECK(is_error(old[3]));
+}
+
 TEST_CASE("blank lines produce no output and a final line needs no newline", "[sim]") {
   kvsim::V1Replayer r;
   std::string out;
