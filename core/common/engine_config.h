@@ -12,7 +12,7 @@ namespace kvsim {
 /// The attention type of a KV cache group (vLLM v0.9+: which single-type manager it gets).
 enum class KVGroupKind : std::uint8_t { kFullAttention, kSlidingWindow, kChunkedLocal, kMamba };
 
-/// vLLM v0.20's --mamba-cache-mode of a mamba group (only kAll and kNone are implemented).
+/// vLLM v0.20's --mamba-cache-mode of a mamba group.
 enum class MambaGroupMode : std::uint8_t { kNone, kAll, kAlign };
 
 /// One KV cache group as vLLM v0.9+'s KV cache coordinator manages it: the layers sharing one

@@ -52,6 +52,11 @@ struct KVGroupTable {
   std::vector<BlockId> blocks;         // the group's block table (block 0 = the null block)
   std::int64_t num_cached_block = -1;  // -1: no num_cached_block entry
   bool has_entry = false;  // req_to_blocks has an entry (a defaultdict: an empty table counts)
+  // Mamba 'align' (MambaManager): blocks were allocated since the request's tables were last
+  // freed (_allocated_block_reqs), and the index of the state block to free once passed
+  // (last_state_block_idx; -1: none).
+  bool mamba_allocated = false;
+  std::int64_t mamba_last_state_block = -1;
 };
 
 class Request {

@@ -39,8 +39,6 @@ std::string KVCacheCoordinator::check_layout(const KVCacheConfig& config) {
       return "ValueError: a sliding_window group needs sliding_window > 0";
     if (s.kind == KVGroupKind::kChunkedLocal && s.attention_chunk_size <= 0)
       return "ValueError: a chunked_local group needs attention_chunk_size > 0";
-    if (s.kind == KVGroupKind::kMamba && s.mamba_cache_mode == MambaGroupMode::kAlign)
-      return "NotImplementedError: mamba_cache_mode 'align' is not supported";
     if (s.kind == KVGroupKind::kMamba && s.num_speculative_blocks < 0)
       return "ValueError: num_speculative_blocks must be >= 0";
   }
@@ -80,6 +78,8 @@ KVCacheCoordinator::KVCacheCoordinator(const KVCacheConfig& config, BlockPool& p
     managers_.emplace_back(s, static_cast<std::int32_t>(g), cap, pool);
     hash_ratio_.emplace_back(s.block_size / hash_block_.value());
     has_mamba_ = has_mamba_ || s.kind == KVGroupKind::kMamba;
+    mamba_align_ = mamba_align_ || (s.kind == KVGroupKind::kMamba &&
+                                    s.mamba_cache_mode == MambaGroupMode::kAlign);
   }
   bool any_eagle = false;
   for (const KVGroupSpec& s : groups) any_eagle = any_eagle || s.eagle;
@@ -279,18 +279,17 @@ KVSIM_HOT std::int64_t KVCacheCoordinator::get_computed_blocks(Request& request,
 
 // ---- allocation -----------------------------------------------------------------------------
 
-KVSIM_HOT std::int64_t KVCacheCoordinator::num_blocks_to_allocate(const Request& request,
-                                                                  std::int64_t num_tokens,
-                                                                  const GroupBlockLists& hits,
-                                                                  std::int64_t total_computed,
-                                                                  AllocStatus& status) const {
+KVSIM_HOT std::int64_t KVCacheCoordinator::num_blocks_to_allocate(
+    const Request& request, std::int64_t num_tokens, const GroupBlockLists& hits,
+    std::int64_t total_computed, std::int64_t main_tokens, AllocStatus& status) const {
   if (managers_.size() == 1 && !hits.empty())
     return managers_[0].num_blocks_to_allocate(request, num_tokens, hits[0], total_computed,
-                                               status);
+                                               main_tokens, status);
   std::int64_t n = 0;
   for (std::size_t g = 0; g < managers_.size(); ++g) {
     const std::vector<BlockId>& h = g < hits.size() ? hits[g] : no_blocks_;
-    n += managers_[g].num_blocks_to_allocate(request, num_tokens, h, total_computed, status);
+    n += managers_[g].num_blocks_to_allocate(request, num_tokens, h, total_computed, main_tokens,
+                                             status);
   }
   return n;
 }
@@ -303,7 +302,8 @@ KVSIM_HOT bool KVCacheCoordinator::can_fit_full_sequence(const Request& request,
   const std::int64_t total =
       std::min(request.num_computed_tokens + num_new_computed_tokens, config_.max_model_len);
   const std::int64_t full = std::min(request.num_tokens(), config_.max_model_len);
-  return num_blocks_to_allocate(request, full, hits, total, status) <= pool_.num_free_blocks();
+  return num_blocks_to_allocate(request, full, hits, total, full, status) <=
+         pool_.num_free_blocks();
 }
 
 KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots(
@@ -322,7 +322,7 @@ KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots(
   for (SingleTypeManager& m : managers_)
     if (m.skips_blocks()) m.remove_skipped_blocks(request, total);
   AllocStatus st = AllocStatus::kOk;
-  const std::int64_t n = num_blocks_to_allocate(request, need, hits, local, st);
+  const std::int64_t n = num_blocks_to_allocate(request, need, hits, local, main, st);
   if (st != AllocStatus::kOk) return st;
   if (n > pool_.num_free_blocks()) return AllocStatus::kNoFreeBlocks;
   bool any_hits = false;
@@ -334,7 +334,7 @@ KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots(
       if (st != AllocStatus::kOk) return st;
     }
   for (std::size_t g = 0; g < managers_.size(); ++g) {
-    st = managers_[g].allocate_new_blocks(request, need, new_blocks_[g]);
+    st = managers_[g].allocate_new_blocks(request, need, main, new_blocks_[g]);
     if (st != AllocStatus::kOk) return st;
   }
   if (!config_.enable_caching || delay_cache_blocks) return AllocStatus::kOk;
@@ -351,12 +351,12 @@ KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots_one_group(
   SingleTypeManager& m = managers_[0];
   const std::int64_t local = request.num_computed_tokens + num_new_computed_tokens;
   const std::int64_t total = std::min(local, config_.max_model_len);
-  const std::int64_t need =
-      std::min(total + num_new_tokens + num_lookahead_tokens, config_.max_model_len);
+  const std::int64_t main = total + num_new_tokens;
+  const std::int64_t need = std::min(main + num_lookahead_tokens, config_.max_model_len);
   if (m.skips_blocks()) m.remove_skipped_blocks(request, total);
   const std::vector<BlockId>& h = hits.empty() ? no_blocks_ : hits[0];
   AllocStatus st = AllocStatus::kOk;
-  const std::int64_t n = m.num_blocks_to_allocate(request, need, h, local, st);
+  const std::int64_t n = m.num_blocks_to_allocate(request, need, h, local, main, st);
   if (st != AllocStatus::kOk) return st;
   if (n > pool_.num_free_blocks()) return AllocStatus::kNoFreeBlocks;
   bool any_hits = false;  // (lists beyond the group's count too, as allocate_slots does)
@@ -365,7 +365,7 @@ KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots_one_group(
     st = m.allocate_new_computed_blocks(request, h, local);
     if (st != AllocStatus::kOk) return st;
   }
-  return grow_and_cache_one_group(request, need, total + num_new_tokens, delay_cache_blocks);
+  return grow_and_cache_one_group(request, need, main, delay_cache_blocks);
 }
 
 KVSIM_HOT AllocStatus KVCacheCoordinator::cache_blocks_of_groups(Request& request,
@@ -431,13 +431,18 @@ std::string KVCacheCoordinator::find_violation(std::span<const Request* const> l
       const KVGroupTable& t = r->kv_groups[g];
       entries[g] += t.has_entry;
       KVSIM_CHECK(t.has_entry || t.blocks.empty(), "a table without a req_to_blocks entry");
+      // Nulls lead a table, except in mamba 'align' mode, where the passed state blocks and
+      // the moved speculative ones leave nulls between real blocks.
+      const KVGroupSpec& spec = managers_[g].spec();
       bool in_nulls = true;
+      const bool nulls_lead = !(spec.kind == KVGroupKind::kMamba &&
+                                spec.mamba_cache_mode == MambaGroupMode::kAlign);
       for (BlockId b : t.blocks) {
         KVSIM_CHECK(to_int(b) >= 0 && static_cast<std::size_t>(to_int(b)) < num_blocks,
                     "block id out of range");
         if (b == null) {
           KVSIM_CHECK(managers_[g].skips_blocks(), "a null block in a full-attention table");
-          KVSIM_CHECK(in_nulls, "a null block after a real one in a table");
+          KVSIM_CHECK(in_nulls || !nulls_lead, "a null block after a real one in a table");
           continue;
         }
         in_nulls = false;

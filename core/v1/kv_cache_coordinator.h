@@ -158,6 +158,9 @@ class KVCacheCoordinator {
   }
   /// free: every group in order, each table last block first.
   void free(Request& request);
+  /// A mamba group caches in 'align' mode: the scheduler splits prefill chunks at block
+  /// boundaries (vLLM's need_mamba_block_aligned_split).
+  bool mamba_align() const { return mamba_align_; }
   /// new_step_starts of every group (only mamba groups keep anything across a step). O(1)
   /// without mamba groups.
   void new_step_starts() {
@@ -208,7 +211,8 @@ class KVCacheCoordinator {
   AllocStatus grow_and_cache_one_group(Request& request, std::int64_t need,
                                        std::int64_t computed_end, bool delay_cache_blocks) {
     SingleTypeManager& m = managers_[0];
-    const AllocStatus st = m.allocate_new_blocks(request, need, new_blocks_[0]);
+    // (computed_end is also the allocation's tokens without lookahead: num_tokens_main_model.)
+    const AllocStatus st = m.allocate_new_blocks(request, need, computed_end, new_blocks_[0]);
     if (st != AllocStatus::kOk || !config_.enable_caching || delay_cache_blocks) return st;
     // Lookahead slots and unverified drafts are not cached. (cache_blocks for the one group,
     // inline.)
@@ -230,7 +234,7 @@ class KVCacheCoordinator {
   /// Sum over groups of num_blocks_to_allocate.
   std::int64_t num_blocks_to_allocate(const Request& request, std::int64_t num_tokens,
                                       const GroupBlockLists& hits, std::int64_t total_computed,
-                                      AllocStatus& status) const;
+                                      std::int64_t main_tokens, AllocStatus& status) const;
   ExtraKeysId extra_keys(const Request& request, std::int64_t start, std::int64_t end,
                          std::int64_t& mm_idx);
 
@@ -242,6 +246,7 @@ class KVCacheCoordinator {
   std::int64_t lcm_block_size_;
   std::vector<SingleTypeManager> managers_;
   bool has_mamba_ = false;  // a mamba group (the only type new_step_starts changes)
+  bool mamba_align_ = false;  // a mamba group in 'align' mode
   std::vector<AttentionGroup> attention_groups_;  // full attention first
   std::vector<char> eagle_groups_;                // by group
   PrefixCacheStats stats_;

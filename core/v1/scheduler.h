@@ -142,6 +142,9 @@ class Scheduler final : public EngineCore {
   template <bool async>
   RunningAllocation allocate_running_v020(SchedulerOutput& out, Request& req, std::int64_t n);
   void schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget, std::int64_t max_chunk);
+  /// _mamba_block_aligned_split: with a mamba group in 'align' mode, a prefill chunk of `n` > 0
+  /// tokens (after `hits` new hit tokens) ends on a block boundary, or at the last one.
+  std::int64_t mamba_aligned_split(const Request& req, std::int64_t n, std::int64_t hits) const;
   /// Appends a scheduled entry (with the manager's new blocks of every group when `allocated`)
   /// and advances the request as _update_after_schedule does (`async`: the scheduling mode).
   void add_scheduled_v020(SchedulerOutput& out, Request& req, std::int64_t num_tokens,

@@ -109,6 +109,7 @@ KVSIM_HOT void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64
   const std::int64_t lookahead = config_.num_lookahead_tokens;
   const std::int64_t max_model_len = config_.max_model_len;
   const KVCacheManager::NoOpAllocation no_op = kv_.no_op_allocation();
+  const bool align_split = kv_.coordinator()->mamba_align();
   const auto min = [](std::int64_t a, std::int64_t b) { return a < b ? a : b; };
   std::int64_t budget = budget_left;
   for (auto& h : group_hits_) h.clear();  // "no hits" for allocate_running_v020
@@ -126,8 +127,9 @@ KVSIM_HOT void Scheduler::schedule_running_v020(SchedulerOutput& out, std::int64
     }
     const std::int64_t num_tokens = req.num_tokens();
     // min(tokens left, max_chunk, budget, max_model_len - 1 - computed)
-    const std::int64_t n = min(min(num_tokens + placeholders - computed, max_chunk),
-                               min(budget, max_model_len - 1 - computed));
+    std::int64_t n = min(min(num_tokens + placeholders - computed, max_chunk),
+                         min(budget, max_model_len - 1 - computed));
+    if (align_split && n > 0) n = mamba_aligned_split(req, n, 0);
     if (n <= 0) {  // nothing to compute now (vLLM: `continue`, the next request may run)
       ++i;
       continue;
@@ -240,6 +242,10 @@ KVSIM_HOT void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64
     if (!config_.enable_chunked_prefill && n > budget) break;  // no partial prompt: stop here
     n = std::min(n, budget);
     KVSIM_ASSERT(n > 0, "a waiting request has nothing to compute");
+    if (kv_.coordinator()->mamba_align()) {
+      n = mamba_aligned_split(req, n, hits);
+      if (n == 0) break;
+    }
     if (config_.scheduler_reserve_full_isl) {  // the whole sequence must fit
       const bool fits = kv_.coordinator()->can_fit_full_sequence(req, hits, group_hits_, st);
       if (st != AllocStatus::kOk) {
@@ -263,6 +269,20 @@ KVSIM_HOT void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64
     add_scheduled_v020(out, req, n, hits, kind, /*allocated=*/true, config_.async_scheduling);
     budget -= n;
   }
+}
+
+std::int64_t Scheduler::mamba_aligned_split(const Request& req, std::int64_t n,
+                                             std::int64_t hits) const {
+  const std::int64_t computed = req.num_computed_tokens + hits;
+  // Prefill only (resumed requests included); a decode step passes.
+  if (computed >= std::max(req.num_prompt_tokens(), req.num_tokens() - 1)) return n;
+  const std::int64_t bs = kv_.config().block_size;  // the cache config's block size
+  std::int64_t last_cached = req.num_tokens() - req.num_tokens() % bs;
+  if (kv_.config().use_eagle) last_cached = std::max<std::int64_t>(last_cached - bs, 0);
+  const std::int64_t after = computed + n;
+  if (after < last_cached) return n / bs * bs;  // whole blocks (0 when less than one fits)
+  if (computed < last_cached && last_cached < after) return last_cached - computed;
+  return n;  // the last few tokens
 }
 
 std::span<const InFlightRequest> Scheduler::oldest_in_flight() const {

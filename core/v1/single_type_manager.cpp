@@ -46,6 +46,8 @@ const char* alloc_status_message(AllocStatus s) {
     case AllocStatus::kLookupUnsupported:
       return "AssertionError: unsupported lookup (eagle or mixed block sizes with chunked "
              "local attention)";
+    case AllocStatus::kMambaAlignBlocks:
+      return "AssertionError: mamba 'align' allocate_new_blocks (num_required_blocks)";
   }
   return "RuntimeError: allocation failed";
 }
@@ -198,10 +200,21 @@ std::int64_t SingleTypeManager::num_skipped_tokens(std::int64_t num_computed_tok
   return 0;
 }
 
+namespace {
+// Hits in the free queue leave it when touched: they cannot count as free blocks.
+std::int64_t num_evictable(const BlockPool& pool, std::span<const BlockId> blocks) {
+  std::int64_t n = 0;
+  for (const BlockId b : blocks) n += b != pool.null_block() && pool.block(b).ref_cnt == 0;
+  return n;
+}
+}  // namespace
+
 std::int64_t SingleTypeManager::num_blocks_to_allocate_skipping(
     const Request& request, std::int64_t num_tokens, std::span<const BlockId> new_computed_blocks,
-    std::int64_t total_computed_tokens, AllocStatus& status) const {
+    std::int64_t total_computed_tokens, std::int64_t main_tokens, AllocStatus& status) const {
   const std::int64_t bs = spec_.block_size;
+  const KVGroupTable& t = request.kv_groups[static_cast<std::size_t>(group_id_)];
+  const auto num_req = static_cast<std::int64_t>(t.blocks.size());
   if (spec_.kind == KVGroupKind::kMamba) {
     // A hit cached by another request in this step is not usable before the next one: ask for
     // more blocks than the pool has.
@@ -211,12 +224,19 @@ std::int64_t SingleTypeManager::num_blocks_to_allocate_skipping(
                                 cached_this_step_.end())
         return std::int64_t{pool_.num_blocks()} + 1;
     }
+    if (spec_.mamba_cache_mode == MambaGroupMode::kAlign) {
+      // No lookahead slots; a request that has to grow needs one block (its state; the
+      // speculative ones are reused), or one plus the speculative ones at its first allocation.
+      const std::int64_t spec = spec_.num_speculative_blocks;
+      std::int64_t num_new = blocks_for(main_tokens) + spec -
+                             static_cast<std::int64_t>(new_computed_blocks.size()) - num_req;
+      if (num_new > 0) num_new = t.mamba_allocated ? 1 : 1 + spec;
+      return num_new + num_evictable(pool_, new_computed_blocks);
+    }
     num_tokens += bs * spec_.num_speculative_blocks;
   }
   std::int64_t required = blocks_for(num_tokens);
   if (admission_cap_ > 0) required = std::min(required, admission_cap_);
-  const KVGroupTable& t = request.kv_groups[static_cast<std::size_t>(group_id_)];
-  const auto num_req = static_cast<std::int64_t>(t.blocks.size());
   if (t.num_cached_block >= 0) {  // a request the group tracks gets no new hits
     if (!new_computed_blocks.empty()) status = AllocStatus::kHitsForKnownRequest;
     return std::max<std::int64_t>(required - num_req, 0);
@@ -229,12 +249,42 @@ std::int64_t SingleTypeManager::num_blocks_to_allocate_skipping(
   // Hits in the free queue leave it when touched: they cannot count as free blocks. The first
   // skipped ones (beyond what the table holds) are not touched.
   const std::int64_t skip_hits = std::max<std::int64_t>(0, skipped_blocks - num_req);
-  std::int64_t evictable = 0;
-  for (std::size_t i = static_cast<std::size_t>(skip_hits); i < new_computed_blocks.size(); ++i) {
-    const BlockId b = new_computed_blocks[i];
-    evictable += b != pool_.null_block() && pool_.block(b).ref_cnt == 0;
-  }
-  return num_new + evictable;
+  return num_new + num_evictable(pool_, new_computed_blocks.subspan(std::min(
+                                            new_computed_blocks.size(),
+                                            static_cast<std::size_t>(skip_hits))));
+}
+
+// MambaManager.allocate_new_blocks in 'align' mode (single_type_kv_cache_manager.py:947-1020).
+AllocStatus SingleTypeManager::allocate_new_blocks_align(KVGroupTable& t,
+                                                         std::int64_t main_tokens,
+                                                         std::int32_t& num_new) {
+  const std::int64_t spec = spec_.num_speculative_blocks;
+  const std::int64_t required = blocks_for(main_tokens) + spec;  // no lookahead slots
+  const auto prev = static_cast<std::int64_t>(t.blocks.size());
+  if (required == prev) return AllocStatus::kOk;
+  if (required < prev) return AllocStatus::kMambaAlignBlocks;
+  const bool allocated = t.mamba_allocated;
+  // The state block of the previous step (or a new request's last hit), freed once passed.
+  if (allocated)
+    t.mamba_last_state_block = prev - 1 - spec;
+  else if (prev > 0)
+    t.mamba_last_state_block = prev - 1;
+  const std::int64_t skipped = required - spec - 1;
+  const BlockId null = pool_.null_block();
+  if (prev < skipped) t.blocks.resize(static_cast<std::size_t>(skipped), null);
+  if (allocated)  // the speculative blocks of the previous step move to the end, reused
+    for (std::int64_t i = prev - spec; i < prev && i < skipped; ++i) {
+      const BlockId b = t.blocks[static_cast<std::size_t>(i)];
+      t.blocks.push_back(b);
+      t.blocks[static_cast<std::size_t>(i)] = null;
+    }
+  const std::int64_t n = required - static_cast<std::int64_t>(t.blocks.size());
+  if (n > (allocated ? 1 : spec + 1)) return AllocStatus::kMambaAlignBlocks;
+  if (n > pool_.num_free_blocks()) return AllocStatus::kPoolExhausted;
+  if (n > 0) pool_.get_new_blocks(static_cast<std::int32_t>(n), t.blocks);
+  t.mamba_allocated = true;
+  num_new = static_cast<std::int32_t>(static_cast<std::int64_t>(t.blocks.size()) - prev);
+  return AllocStatus::kOk;
 }
 
 KVSIM_HOT AllocStatus SingleTypeManager::allocate_new_computed_blocks(
@@ -303,6 +353,8 @@ KVSIM_HOT void SingleTypeManager::free(Request& request) {
   for (std::size_t i = t.blocks.size(); i-- > 0;) pool_.free_block(t.blocks[i]);
   t.blocks.clear();
   t.num_cached_block = -1;
+  t.mamba_allocated = false;
+  t.mamba_last_state_block = -1;
   if (t.has_entry) {
     t.has_entry = false;
     --num_entries_;
@@ -314,20 +366,33 @@ KVSIM_HOT void SingleTypeManager::remove_skipped_blocks(Request& request,
   if (spec_.kind == KVGroupKind::kMamba)  // drafts may still be rejected: assume they all are
     total_computed_tokens =
         std::max<std::int64_t>(0, total_computed_tokens - spec_.num_speculative_blocks);
-  const std::int64_t skipped_tokens = num_skipped_tokens(total_computed_tokens);
-  if (skipped_tokens <= 0) return;
-  KVGroupTable& t = table_of(request);
-  add_entry(t);
-  const std::int64_t skipped =
-      std::min(block_.div(skipped_tokens), static_cast<std::int64_t>(t.blocks.size()));
   const BlockId null = pool_.null_block();
-  // The block that left the window last is freed first (vLLM frees the list in this order).
-  for (std::int64_t i = skipped - 1; i >= 0; --i) {
-    BlockId& b = t.blocks[static_cast<std::size_t>(i)];
-    if (b == null) break;  // earlier calls nulled everything before it
-    pool_.free_block(b);
-    b = null;
+  const std::int64_t skipped_tokens = num_skipped_tokens(total_computed_tokens);
+  if (skipped_tokens > 0) {
+    KVGroupTable& t = table_of(request);
+    add_entry(t);
+    const std::int64_t skipped =
+        std::min(block_.div(skipped_tokens), static_cast<std::int64_t>(t.blocks.size()));
+    // The block that left the window last is freed first (vLLM frees the list in this order).
+    for (std::int64_t i = skipped - 1; i >= 0; --i) {
+      BlockId& b = t.blocks[static_cast<std::size_t>(i)];
+      if (b == null) break;  // earlier calls nulled everything before it
+      pool_.free_block(b);
+      b = null;
+    }
   }
+  // Mamba 'align': the previous step's state block, once the computed tokens have passed it
+  // (it was the source of the state copied into the current one).
+  if (spec_.kind != KVGroupKind::kMamba || spec_.mamba_cache_mode != MambaGroupMode::kAlign)
+    return;
+  KVGroupTable& t = table_of(request);
+  const std::int64_t last = t.mamba_last_state_block;
+  if (last < 0 || last >= blocks_for(total_computed_tokens) - 1) return;
+  add_entry(t);
+  BlockId& b = t.blocks[static_cast<std::size_t>(last)];
+  if (b == null) return;
+  pool_.free_block(b);
+  b = null;
 }
 
 KVSIM_HOT std::int32_t SingleTypeManager::num_common_prefix_blocks(Request& request) {

@@ -10,8 +10,11 @@
 //                    tokens before num_computed - window + 1 are skipped
 //   chunked local    nulls before the current chunk, then hits from its start; whole chunks
 //                    before the current one are skipped
-//   mamba (all/none) the single last hit, nulls before it; all but the last token skipped;
-//                    a hit cached by another request in this step cannot be used yet
+//   mamba            the single last hit, nulls before it; all but the last token skipped;
+//                    a hit cached by another request in this step cannot be used yet. In
+//                    'align' mode a running request holds one state block (plus the
+//                    speculative ones) at the end of its table, nulls before it, and the
+//                    previous step's state block until the next allocation has passed it
 // Errors are vLLM's assertion and ValueError paths (AllocStatus); kvsim never throws from here.
 
 #include <algorithm>
@@ -50,6 +53,8 @@ enum class AllocStatus : std::uint8_t {
   kBlockAlreadyCached,   // assertion in cache_full_blocks: a block to cache already has a hash
   kHashesMissing,        // assertion/IndexError: fewer block hashes than blocks to cache
   kLookupUnsupported,    // assertion in a lookup (eagle or mixed block sizes with chunked local)
+  kMambaAlignBlocks,     // assertion in mamba 'align' allocate_new_blocks: the table would shrink,
+                         // or grow by more than its state and speculative blocks
 };
 
 /// vLLM's exception for a failed AllocStatus ("ValueError: ...", "AssertionError: ..."); "" for
@@ -107,14 +112,15 @@ class SingleTypeManager {
 
   /// get_num_blocks_to_allocate: the free blocks an allocation giving the request `num_tokens`
   /// slots needs in this group (new blocks plus evictable hits), capped by the admission cap.
-  /// Sets `status` to kHitsForKnownRequest on vLLM's assertion.
+  /// `main_tokens` leaves out the lookahead slots (num_tokens_main_model; only mamba 'align'
+  /// reads it). Sets `status` to kHitsForKnownRequest on vLLM's assertion.
   std::int64_t num_blocks_to_allocate(const Request& request, std::int64_t num_tokens,
                                       std::span<const BlockId> new_computed_blocks,
-                                      std::int64_t total_computed_tokens,
+                                      std::int64_t total_computed_tokens, std::int64_t main_tokens,
                                       AllocStatus& status) const {
     if (spec_.kind != KVGroupKind::kFullAttention)
       return num_blocks_to_allocate_skipping(request, num_tokens, new_computed_blocks,
-                                             total_computed_tokens, status);
+                                             total_computed_tokens, main_tokens, status);
     // Full attention skips nothing and has no cap.
     const KVGroupTable& t = request.kv_groups[static_cast<std::size_t>(group_id_)];
     const auto held = static_cast<std::int64_t>(t.blocks.size());
@@ -137,15 +143,19 @@ class SingleTypeManager {
                                            std::int64_t num_local_computed_tokens);
 
   /// allocate_new_blocks: grows the table to cdiv(num_tokens, block_size) blocks (popped from the
-  /// free queue); `num_new` gets the count. kPoolExhausted when the pool is short. (Inline: the
-  /// running loop's allocations grow a table by one block at a time.)
+  /// free queue); `num_new` gets the count of entries appended (mamba 'align' also appends nulls
+  /// and moves its speculative blocks: allocate_new_blocks_align). kPoolExhausted when the pool
+  /// is short. (Inline: the running loop's allocations grow a table by one block at a time.)
   AllocStatus allocate_new_blocks(Request& request, std::int64_t num_tokens,
-                                  std::int32_t& num_new) {
+                                  std::int64_t main_tokens, std::int32_t& num_new) {
     KVGroupTable& t = table_of(request);
     add_entry(t);
     num_new = 0;
-    if (spec_.kind == KVGroupKind::kMamba)
+    if (spec_.kind == KVGroupKind::kMamba) {
+      if (spec_.mamba_cache_mode == MambaGroupMode::kAlign)
+        return allocate_new_blocks_align(t, main_tokens, num_new);
       num_tokens += spec_.block_size * spec_.num_speculative_blocks;
+    }
     const std::int64_t n = blocks_for(num_tokens) - static_cast<std::int64_t>(t.blocks.size());
     if (n <= 0) return AllocStatus::kOk;
     if (n > pool_.num_free_blocks()) return AllocStatus::kPoolExhausted;
@@ -179,7 +189,10 @@ class SingleTypeManager {
   std::int64_t num_blocks_to_allocate_skipping(const Request& request, std::int64_t num_tokens,
                                                std::span<const BlockId> new_computed_blocks,
                                                std::int64_t total_computed_tokens,
+                                               std::int64_t main_tokens,
                                                AllocStatus& status) const;
+  AllocStatus allocate_new_blocks_align(KVGroupTable& t, std::int64_t main_tokens,
+                                        std::int32_t& num_new);
   KVGroupTable& table_of(Request& r) const {
     return r.kv_groups[static_cast<std::size_t>(group_id_)];
   }

@@ -1,6 +1,6 @@
 // The acceptance cases: every trace of a profile's case folder (tests/cases/vllm-0.7.2/ for
-// vllm-0.7.2, tests/cases/vllm-0.8.5.post1/ for vllm-0.8.5, tests/cases/vllm-0.20.1/ for
-// vllm-0.20) replayed through that profile's V1Replayer (with the invariant walk after every op)
+// vllm-0.7.2, tests/cases/vllm-0.8.5.post1/ for vllm-0.8.5, tests/cases/vllm-0.20.1/ and
+// tests/cases/vllm-0.20.1-mamba-align/ for vllm-0.20) replayed through that profile's V1Replayer (with the invariant walk after every op)
 // must equal vLLM's own expected output line for line, under the structural comparison of the
 // cases' README. KVSIM_REPLAY_CASE=FOLDER/NAME runs one case (tests/sim/CMakeLists.txt registers
 // one ctest per case that way); without it the test runs them all.
@@ -40,6 +40,7 @@ constexpr CaseFolder kCaseFolders[] = {
     {kvsim::Profile::kVllm072, "vllm-0.7.2", 29},
     {kvsim::Profile::kVllm085, "vllm-0.8.5.post1", 29},
     {kvsim::Profile::kVllm020, "vllm-0.20.1", 59},
+    {kvsim::Profile::kVllm020, "vllm-0.20.1-mamba-align", 3},
 };
 
 fs::path cases_dir(const char* folder) { return fs::path(KVSIM_CASES_DIR) / folder; }
@@ -84,7 +85,7 @@ TEST_CASE("every acceptance case of every V1 profile replays line for line", "[s
       CHECK(replay_and_compare(f.profile, t, expected) == "");
     }
   }
-  CHECK(ran >= (one ? 1u : 29u + 29u + 59u));  // a named case must exist
+  CHECK(ran >= (one ? 1u : 29u + 29u + 59u + 3u));  // a named case must exist
 }
 
 TEST_CASE("each release's cases tell the two profiles apart", "[sim][cases]") {
