@@ -356,11 +356,7 @@ class KvmGen:
             op["new_computed_blocks"] = self.grouped(hits)
         if r.random() < 0.3:
             op["num_new_computed_tokens"] = nct
-        if r.random() < 0.1:
-            op["num_lookahead_tokens"] = r.randint(1, 8)
-        delayed = r.random() < (0.3 if self.delay else 0.05)
-        if delayed:
-            op["delay_cache_blocks"] = True
+        delayed = self.alloc_options(op, max_lookahead=8, p_delay=0.05)
         res = self.emit(op)
         if res["blocks"] is None:
             if r.random() < 0.3:
@@ -372,6 +368,17 @@ class KvmGen:
         q["computed"] = q["computed"] + nct + k
         self.emit({"op": "set_num_computed_tokens", "id": rid, "n": q["computed"]})
         self.maybe_cache(rid)
+
+    def alloc_options(self, op, max_lookahead, p_delay):
+        """Random lookahead slots and delay_cache_blocks for an allocate_slots op; True if
+        delayed (--delay raises the chance to 0.3)."""
+        r = self.r
+        if r.random() < 0.1:
+            op["num_lookahead_tokens"] = r.randint(1, max_lookahead)
+        delayed = r.random() < (0.3 if self.delay else p_delay)
+        if delayed:
+            op["delay_cache_blocks"] = True
+        return delayed
 
     def maybe_cache(self, rid):
         q = self.reqs[rid]
@@ -413,11 +420,7 @@ class KvmGen:
             if q["computed"] + k + pad <= self.mml and k + pad <= self.max_chunk:
                 drafts = pad
         op = {"op": "allocate_slots", "id": rid, "num_tokens": k + drafts}
-        if r.random() < 0.1:
-            op["num_lookahead_tokens"] = r.randint(1, 6)
-        delayed = r.random() < (0.3 if self.delay else 0.04)
-        if delayed:
-            op["delay_cache_blocks"] = True
+        delayed = self.alloc_options(op, max_lookahead=6, p_delay=0.04)
         res = self.emit(op)
         if res["blocks"] is None:
             # preempt: FCFS picks the last running request, sometimes itself
