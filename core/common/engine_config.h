@@ -26,6 +26,11 @@ struct KVGroupSpec {
   std::int64_t num_speculative_blocks = 0;                  // kMamba
   bool eagle = false;  // the group holds EAGLE draft layers (vLLM's is_eagle_group)
 
+  /// A mamba group in 'align' mode (state blocks at block boundaries; MambaManager's align paths
+  /// and the scheduler's block-aligned split).
+  bool mamba_align() const {
+    return kind == KVGroupKind::kMamba && mamba_cache_mode == MambaGroupMode::kAlign;
+  }
   /// vLLM's KVCacheSpec equality (what the hybrid coordinator groups by): eagle is not part of it.
   bool same_spec(const KVGroupSpec& o) const {
     return kind == o.kind && block_size == o.block_size && sliding_window == o.sliding_window &&

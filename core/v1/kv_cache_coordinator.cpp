@@ -78,8 +78,7 @@ KVCacheCoordinator::KVCacheCoordinator(const KVCacheConfig& config, BlockPool& p
     managers_.emplace_back(s, static_cast<std::int32_t>(g), cap, pool);
     hash_ratio_.emplace_back(s.block_size / hash_block_.value());
     has_mamba_ = has_mamba_ || s.kind == KVGroupKind::kMamba;
-    mamba_align_ = mamba_align_ || (s.kind == KVGroupKind::kMamba &&
-                                    s.mamba_cache_mode == MambaGroupMode::kAlign);
+    mamba_align_ = mamba_align_ || s.mamba_align();
   }
   bool any_eagle = false;
   for (const KVGroupSpec& s : groups) any_eagle = any_eagle || s.eagle;
@@ -433,10 +432,8 @@ std::string KVCacheCoordinator::find_violation(std::span<const Request* const> l
       KVSIM_CHECK(t.has_entry || t.blocks.empty(), "a table without a req_to_blocks entry");
       // Nulls lead a table, except in mamba 'align' mode, where the passed state blocks and
       // the moved speculative ones leave nulls between real blocks.
-      const KVGroupSpec& spec = managers_[g].spec();
       bool in_nulls = true;
-      const bool nulls_lead = !(spec.kind == KVGroupKind::kMamba &&
-                                spec.mamba_cache_mode == MambaGroupMode::kAlign);
+      const bool nulls_lead = !managers_[g].spec().mamba_align();
       for (BlockId b : t.blocks) {
         KVSIM_CHECK(to_int(b) >= 0 && static_cast<std::size_t>(to_int(b)) < num_blocks,
                     "block id out of range");

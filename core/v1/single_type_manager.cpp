@@ -200,15 +200,6 @@ std::int64_t SingleTypeManager::num_skipped_tokens(std::int64_t num_computed_tok
   return 0;
 }
 
-namespace {
-// Hits in the free queue leave it when touched: they cannot count as free blocks.
-std::int64_t num_evictable(const BlockPool& pool, std::span<const BlockId> blocks) {
-  std::int64_t n = 0;
-  for (const BlockId b : blocks) n += b != pool.null_block() && pool.block(b).ref_cnt == 0;
-  return n;
-}
-}  // namespace
-
 std::int64_t SingleTypeManager::num_blocks_to_allocate_skipping(
     const Request& request, std::int64_t num_tokens, std::span<const BlockId> new_computed_blocks,
     std::int64_t total_computed_tokens, std::int64_t main_tokens, AllocStatus& status) const {
@@ -224,14 +215,14 @@ std::int64_t SingleTypeManager::num_blocks_to_allocate_skipping(
                                 cached_this_step_.end())
         return std::int64_t{pool_.num_blocks()} + 1;
     }
-    if (spec_.mamba_cache_mode == MambaGroupMode::kAlign) {
+    if (spec_.mamba_align()) {
       // No lookahead slots; a request that has to grow needs one block (its state; the
       // speculative ones are reused), or one plus the speculative ones at its first allocation.
       const std::int64_t spec = spec_.num_speculative_blocks;
       std::int64_t num_new = blocks_for(main_tokens) + spec -
                              static_cast<std::int64_t>(new_computed_blocks.size()) - num_req;
       if (num_new > 0) num_new = t.mamba_allocated ? 1 : 1 + spec;
-      return num_new + num_evictable(pool_, new_computed_blocks);
+      return num_new + num_evictable(new_computed_blocks);
     }
     num_tokens += bs * spec_.num_speculative_blocks;
   }
@@ -249,9 +240,8 @@ std::int64_t SingleTypeManager::num_blocks_to_allocate_skipping(
   // Hits in the free queue leave it when touched: they cannot count as free blocks. The first
   // skipped ones (beyond what the table holds) are not touched.
   const std::int64_t skip_hits = std::max<std::int64_t>(0, skipped_blocks - num_req);
-  return num_new + num_evictable(pool_, new_computed_blocks.subspan(std::min(
-                                            new_computed_blocks.size(),
-                                            static_cast<std::size_t>(skip_hits))));
+  return num_new + num_evictable(new_computed_blocks.subspan(
+                       std::min(new_computed_blocks.size(), static_cast<std::size_t>(skip_hits))));
 }
 
 // MambaManager.allocate_new_blocks in 'align' mode (single_type_kv_cache_manager.py:947-1020).
@@ -383,8 +373,7 @@ KVSIM_HOT void SingleTypeManager::remove_skipped_blocks(Request& request,
   }
   // Mamba 'align': the previous step's state block, once the computed tokens have passed it
   // (it was the source of the state copied into the current one).
-  if (spec_.kind != KVGroupKind::kMamba || spec_.mamba_cache_mode != MambaGroupMode::kAlign)
-    return;
+  if (!spec_.mamba_align()) return;
   KVGroupTable& t = table_of(request);
   const std::int64_t last = t.mamba_last_state_block;
   if (last < 0 || last >= blocks_for(total_computed_tokens) - 1) return;

@@ -129,11 +129,9 @@ class SingleTypeManager {
       if (!new_computed_blocks.empty()) status = AllocStatus::kHitsForKnownRequest;
       return std::max<std::int64_t>(required - held, 0);
     }
-    std::int64_t n = std::max<std::int64_t>(
-        required - static_cast<std::int64_t>(new_computed_blocks.size()) - held, 0);
-    for (BlockId b : new_computed_blocks)  // hits in the free queue leave it when touched
-      n += b != pool_.null_block() && pool_.block(b).ref_cnt == 0;
-    return n;
+    return std::max<std::int64_t>(
+               required - static_cast<std::int64_t>(new_computed_blocks.size()) - held, 0) +
+           num_evictable(new_computed_blocks);
   }
 
   /// allocate_new_computed_blocks: a new request's hits enter its table (touched), the skipped
@@ -152,8 +150,7 @@ class SingleTypeManager {
     add_entry(t);
     num_new = 0;
     if (spec_.kind == KVGroupKind::kMamba) {
-      if (spec_.mamba_cache_mode == MambaGroupMode::kAlign)
-        return allocate_new_blocks_align(t, main_tokens, num_new);
+      if (spec_.mamba_align()) return allocate_new_blocks_align(t, main_tokens, num_new);
       num_tokens += spec_.block_size * spec_.num_speculative_blocks;
     }
     const std::int64_t n = blocks_for(num_tokens) - static_cast<std::int64_t>(t.blocks.size());
@@ -193,6 +190,13 @@ class SingleTypeManager {
                                                AllocStatus& status) const;
   AllocStatus allocate_new_blocks_align(KVGroupTable& t, std::int64_t main_tokens,
                                         std::int32_t& num_new);
+  /// The hits that sit in the free queue: they leave it when touched, so they cannot count as
+  /// free blocks.
+  std::int64_t num_evictable(std::span<const BlockId> blocks) const {
+    std::int64_t n = 0;
+    for (const BlockId b : blocks) n += b != pool_.null_block() && pool_.block(b).ref_cnt == 0;
+    return n;
+  }
   KVGroupTable& table_of(Request& r) const {
     return r.kv_groups[static_cast<std::size_t>(group_id_)];
   }
