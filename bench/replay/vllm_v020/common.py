@@ -280,6 +280,10 @@ def install(scratch):
 
 # ---------------------------------------------------------------- layouts and snapshots
 
+class OpError(Exception):
+    """An op the harness refuses (an error line, as where vLLM raises)."""
+
+
 def init_groups(op):
     """The init op's KV cache groups: kv_cache_groups, or the flat layout's single group."""
     if op.get("kv_cache_groups") is not None:

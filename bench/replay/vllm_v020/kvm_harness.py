@@ -2,7 +2,7 @@
 Import after common.install()."""
 from types import SimpleNamespace
 
-from common import RecordingHasher, init_groups, make_spec, pool_snapshot, request_tables
+from common import OpError, RecordingHasher, init_groups, make_spec, pool_snapshot, request_tables
 from vllm.lora.request import LoRARequest
 from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
 from vllm.sampling_params import SamplingParams
@@ -11,10 +11,6 @@ from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash, resolve_kv_cache_block_sizes
 from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.request import Request
-
-
-class OpError(Exception):
-    pass
 
 
 class KvmHarness:

@@ -3,7 +3,7 @@ KVCacheManager, driven op by op. Import after common.install()."""
 from collections import deque
 from types import SimpleNamespace
 
-from common import RecordingHasher, init_groups, make_spec, pool_snapshot, request_tables
+from common import OpError, RecordingHasher, init_groups, make_spec, pool_snapshot, request_tables
 from vllm.lora.request import LoRARequest
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
@@ -18,10 +18,6 @@ from vllm.v1.structured_output import StructuredOutputManager
 OPS = {"sched_init", "add_request", "schedule", "update", "abort", "reset_prefix_cache",
        "prefix_cache_stats", "get_num_common_prefix_blocks", "req_info", "snapshot", "comment"}
 STAT_KEYS = ("requests", "queries", "hits", "preempted_requests", "preempted_queries", "preempted_hits")
-
-
-class OpError(Exception):
-    pass
 
 
 def mamba_mode(groups, caching):
