@@ -13,10 +13,13 @@ std::int64_t ceil_div_signed(std::int64_t a, std::int64_t b) {
 }
 }  // namespace
 
-void BlockTable::push_mutable(BlockId id, Device creator, bool caching) {
+// allocate_mutable_block: the block id, then the object.
+void BlockTable::push_mutable(CpuGpuBlockAllocator& a, BlockId id, Device creator) {
+  const std::int64_t pool_id = a.object_pool(creator).init_block();
   ids_.push_back(id);
   made_on_cpu_.push_back(creator == Device::kCpu ? 1 : 0);
-  if (caching) hashes_.push_back(kNoHash);
+  pool_ids_.push_back(pool_id);
+  if (a.caching()) hashes_.push_back(kNoHash);
 }
 
 void BlockTable::allocate(CpuGpuBlockAllocator& a, std::span<const Token> tokens, Device d) {
@@ -26,21 +29,27 @@ void BlockTable::allocate(CpuGpuBlockAllocator& a, std::span<const Token> tokens
   const auto n = static_cast<std::int64_t>(tokens.size());
   const std::int64_t num_full = n / bs;
   const std::uint8_t cpu = d == Device::kCpu ? 1 : 0;
+  BlockObjectPool& pool = a.object_pool(d);
   if (a.caching()) {
     hashes_.clear();
     a.hashes().intern_chain(kNoHash, tokens.first(static_cast<std::size_t>(num_full * bs)),
                             kExtraNone, hashes_);
+    // allocate_immutable_block: the object first (its content hash is looked up), then the id.
     for (std::int64_t i = 0; i < num_full; ++i) {
+      const std::int64_t pool_id = pool.init_block();
       ids_.push_back(a.allocate_immutable(d, hashes_[static_cast<std::size_t>(i)]));
       made_on_cpu_.push_back(cpu);
+      pool_ids_.push_back(pool_id);
     }
   } else {
+    // The naive allocate_immutable_blocks: every id, then every object.
     a.allocate_naive_ids(d, num_full, ids_);
     made_on_cpu_.resize(ids_.size(), cpu);
+    while (pool_ids_.size() < ids_.size()) pool_ids_.push_back(pool.init_block());
   }
   if (n % bs != 0) {
     const BlockId id = a.allocate_mutable(d);
-    push_mutable(id, d, a.caching());
+    push_mutable(a, id, d);
     if (a.caching()) tail_.assign(tokens.begin() + num_full * bs, tokens.end());
   }
   num_full_slots_ = n;
@@ -77,7 +86,7 @@ void BlockTable::append_token_ids(CpuGpuBlockAllocator& a, std::span<const Token
   if (empty < need) {
     const std::int64_t more = cdiv(need - empty, bs);
     for (std::int64_t k = 0; k < more; ++k)
-      push_mutable(a.allocate_mutable(Device::kGpu), Device::kGpu, a.caching());
+      push_mutable(a, a.allocate_mutable(Device::kGpu), Device::kGpu);
   }
   std::size_t i = static_cast<std::size_t>(num_full_slots_ / bs);
   std::int64_t pos = 0;
@@ -96,7 +105,12 @@ void BlockTable::append_token_ids(CpuGpuBlockAllocator& a, std::span<const Token
 void BlockTable::fork(CpuGpuBlockAllocator& a, BlockTable& child) const {
   vllm_assert(allocated(), "assert self._is_allocated");
   const Device d = a.device_of(ids_.back());
-  for (BlockId id : ids_) a.fork_block(d, id);
+  BlockObjectPool& pool = a.object_pool(d);
+  child.pool_ids_.clear();
+  for (BlockId id : ids_) {
+    a.fork_block(d, id);
+    child.pool_ids_.push_back(pool.init_block());
+  }
   child.ids_ = ids_;
   child.hashes_ = hashes_;
   for (HashId h : child.hashes_)
@@ -108,8 +122,11 @@ void BlockTable::fork(CpuGpuBlockAllocator& a, BlockTable& child) const {
 
 void BlockTable::free(CpuGpuBlockAllocator& a) {
   const std::int32_t bs = a.block_size();
-  for (std::size_t i = 0; i < ids_.size(); ++i)
+  for (std::size_t i = 0; i < ids_.size(); ++i) {
+    const Device owner = a.device_of(ids_[i]);
     a.free(ids_[i], hash(i), static_cast<std::int64_t>(i + 1) * bs);
+    a.object_pool(owner).free_block(pool_ids_[i]);  // whichever pool the object came from
+  }
   forget(a);
 }
 
@@ -119,6 +136,7 @@ void BlockTable::forget(CpuGpuBlockAllocator& a) {
   ids_.clear();
   hashes_.clear();
   made_on_cpu_.clear();
+  pool_ids_.clear();
   tail_.clear();
   num_full_slots_ = 0;
 }
@@ -136,9 +154,19 @@ void BlockTable::swap(CpuGpuBlockAllocator& a, Device src, Device dst,
     mapping.emplace_back(to_int(ids_[i]), -1);
     a.free_on(src, ids_[i], hash(i), static_cast<std::int64_t>(i + 1) * bs);
   }
+  // dst's swap_in: each block's new id comes with a temporary object from dst's pool, taken
+  // before the id for a prefix-caching full block (allocate_immutable_block looks its hash up on
+  // a pool object) and after it otherwise; the table's objects keep their pool ids.
   const auto num_full = static_cast<std::size_t>(num_full_slots_ / bs);
+  BlockObjectPool& pool = a.object_pool(dst);
   for (std::size_t i = 0; i < ids_.size(); ++i) {
-    ids_[i] = i < num_full ? a.allocate_immutable(dst, hash(i)) : a.allocate_mutable(dst);
+    if (i < num_full && a.caching()) {
+      pool.init_and_free();
+      ids_[i] = a.allocate_immutable(dst, hash(i));
+    } else {
+      ids_[i] = a.allocate_mutable(dst);
+      pool.init_and_free();
+    }
     mapping[first + i].second = to_int(ids_[i]);
   }
 }
@@ -162,6 +190,7 @@ std::int64_t BlockTable::num_full_blocks_touched(const CpuGpuBlockAllocator& a, 
 std::string BlockTable::find_violation(const CpuGpuBlockAllocator& a) const {
   const std::int32_t bs = a.block_size();
   KVSIM_CHECK(made_on_cpu_.size() == ids_.size(), "block table: creator flags out of step");
+  KVSIM_CHECK(pool_ids_.size() == ids_.size(), "block table: pool ids out of step");
   KVSIM_CHECK(num_full_slots_ <= static_cast<std::int64_t>(ids_.size()) * bs,
               "block table: more tokens than slots");
   KVSIM_CHECK(!ids_.empty() || num_full_slots_ == 0, "block table: tokens without blocks");

@@ -10,7 +10,9 @@ CpuGpuBlockAllocator::CpuGpuBlockAllocator(bool enable_caching, std::int32_t blo
       block_size_(block_size),
       num_gpu_(num_gpu_blocks),
       num_cpu_(num_cpu_blocks),
-      hashes_(block_size) {
+      hashes_(block_size),
+      pools_{BlockObjectPool(std::int64_t{4} * num_gpu_blocks),
+             BlockObjectPool(std::int64_t{4} * num_cpu_blocks)} {
   KVSIM_ASSERT(block_size > 0 && num_gpu_blocks >= 0 && num_cpu_blocks >= 0);
   const BlockId gpu_first{0}, cpu_first{num_gpu_blocks};
   if (caching_) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/common/block_hash.h"
+#include "core/v0/block_object_pool.h"
 #include "core/v0/naive_block_allocator.h"
 #include "core/v0/prefix_caching_block_allocator.h"
 
@@ -54,6 +55,11 @@ class CpuGpuBlockAllocator {
   void free_on(Device d, BlockId id, HashId hash, std::int64_t num_hashed_tokens);
   /// One block's step of fork() on the allocator `d` of the table's last block.
   void fork_block(Device d, BlockId id);
+
+  /// `d`'s pool of Block objects (BlockObjectPool: init_block, free_block). A table block's
+  /// object is freed into the pool of the device that owns its block id at the time.
+  BlockObjectPool& object_pool(Device d) { return pools_[idx(d)]; }
+  const BlockObjectPool& object_pool(Device d) const { return pools_[idx(d)]; }
 
   std::int32_t num_free_blocks(Device d) const;
   std::int32_t num_total_blocks(Device d) const { return d == Device::kGpu ? num_gpu_ : num_cpu_; }
@@ -100,6 +106,7 @@ class CpuGpuBlockAllocator {
   BlockHashTable hashes_;
   std::unique_ptr<NaiveBlockAllocator> naive_[2];
   std::unique_ptr<PrefixCachingBlockAllocator> prefix_[2];
+  BlockObjectPool pools_[2];  // by device: 4 x that device's num_blocks objects to start with
   std::vector<BlockIdPair> cpu_cows_;  // the CPU allocator's copy-on-writes (never reported)
 };
 

@@ -42,7 +42,7 @@ TEST_CASE("every vLLM v0.7.2 V0 acceptance case replays line for line", "[sim][c
       traces.push_back(e.path());
   }
   std::sort(traces.begin(), traces.end());
-  REQUIRE(traces.size() == 32);
+  REQUIRE(traces.size() == 33);
   for (const fs::path& t : traces) {
     fs::path expected = t;
     expected.replace_extension(".expected.jsonl");
