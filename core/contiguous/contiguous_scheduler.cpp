@@ -32,8 +32,9 @@ ContiguousScheduler::ContiguousScheduler(Profile profile, ContiguousPolicy polic
     : profile_(profile),
       policy_(policy),
       config_(config),
-      alloc_(std::int64_t{kv_config.num_gpu_blocks} * kv_config.block_size, policy.fit,
-             static_cast<std::size_t>(std::min<std::int64_t>(config.max_num_seqs, 1 << 16)) + 2) {
+      alloc_(make_slot_allocator(
+          std::int64_t{kv_config.num_gpu_blocks} * kv_config.block_size, policy.fit,
+          static_cast<std::size_t>(std::min<std::int64_t>(config.max_num_seqs, 1 << 16)) + 2)) {
   KVSIM_ASSERT(config.max_num_seqs > 0 && config.max_num_batched_tokens > 0 &&
                config.max_model_len > 0);
   // At most max_num_seqs run (and finish in one step): no growth on the hot path.
@@ -72,8 +73,12 @@ const char* ContiguousScheduler::admission_error(std::int64_t prompt_tokens,
   if (prompt_tokens > config_.max_num_batched_tokens)
     return "the prompt is longer than max_num_batched_tokens (a contiguous engine prefills a "
            "whole prompt in one step)";
-  if (reservation_slots(final_num_tokens) > alloc_.capacity())
-    return "its reservation is larger than the whole KV pool";
+  const std::int64_t slots = reservation_slots(final_num_tokens);
+  if (slots > alloc_->capacity()) return "its reservation is larger than the whole KV pool";
+  // Under buddy the region is a power of two, and the pool's largest block is the largest one
+  // below its capacity: a rounded-up region that does not fit it does not fit the pool.
+  if (alloc_->granted_length(slots) > alloc_->max_allocatable())
+    return "its reservation, rounded up to a power of two, is larger than the whole KV pool";
   return nullptr;
 }
 
@@ -116,12 +121,13 @@ void ContiguousScheduler::schedule(SchedulerOutput& out) {
     const std::int64_t n = req.num_tokens();
     if (n > budget) break;
     const std::int64_t slots = reservation_of(req);
-    const std::optional<std::int64_t> offset = alloc_.allocate(slots);
+    const std::optional<std::int64_t> offset = alloc_->allocate(slots);
     if (!offset) break;
+    const std::int64_t granted = alloc_->granted_length(slots);
     waiting_.pop_front();
     running_.push_back(&req);
-    extents_.push_back({*offset, slots});
-    slots_reserved_total_ += slots;
+    extents_.push_back({*offset, granted});
+    slots_reserved_total_ += granted;
     req.status = RequestStatus::kRunning;
     req.num_computed_tokens = 0;
     req.num_scheduled_tokens = n;
@@ -176,7 +182,7 @@ void ContiguousScheduler::update_from_output(std::vector<RequestOutput>& outputs
       const bool stopped = check_stop(req);
       outputs.push_back({&req, token, stopped});
       if (stopped) {
-        alloc_.free(ext.offset, ext.length);
+        alloc_->free(ext.offset, ext.length);
         continue;
       }
     }
@@ -196,7 +202,7 @@ bool ContiguousScheduler::abort_request(Request& req) {
     const Extent ext = extents_[static_cast<std::size_t>(i)];
     running_.erase(it);
     extents_.erase(extents_.begin() + i);
-    alloc_.free(ext.offset, ext.length);
+    alloc_->free(ext.offset, ext.length);
   } else {
     std::size_t i = 0;
     while (i < waiting_.size() && waiting_[i] != &req) ++i;
@@ -213,11 +219,11 @@ std::int64_t ContiguousScheduler::cache_only_request(Request&) { return 0; }
 KVPoolStats ContiguousScheduler::pool_stats() const {
   KVPoolStats s;
   s.block_size = 1;
-  s.num_blocks = alloc_.capacity();
-  s.num_free_blocks = alloc_.num_free_slots();
-  s.usage = alloc_.capacity() > 0 ? static_cast<double>(alloc_.num_reserved_slots()) /
-                                        static_cast<double>(alloc_.capacity())
-                                  : 0.0;
+  s.num_blocks = alloc_->capacity();
+  s.num_free_blocks = alloc_->num_free_slots();
+  s.usage = alloc_->capacity() > 0 ? static_cast<double>(alloc_->num_reserved_slots()) /
+                                         static_cast<double>(alloc_->capacity())
+                                   : 0.0;
   s.evictions = 0;
   s.blocks_allocated = slots_reserved_total_;
   return s;
@@ -226,7 +232,7 @@ KVPoolStats ContiguousScheduler::pool_stats() const {
 bool ContiguousScheduler::free_slots_are_external() const {
   const Request* head = first_waiting();
   return head != nullptr && static_cast<std::int64_t>(running_.size()) < config_.max_num_seqs &&
-         alloc_.num_free_slots() > 0 && reservation_of(*head) > alloc_.largest_hole();
+         alloc_->num_free_slots() > 0 && reservation_of(*head) > alloc_->largest_allocatable();
 }
 
 KVBreakdown ContiguousScheduler::kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const {
@@ -245,21 +251,23 @@ KVBreakdown ContiguousScheduler::kv_breakdown(std::span<const std::int64_t> fina
     b.internal_fragmentation += own - f;
   }
   KVSIM_ASSERT(
-      b.token_states + b.reservation + b.internal_fragmentation == alloc_.num_reserved_slots(),
+      b.token_states + b.reservation + b.internal_fragmentation == alloc_->num_reserved_slots(),
       "KV breakdown: running extents disagree with the reserved-slot count");
   if (free_slots_are_external())
-    b.external_fragmentation = alloc_.num_free_slots();
+    b.external_fragmentation = alloc_->num_free_slots();
   else
-    b.free = alloc_.num_free_slots();
+    b.free = alloc_->num_free_slots();
   return b;
 }
 
 std::string ContiguousScheduler::find_violation() const {
-  if (std::string v = alloc_.find_violation(); !v.empty()) return v;
+  if (std::string v = alloc_->find_violation(); !v.empty()) return v;
   KVSIM_CHECK(extents_.size() == running_.size(), "running requests and extents out of step");
   std::vector<const Request*> live;
   live.reserve(running_.size() + waiting_.size());
-  std::vector<Extent> tiles(alloc_.holes().begin(), alloc_.holes().end());
+  std::vector<Extent> tiles;
+  tiles.reserve(running_.size() + 64);
+  alloc_->append_free_regions(tiles);
   for (std::size_t i = 0; i < running_.size(); ++i) {
     const Request* r = running_[i];
     KVSIM_CHECK(r->status == RequestStatus::kRunning, "a running request is not RUNNING");
@@ -289,10 +297,13 @@ std::string ContiguousScheduler::find_violation() const {
     KVSIM_CHECK(t.offset == at, "slots neither reserved nor free (a reservation never freed)");
     at = t.end();
   }
-  KVSIM_CHECK(at == alloc_.capacity(),
-              at > alloc_.capacity()
+  KVSIM_CHECK(at == alloc_->capacity(),
+              at > alloc_->capacity()
                   ? "an extent runs past the pool"
                   : "slots neither reserved nor free (a reservation never freed)");
+  for (std::size_t i = 0; i < running_.size(); ++i)
+    KVSIM_CHECK(extents_[i].length == alloc_->granted_length(reservation_of(*running_[i])),
+                "a running request's extent is not the region granted for its reservation");
   return {};
 }
 

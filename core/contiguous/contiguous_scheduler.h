@@ -3,8 +3,8 @@
 // PagedAttention paper (SOSP'23, §3 and §6): iteration-level scheduling (every running request
 // decodes one token per step and a request joins or leaves the batch between steps), FCFS
 // admission, and a whole prompt prefilled in one step. The KV pool is one linear space of token
-// slots managed by an ExtentAllocator; a request is admitted only when a hole fits its whole
-// reservation, which covers every token it will produce, so nothing is ever preempted.
+// slots managed by a SlotAllocator; a request is admitted only when the allocator can place its
+// whole reservation, which covers every token it will produce, so nothing is ever preempted.
 //
 // Reservations (ContiguousPolicy), in token slots. A request that ends with F tokens (prompt +
 // outputs) writes K/V for F - 1 positions: the last token it samples is never fed back.
@@ -12,6 +12,12 @@
 //   orca-pow2    F - 1 rounded up to a power of two, at most max_model_len
 //   orca-oracle  exactly F - 1
 // pow2 and oracle read Request::oracle_final_num_tokens, which only a simulator can know.
+//
+// Placement (ContiguousPolicy::fit, scenario key engine.contiguous_fit): first_fit or best_fit
+// hand out exactly the reservation from a hole (ExtentAllocator); buddy rounds it up to a power
+// of two and takes a buddy block (BuddyAllocator, the paper's setting). A request's extent is
+// the region granted; its slots past the final length (the reservation's excess and, under buddy,
+// the rounding) are internal fragmentation in kv_breakdown().
 //
 // Step rules: running requests first, in admission order, one token each under the
 // max_num_batched_tokens budget; then waiting requests in FCFS order while fewer than
@@ -21,6 +27,7 @@
 // admission_error() says so and the caller rejects it instead of adding it.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,7 +35,7 @@
 #include "core/common/engine_config.h"
 #include "core/common/request.h"
 #include "core/common/ring_deque.h"
-#include "core/contiguous/extent_allocator.h"
+#include "core/contiguous/slot_allocator.h"
 #include "core/engine_api.h"
 
 namespace kvsim {
@@ -75,24 +82,26 @@ class ContiguousScheduler final : public EngineCore {
   /// usage = reserved / pool, blocks_allocated = slots reserved so far, evictions 0.
   KVPoolStats pool_stats() const override;
   /// Token states, reservation and internal fragmentation from each running request's extent;
-  /// the free slots are external fragmentation when external_fragmentation_blocks() says so.
+  /// the free slots are external fragmentation when free_slots_are_external() says so.
   KVBreakdown kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const override;
   /// Whether the free slots are all external fragmentation now: a request waits at the head of
-  /// the queue, fewer than max_num_seqs run, and no hole is as long as the head's reservation
-  /// (sim/OUTPUTS.md gives the definition and why).
+  /// the queue, fewer than max_num_seqs run, and the allocator cannot place the head's
+  /// reservation (no hole, or no free buddy block, is long enough; sim/OUTPUTS.md gives the
+  /// definition and why).
   bool free_slots_are_external() const;
   /// Empty: an extent is not block-aligned, so there is no table a paged kernel could read.
   std::span<const BlockId> block_table(const Request&) const override { return {}; }
 
   /// The slots a request that ends with `final_num_tokens` tokens reserves under this policy.
   std::int64_t reservation_slots(std::int64_t final_num_tokens) const;
-  /// The extent of a running request (by its position in running()).
+  /// The extent of a running request (by its position in running()): the region granted for
+  /// its reservation, allocator().granted_length(reservation) slots.
   const Extent& extent(std::size_t running_index) const { return extents_[running_index]; }
-  const ExtentAllocator& allocator() const { return alloc_; }
+  const SlotAllocator& allocator() const { return *alloc_; }
   const ContiguousPolicy& policy() const { return policy_; }
 
-  /// The allocator's invariants, plus: the running requests' extents and the holes tile the
-  /// pool exactly (no overlap, no slot lost), each running request's K/V fits its extent,
+  /// The allocator's invariants, plus: the running requests' extents and the free regions tile
+  /// the pool exactly (no overlap, no slot lost), each running request's K/V fits its extent,
   /// waiting requests hold nothing, no request is queued twice, at most max_num_seqs run.
   std::string find_violation() const override;
 
@@ -105,7 +114,7 @@ class ContiguousScheduler final : public EngineCore {
   Profile profile_;
   ContiguousPolicy policy_;
   SchedulerConfig config_;
-  ExtentAllocator alloc_;
+  std::unique_ptr<SlotAllocator> alloc_;  // created once, by make_slot_allocator
   std::vector<Request*> running_;
   std::vector<Extent> extents_;  // extents_[i] is running_[i]'s reservation
   RingDeque<Request*> waiting_;

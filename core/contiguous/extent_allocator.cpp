@@ -8,8 +8,9 @@ namespace kvsim {
 
 ExtentAllocator::ExtentAllocator(std::int64_t capacity_slots, FitPolicy policy,
                                  std::size_t expected_holes)
-    : capacity_(capacity_slots), policy_(policy), free_slots_(capacity_slots) {
-  KVSIM_ASSERT(capacity_slots >= 0);
+    : SlotAllocator(capacity_slots, policy) {
+  KVSIM_ASSERT(policy == FitPolicy::kFirstFit || policy == FitPolicy::kBestFit,
+               "an extent allocator places first fit or best fit");
   holes_.reserve(std::max<std::size_t>(expected_holes, 1));
   if (capacity_slots > 0) holes_.push_back({0, capacity_slots});
 }
@@ -76,6 +77,10 @@ std::int64_t ExtentAllocator::largest_hole() const {
   std::int64_t best = 0;
   for (const Extent& h : holes_) best = std::max(best, h.length);
   return best;
+}
+
+void ExtentAllocator::append_free_regions(std::vector<Extent>& out) const {
+  out.insert(out.end(), holes_.begin(), holes_.end());
 }
 
 std::string ExtentAllocator::find_violation() const {

@@ -1,5 +1,5 @@
 // Once warm, the contiguous engine's step (schedule + update_from_output, and through them the
-// extent allocator's allocate and free) makes no heap allocation.
+// slot allocator's allocate and free, for every placement) makes no heap allocation.
 
 #include <catch2/catch.hpp>
 #include <memory>
@@ -11,9 +11,14 @@
 using namespace kvsim;
 
 TEST_CASE("once warm the contiguous engine's step allocates nothing on the heap", "[core]") {
-  for (const Profile p : {Profile::kOrcaMax, Profile::kOrcaPow2, Profile::kOrcaOracle}) {
-    INFO(profile_name(p));
-    ContiguousScheduler sched(p, contiguous_policy(p), SchedulerConfig{32, 2048, 1024},
+  const Profile profiles[] = {Profile::kOrcaMax, Profile::kOrcaPow2, Profile::kOrcaOracle};
+  const FitPolicy fits[] = {FitPolicy::kFirstFit, FitPolicy::kBestFit, FitPolicy::kBuddy};
+  for (int c = 0; c < 9; ++c) {
+    const Profile p = profiles[c / 3];
+    ContiguousPolicy policy = contiguous_policy(p);
+    policy.fit = fits[c % 3];
+    INFO(profile_name(p) << ", " << fit_policy_name(policy.fit));
+    ContiguousScheduler sched(p, policy, SchedulerConfig{32, 2048, 1024},
                               KVCacheConfig{16, 512, 1024, false, 0});
     std::mt19937_64 rng(11);
     SchedulerOutput out;

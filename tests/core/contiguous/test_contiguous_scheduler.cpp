@@ -1,8 +1,12 @@
 // ContiguousScheduler (orca-max / orca-pow2 / orca-oracle): reservations, whole-prompt prefill,
 // FCFS admission, the KV breakdown and its external fragmentation on hand-built pools, per-request
-// refusals, planted faults the invariant walk must catch, and random runs checked step by step
-// against a naive model (a byte map of slots) with the invariant walk after every step.
+// refusals, planted faults the invariant walk must catch, buddy placement (power-of-two regions,
+// rounding as internal fragmentation, aligned blocks as external fragmentation), and random runs
+// under every placement checked step by step against a naive model (a byte map of slots) with
+// the invariant walk after every step.
 
+#include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <deque>
 #include <memory>
@@ -18,7 +22,7 @@ namespace kvsim {
 struct ContiguousSchedulerTestPeer {
   static std::vector<Request*>& running(ContiguousScheduler& s) { return s.running_; }
   static std::vector<Extent>& extents(ContiguousScheduler& s) { return s.extents_; }
-  static ExtentAllocator& allocator(ContiguousScheduler& s) { return s.alloc_; }
+  static SlotAllocator& allocator(ContiguousScheduler& s) { return *s.alloc_; }
 };
 }  // namespace kvsim
 
@@ -28,6 +32,13 @@ using namespace kvsim::test;
 namespace {
 
 using Res = ContiguousPolicy::Reservation;
+
+/// The allocator's free regions (holes or free buddy blocks), sorted by offset.
+std::vector<Extent> free_regions(const SlotAllocator& a) {
+  std::vector<Extent> out;
+  a.append_free_regions(out);
+  return out;
+}
 
 /// An engine plus the requests it serves; every request's final length is known (the oracle).
 struct Bench {
@@ -262,7 +273,7 @@ TEST_CASE(
 
   // Abort B: holes [40,50) and [90,100), 20 free slots in all, still no 15 contiguous ones.
   REQUIRE(e.engine.abort_request(rb));
-  REQUIRE(e.engine.allocator().holes().size() == 2);
+  REQUIRE(free_regions(e.engine.allocator()).size() == 2);
   k = e.breakdown();
   CHECK(k.external_fragmentation == 20);
   CHECK(k.free == 0);
@@ -325,7 +336,7 @@ TEST_CASE("the invariant walk catches an overlapping extent and a reservation ne
           "slots neither reserved nor free (a reservation never freed)");
   }
   SECTION("a lost free at the end of the pool") {
-    ExtentAllocator& a = ContiguousSchedulerTestPeer::allocator(b.engine);
+    SlotAllocator& a = ContiguousSchedulerTestPeer::allocator(b.engine);
     REQUIRE(a.allocate(50) == 50);  // reserved by nobody
     CHECK(b.engine.find_violation() ==
           "slots neither reserved nor free (a reservation never freed)");
@@ -371,6 +382,55 @@ class NaiveOrca {
     while (p < kv) p *= 2;
     return std::min(p, max_len_);
   }
+  std::int64_t pool() const { return static_cast<std::int64_t>(used_.size()); }
+  bool all_free(std::int64_t off, std::int64_t len) const {
+    if (off + len > pool()) return false;
+    for (std::int64_t k = off; k < off + len; ++k)
+      if (used_[static_cast<std::size_t>(k)]) return false;
+    return true;
+  }
+  /// Whether [off, off + size) is a free buddy block: aligned, inside the pool, every slot free,
+  /// and its parent block not wholly free (else the two halves would have coalesced). With
+  /// coalescing on every free, the buddy system's free blocks are exactly these.
+  bool is_free_buddy_block(std::int64_t off, std::int64_t size) const {
+    return off % size == 0 && all_free(off, size) && !all_free(off - off % (2 * size), 2 * size);
+  }
+  /// The free buddy blocks, sorted by offset.
+  std::vector<Extent> buddy_blocks() const {
+    std::vector<Extent> out;
+    for (std::int64_t s = 1; s <= pool(); s *= 2)
+      for (std::int64_t off = 0; off + s <= pool(); off += s)
+        if (is_free_buddy_block(off, s)) out.push_back({off, s});
+    std::sort(out.begin(), out.end(),
+              [](const Extent& a, const Extent& b) { return a.offset < b.offset; });
+    return out;
+  }
+  /// The free regions the engine's allocator should have: maximal free runs, or buddy blocks.
+  std::vector<Extent> free_regions() const {
+    return fit_ == FitPolicy::kBuddy ? buddy_blocks() : holes();
+  }
+  /// The slots a region of `need` takes: a power of two under buddy.
+  std::int64_t granted(std::int64_t need) const {
+    if (fit_ != FitPolicy::kBuddy) return need;
+    std::int64_t p = 1;
+    while (p < need) p *= 2;
+    return p;
+  }
+  /// Where a region of `need` slots goes, by the placement, or nullopt.
+  std::optional<Extent> place(std::int64_t need) const {
+    std::optional<Extent> pick;
+    if (fit_ == FitPolicy::kBuddy) {  // the smallest free block that holds it, lowest first
+      for (const Extent& b : buddy_blocks())
+        if (b.length >= granted(need) && (!pick || b.length < pick->length)) pick = b;
+      return pick;
+    }
+    for (const Extent& h : holes()) {
+      if (h.length < need) continue;
+      if (fit_ == FitPolicy::kFirstFit) return h;
+      if (!pick || h.length < pick->length) pick = h;
+    }
+    return pick;
+  }
   /// Maximal free runs.
   std::vector<Extent> holes() const {
     std::vector<Extent> out;
@@ -402,16 +462,8 @@ class NaiveOrca {
       const std::int64_t i = waiting_.front();
       Req& r = reqs[static_cast<std::size_t>(i)];
       if (r.tokens > budget) break;
-      const std::int64_t need = slots_for(r);
-      std::optional<Extent> pick;
-      for (const Extent& h : holes()) {
-        if (h.length < need) continue;
-        if (fit_ == FitPolicy::kFirstFit) {
-          pick = h;
-          break;
-        }
-        if (!pick || h.length < pick->length) pick = h;
-      }
+      const std::int64_t need = granted(slots_for(r));
+      const std::optional<Extent> pick = place(slots_for(r));
       if (!pick) break;
       for (std::int64_t k = pick->offset; k < pick->offset + need; ++k)
         used_[static_cast<std::size_t>(k)] = 1;
@@ -456,7 +508,7 @@ class NaiveOrca {
       b.internal_fragmentation += r.slots - fin;
     }
     std::int64_t free = 0, largest = 0;
-    for (const Extent& h : holes()) {
+    for (const Extent& h : free_regions()) {
       free += h.length;
       largest = std::max(largest, h.length);
     }
@@ -489,20 +541,25 @@ class NaiveOrca {
 
 TEST_CASE("random runs match the naive model step by step, invariants after every step", "[core]") {
   std::int64_t steps = 0, external_steps = 0, admissions = 0, aborts = 0;
+  std::array<std::int64_t, 3> placements{};
   for (std::uint64_t seed = 1; seed <= 120; ++seed) {
-    INFO("seed " << seed);
     std::mt19937_64 rng(seed);
     const auto uniform = [&](std::int64_t lo, std::int64_t hi) {
       return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
     };
     const Res res = std::array<Res, 3>{Res::kMaxModelLen, Res::kPow2, Res::kOracle}[seed % 3];
-    const FitPolicy fit = (seed / 3) % 2 ? FitPolicy::kBestFit : FitPolicy::kFirstFit;
+    const FitPolicy fit = std::array<FitPolicy, 3>{FitPolicy::kFirstFit, FitPolicy::kBestFit,
+                                                   FitPolicy::kBuddy}[(seed / 3) % 3];
     const std::int64_t max_len = uniform(16, 128);
-    const std::int64_t pool = uniform(max_len, 6 * max_len);
+    // Under buddy a pool of 2 * max_len or more has a block for any rounded-up reservation.
+    const std::int64_t pool =
+        uniform(fit == FitPolicy::kBuddy ? 2 * max_len : max_len, 6 * max_len);
     const std::int64_t max_seqs = uniform(1, 12);
     const std::int64_t budget = uniform(max_len, 3 * max_len);
+    INFO("seed " << seed << ", placement " << fit_policy_name(fit) << ", pool " << pool);
     Bench b(res, pool, max_seqs, budget, max_len, fit);
     NaiveOrca m(res, fit, pool, max_seqs, budget, max_len);
+    placements[static_cast<std::size_t>(fit)] += 1;
     for (int step = 0; step < 600; ++step) {
       INFO("step " << step);
       const std::int64_t arrivals = uniform(0, 9) < 4 ? uniform(1, 3) : 0;
@@ -544,7 +601,7 @@ TEST_CASE("random runs match the naive model step by step, invariants after ever
       b.engine.update_from_output(b.outputs);
       m.update();
       REQUIRE(b.engine.find_violation().empty());
-      REQUIRE(b.engine.allocator().holes().size() == m.holes().size());
+      REQUIRE(free_regions(b.engine.allocator()) == m.free_regions());
       const KVBreakdown got = b.breakdown(), exp = m.breakdown();
       REQUIRE(got.token_states == exp.token_states);
       REQUIRE(got.reservation == exp.reservation);
@@ -552,7 +609,7 @@ TEST_CASE("random runs match the naive model step by step, invariants after ever
       REQUIRE(got.external_fragmentation == exp.external_fragmentation);
       REQUIRE(got.free == exp.free);
       REQUIRE(got.total() == pool);
-      if (res == Res::kOracle) REQUIRE(got.internal_fragmentation == 0);
+      if (res == Res::kOracle && fit != FitPolicy::kBuddy) REQUIRE(got.internal_fragmentation == 0);
       external_steps += got.external_fragmentation > 0;
       ++steps;
     }
@@ -561,4 +618,79 @@ TEST_CASE("random runs match the naive model step by step, invariants after ever
   CHECK(admissions > 5000);
   CHECK(aborts > 500);
   CHECK(external_steps > 1000);
+  CHECK(*std::min_element(placements.begin(), placements.end()) >= 39);  // all three placements
+}
+
+TEST_CASE(
+    "under buddy a reservation takes a power-of-two block; the rounding is internal "
+    "fragmentation",
+    "[core]") {
+  Bench e(Res::kOracle, 256, 64, 4096, 2048, FitPolicy::kBuddy);
+  Request& ra = e.add(60, 41);  // K/V for 100 positions: a block of 128
+  e.step();
+  CHECK(e.extent_of(ra) == Extent{0, 128});
+  KVBreakdown k = e.breakdown();
+  CHECK(k.token_states == 60);            // the prompt
+  CHECK(k.reservation == 40);             // positions 60..99, to be written
+  CHECK(k.internal_fragmentation == 28);  // 100..127: the buddy rounding, never written
+  CHECK(k.free == 128);
+  CHECK(e.engine.pool_stats().blocks_allocated == 128);
+  Request& rb = e.add(10, 23);  // 32 positions: [128, 256) splits into 32 + 32 + 64
+  e.step();
+  CHECK(e.extent_of(rb) == Extent{128, 32});
+  CHECK(free_regions(e.engine.allocator()) == std::vector<Extent>{{160, 32}, {192, 64}});
+  Request& rc = e.add(5, 40);  // 44 positions: 64, the block at 192 (the 32 at 160 is too small)
+  e.step();
+  CHECK(e.extent_of(rc) == Extent{192, 64});
+  CHECK(e.breakdown().internal_fragmentation == 28 + 0 + 20);
+}
+
+TEST_CASE(
+    "under buddy free slots that are contiguous but not one aligned block are external "
+    "fragmentation",
+    "[core]") {
+  for (const FitPolicy fit : {FitPolicy::kBuddy, FitPolicy::kFirstFit}) {
+    INFO(fit_policy_name(fit));
+    Bench e(Res::kOracle, 128, 64, 4096, 2048, fit);
+    std::vector<Request*> r;
+    for (int i = 0; i < 4; ++i) r.push_back(&e.add(10, 23));  // 32 slots each: [0,32) .. [96,128)
+    e.step();
+    REQUIRE(e.engine.allocator().num_free_slots() == 0);
+    REQUIRE(e.engine.abort_request(*r[1]));
+    REQUIRE(e.engine.abort_request(*r[2]));
+    // [32, 96) is free: one hole of 64 for first fit; for buddy two blocks of 32 whose buddies
+    // ([0,32) and [96,128)) are held, so no block of 64.
+    Request& head = e.add(10, 55);  // 64 slots
+    const KVBreakdown k = e.breakdown();
+    if (fit == FitPolicy::kBuddy) {
+      CHECK(free_regions(e.engine.allocator()) == std::vector<Extent>{{32, 32}, {64, 32}});
+      CHECK(e.engine.allocator().largest_allocatable() == 32);
+      CHECK(e.engine.free_slots_are_external());
+      CHECK(k.external_fragmentation == 64);
+      CHECK(k.free == 0);
+      e.step();
+      CHECK(head.status == RequestStatus::kWaiting);
+    } else {
+      CHECK(free_regions(e.engine.allocator()) == std::vector<Extent>{{32, 64}});
+      CHECK(!e.engine.free_slots_are_external());
+      CHECK(k.external_fragmentation == 0);
+      CHECK(k.free == 64);
+      e.step();
+      CHECK(e.extent_of(head) == Extent{32, 64});
+    }
+  }
+}
+
+TEST_CASE("under buddy a reservation rounded up past the pool's largest block is refused",
+          "[core]") {
+  // 96 slots = blocks of 64 and 32: a region of 65..96 slots fits the pool but no block.
+  Bench buddy(Res::kOracle, 96, 64, 4096, 2048, FitPolicy::kBuddy);
+  Bench first(Res::kOracle, 96, 64, 4096, 2048, FitPolicy::kFirstFit);
+  CHECK(buddy.engine.allocator().max_allocatable() == 64);
+  CHECK(buddy.engine.admission_error(10, 65) == nullptr);  // 64 positions
+  CHECK(std::string(buddy.engine.admission_error(10, 71)) ==
+        "its reservation, rounded up to a power of two, is larger than the whole KV pool");
+  CHECK(first.engine.admission_error(10, 71) == nullptr);
+  CHECK(std::string(buddy.engine.admission_error(10, 200)) ==
+        "its reservation is larger than the whole KV pool");
 }
