@@ -13,8 +13,8 @@
 //   name [file stem]  seed [0]
 //   engine:    profile [vllm-0.7.2] | vllm-0.8.5 | vllm-0.20 | orca-max | orca-pow2 | orca-oracle
 //              (core/engine_api.h's table), mode [timed] | cache_only, contiguous_fit [first_fit]
-//              | best_fit (the hole a contiguous profile's reservation takes; read by those
-//              profiles only)                                         (scenario_sections.h)
+//              | best_fit | buddy (where a contiguous profile places its reservation: a hole,
+//              or a power-of-two buddy block; read by those profiles only) (scenario_sections.h)
 //   model:     config: HF config.json path, and/or inline HF fields; required in timed mode
 //              (ModelConfig, sim/config/model_config.h). Its sliding_window reaches the engine
 //              (vllm-0.8.5 manages it; vllm-0.7.2 ignores it); vllm-0.20 gets one KV cache

@@ -31,10 +31,8 @@ EngineConfig parse_engine(const YAML::Node& engine, const YamlContext& ctx) {
   c.mode = get_choice(engine, "mode", ctx, "timed", {"timed", "cache_only"}) == "timed"
                ? EngineConfig::Mode::kTimed
                : EngineConfig::Mode::kCacheOnly;
-  c.contiguous_fit = get_choice(engine, "contiguous_fit", ctx, "first_fit",
-                                {"first_fit", "best_fit"}) == "first_fit"
-                         ? FitPolicy::kFirstFit
-                         : FitPolicy::kBestFit;
+  c.contiguous_fit = static_cast<FitPolicy>(
+      get_choice_index(engine, "contiguous_fit", ctx, "first_fit", kFitPolicyNames));
   return c;
 }
 
@@ -42,7 +40,7 @@ YAML::Node engine_yaml(const EngineConfig& c) {
   YAML::Node n(YAML::NodeType::Map);
   n["profile"] = profile_name(c.profile);
   n["mode"] = mode_name(c.mode);
-  n["contiguous_fit"] = c.contiguous_fit == FitPolicy::kFirstFit ? "first_fit" : "best_fit";
+  n["contiguous_fit"] = std::string(fit_policy_name(c.contiguous_fit));
   return n;
 }
 
