@@ -312,6 +312,7 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
   s.latency = parse_latency_config(root["latency"], top.child("latency"));
   s.validate = parse_validate(root["validate"], top.child("validate"));
   s.outputs = parse_outputs(root["outputs"], top.child("outputs"));
+  s.cluster = parse_cluster(root["cluster"], top.child("cluster"), !timed);
   s.sweep = parse_sweep(root["sweep"], top.child("sweep"));
   if (root["sweep"].IsDefined() && root["sweep"].IsSequence())
     s.sweep_list = parse_sweep_list(root["sweep"], top.child("sweep"));
@@ -349,6 +350,7 @@ std::string resolved_yaml(const Scenario& s) {
       s.engine.mode == EngineConfig::Mode::kTimed ? latency_config_yaml(s.latency) : null_node();
   root["validate"] = validate_yaml(s.validate);
   root["outputs"] = outputs_yaml(s.outputs);
+  if (s.cluster.enabled()) root["cluster"] = cluster_yaml(s.cluster);
   YAML::Emitter e;
   e << root;
   return std::string(e.c_str()) + "\n";

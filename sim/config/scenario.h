@@ -53,6 +53,8 @@
 //   validate:  backend [cpu] | cuda, sample_every_steps [0], sample_prob [0], dtype [auto]
 //              (read by the validation harness, unused by `run`; scenario_sections.h)
 //   outputs:   trace_json [false], metrics_prom [false], steps_every [10] (scenario_sections.h)
+//   cluster:   replicas [1], router: {policy [round_robin], seed [0], the policy's parameters}
+//              (ClusterConfig, sim/config/cluster_config.h); written back only when replicas > 1
 //   sweep:     {dotted.key: [values...], ...}: the grid `kvsim sweep` expands (first key slowest),
 //              or [{dotted.key: value, ...}, ...]: exactly these points, in order (configurations
 //              that differ in several keys at once, e.g. engine.profile with the keys only one
@@ -74,6 +76,7 @@
 
 #include "core/engine_factory.h"
 #include "sim/common/yaml_util.h"
+#include "sim/config/cluster_config.h"
 #include "sim/config/hardware.h"
 #include "sim/config/latency_config.h"
 #include "sim/config/model_config.h"
@@ -84,7 +87,7 @@ namespace kvsim {
 
 inline constexpr std::string_view kScenarioKeys[] = {
     "name",      "seed",     "engine",  "model",    "hardware", "cache",
-    "scheduler", "workload", "latency", "validate", "outputs",  "sweep"};
+    "scheduler", "workload", "latency", "validate", "outputs",  "cluster", "sweep"};
 
 /// One axis of `sweep:`: a dotted key path and the values it takes, in file order.
 struct SweepAxis {
@@ -106,6 +109,7 @@ struct Scenario {
   LatencyConfig latency;  // used in timed mode only
   ValidateConfig validate;
   OutputsConfig outputs;
+  ClusterConfig cluster;  // replicas > 1: a cluster run (sim/config/cluster_config.h)
   std::vector<SweepAxis> sweep;
   /// The list form of `sweep:`: each point's (dotted key, value) in file order (then `sweep` is
   /// empty).

@@ -34,10 +34,44 @@ Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn
 Simulator::~Simulator() = default;
 
 void Simulator::run() {
-  if (scenario_.engine.mode == EngineConfig::Mode::kCacheOnly)
-    run_cache_only();
-  else
-    run_timed();
+  begin();
+  advance_to(kNeverNs);
+  finish();
+}
+
+void Simulator::begin() {
+  events_handled_ = 0;
+  pull_next_open_loop();
+}
+
+std::uint64_t Simulator::advance_to(SimTimeNs t_ns) {
+  const bool cache_only = scenario_.engine.mode == EngineConfig::Mode::kCacheOnly;
+  std::uint64_t handled = 0;
+  while (!engine_.empty() && engine_.peek().time_ns < t_ns) {
+    const Event ev = *engine_.next();
+    if (cache_only)
+      handle_cache_only(ev);
+    else
+      handle_timed(ev);
+    ++handled;
+    if (++events_handled_ % progress_every_ == 0) report_progress();
+    // Every event (one load): a signal must stop even a run of slow steps (kvsim validate).
+    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]]
+      check_interrupt();
+  }
+  return handled;
+}
+
+void Simulator::finish() {
+  if (scenario_.engine.mode == EngineConfig::Mode::kTimed) {
+    KVSIM_ASSERT(unadmitted_.empty(), "arrivals left unadmitted after the last step");
+    if (core_->num_unfinished_requests() > 0) {
+      const Request* r =
+          core_->num_waiting() > 0 ? core_->first_waiting() : core_->running().front();
+      fail_cannot_fit(*r);
+    }
+  }
+  report_progress();
   for (StepObserver* o : observers_) o->on_simulation_end(engine_.now(), *core_);
 }
 
@@ -273,84 +307,74 @@ void Simulator::report_progress() {
   progress_(p);
 }
 
-void Simulator::run_timed() {
-  pull_next_open_loop();
-  std::uint64_t n = 0;
-  while (auto ev = engine_.next()) {
-    switch (ev->kind) {
-      case EventKind::kArrival: {
-        // An open-loop arrival pulls the next one, so exactly one is queued at a time.
-        const bool open_loop = pending_open_loop_[static_cast<std::size_t>(ev->payload)];
-        on_arrival(ev->payload);
-        if (open_loop) pull_next_open_loop();
-        break;
-      }
-      case EventKind::kStepEnd:
-        end_step();
-        break;
-      case EventKind::kScheduleStep:
-        start_step();
-        break;
-      case EventKind::kClientAbort:
-        on_client_timeout(ev->payload);
-        break;
-      case EventKind::kUser:
-        break;
+void Simulator::handle_timed(const Event& ev) {
+  switch (ev.kind) {
+    case EventKind::kArrival: {
+      // An open-loop arrival pulls the next one, so exactly one is queued at a time.
+      const bool open_loop = pending_open_loop_[static_cast<std::size_t>(ev.payload)];
+      on_arrival(ev.payload);
+      if (open_loop) pull_next_open_loop();
+      break;
     }
-    if (++n % progress_every_ == 0) report_progress();
-    // Every event (one load): a signal must stop even a run of slow steps (kvsim validate).
-    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]]
-      check_interrupt();
+    case EventKind::kStepEnd:
+      end_step();
+      break;
+    case EventKind::kScheduleStep:
+      start_step();
+      break;
+    case EventKind::kClientAbort:
+      on_client_timeout(ev.payload);
+      break;
+    case EventKind::kUser:
+      break;
   }
-  KVSIM_ASSERT(unadmitted_.empty(), "arrivals left unadmitted after the last step");
-  if (core_->num_unfinished_requests() > 0) {
-    const Request* r = core_->num_waiting() > 0 ? core_->first_waiting() : core_->running().front();
-    fail_cannot_fit(*r);
-  }
-  report_progress();
 }
 
 // ---- cache_only mode ------------------------------------------------------------------------
 
-void Simulator::run_cache_only() {
-  std::vector<std::int32_t> outputs;
-  pull_next_open_loop();
-  std::uint64_t n = 0;
-  while (auto ev = engine_.next()) {
-    if (ev->kind != EventKind::kArrival) continue;
-    const auto ps = static_cast<std::size_t>(ev->payload);
-    const bool open_loop = pending_open_loop_[ps];
-    RequestSpec spec = std::move(pending_[ps]);
-    free_pending_.push_back(ev->payload);
-    if (open_loop) pull_next_open_loop();
-    const std::optional<OutputPlan> plan = plan_outputs(spec);
-    if (!plan) {
-      reject(spec);
-      continue;
-    }
-    spec.materialize_prompt();
-    SamplingLimits limits = sampling_limits(spec, *plan);
-    Request req(0, std::move(spec.prompt), std::move(limits), {},
-                /*output_capacity=*/0);  // never decodes
-    const std::int64_t computed = core_->cache_only_request(req);
-    for (StepObserver* o : observers_) o->on_lookup(req.num_tokens(), computed);
-    spec.prompt = req.take_token_ids();  // nothing was generated: the prompt
+void Simulator::handle_cache_only(const Event& ev) {
+  if (ev.kind != EventKind::kArrival) return;
+  const auto ps = static_cast<std::size_t>(ev.payload);
+  const bool open_loop = pending_open_loop_[ps];
+  RequestSpec spec = std::move(pending_[ps]);
+  free_pending_.push_back(ev.payload);
+  if (open_loop) pull_next_open_loop();
+  if (!serve_cache_only(spec, cache_only_outputs_)) {
+    source_.on_dropped(spec);
+    return;
+  }
+  std::optional<RequestSpec> follow = source_.on_finished(spec, engine_.now(), cache_only_outputs_);
+  if (follow) queue_arrival(std::move(*follow), false);
+}
+
+bool Simulator::serve_cache_only(RequestSpec& spec, std::vector<std::int32_t>& outputs) {
+  const std::optional<OutputPlan> plan = plan_outputs(spec);
+  if (!plan) {
     RequestRecord rec;
     rec.request_id = spec.id;
     rec.arrival_ns = spec.arrival_ns;
     rec.prompt_tokens = spec.num_prompt_tokens();
-    rec.output_tokens = plan->num_outputs;
-    rec.first_lookup_hit_tokens = computed;
-    rec.reason = plan->reason;
+    rec.reason = FinishReason::kRejected;
     request_done(rec);
-    generated_tokens(spec, rec.output_tokens, outputs);
-    std::optional<RequestSpec> follow = source_.on_finished(spec, engine_.now(), outputs);
-    if (follow) queue_arrival(std::move(*follow), false);
-    if (++n % progress_every_ == 0) report_progress();
-    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]]
-      check_interrupt();
+    return false;
   }
-  report_progress();
+  spec.materialize_prompt();
+  SamplingLimits limits = sampling_limits(spec, *plan);
+  Request req(0, std::move(spec.prompt), std::move(limits), {},
+              /*output_capacity=*/0);  // never decodes
+  const std::int64_t computed = core_->cache_only_request(req);
+  for (StepObserver* o : observers_) o->on_lookup(req.num_tokens(), computed);
+  spec.prompt = req.take_token_ids();  // nothing was generated: the prompt
+  RequestRecord rec;
+  rec.request_id = spec.id;
+  rec.arrival_ns = spec.arrival_ns;
+  rec.prompt_tokens = spec.num_prompt_tokens();
+  rec.output_tokens = plan->num_outputs;
+  rec.first_lookup_hit_tokens = computed;
+  rec.reason = plan->reason;
+  request_done(rec);
+  generated_tokens(spec, rec.output_tokens, outputs);
+  return true;
 }
 
 std::int32_t scenario_vocab_size(const Scenario& scenario) {

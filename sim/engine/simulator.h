@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -84,8 +85,39 @@ class Simulator {
   /// When `*flag` becomes non-zero (a signal handler sets it), run() throws RunError soon after.
   void set_interrupt_flag(const volatile std::sig_atomic_t* flag) { interrupt_ = flag; }
 
-  /// Runs to completion. Throws RunError when a request can never be scheduled.
+  /// Runs to completion. Throws RunError when a request can never be scheduled. The same as
+  /// begin(); advance_to(kNeverNs); finish().
   void run();
+
+  // ---- Driving the engine from outside (a cluster's replicas, sim/cluster/) -------------------
+  // A cluster brings each replica up to an instant only when something needs it (an arrival
+  // routed to it, a router reading its state). These calls are that interface; run() goes through
+  // them, so a run driven by them in any chunks is the same run. The fast-forward of pure decode
+  // steps (several steps at once, byte-identical) belongs behind advance_to().
+  static constexpr SimTimeNs kNeverNs = std::numeric_limits<SimTimeNs>::max();
+  /// Starts a run: queues the first open-loop arrival of the simulator's own source (a replica's
+  /// source is empty: its arrivals come through inject_arrival).
+  void begin();
+  /// Handles, in order, every queued event strictly before `t_ns` (events at t_ns stay queued, so
+  /// an arrival injected at t_ns is ordered after the step ends due then). Returns the number of
+  /// events handled (both modes). Throws RunError as run() does.
+  std::uint64_t advance_to(SimTimeNs t_ns);
+  /// The time of the next queued event, or kNeverNs when none is queued (the engine is idle).
+  SimTimeNs next_event_ns() const { return engine_.empty() ? kNeverNs : engine_.peek().time_ns; }
+  /// Queues `spec` to arrive at max(spec.arrival_ns, now()) (not from the simulator's source: its
+  /// follow-up turns go to that source's on_finished as usual). Timed mode only.
+  void inject_arrival(RequestSpec spec) { queue_arrival(std::move(spec), /*open_loop=*/false); }
+  /// Ends the run: fails with RunError when requests are left that can never run; observers get
+  /// on_simulation_end.
+  void finish();
+  /// cache_only: whether the server admits `spec` (the profile's ServerAdmission rule and
+  /// EngineCore::admission_error); a refused request is not served (nor routed).
+  bool admits(const RequestSpec& spec) const { return plan_outputs(spec).has_value(); }
+  /// cache_only: serves one request now, as the cache_only loop does (lookup, allocate, free;
+  /// observers get on_lookup and on_request_done), and writes the tokens it generates into
+  /// `outputs`. Returns false, with a rejected record to the observers, when the server refuses
+  /// it. Does not call the source (the caller reports the request to its source).
+  bool serve_cache_only(RequestSpec& spec, std::vector<std::int32_t>& outputs);
 
   const EngineCore& engine() const { return *core_; }
   SimTimeNs now() const { return engine_.now(); }
@@ -102,8 +134,9 @@ class Simulator {
     std::int64_t num_outputs = 1;
     FinishReason reason = FinishReason::kLength;
   };
-  void run_timed();
-  void run_cache_only();
+  /// One event of each mode's loop (advance_to).
+  void handle_timed(const Event& ev);
+  void handle_cache_only(const Event& ev);
   void queue_arrival(RequestSpec spec, bool open_loop);
   /// The client of the request in live slot `payload & 0xffffffff` gives up (if it is still that
   /// request: the high half is its generation).
@@ -214,6 +247,8 @@ class Simulator {
   std::vector<std::int64_t> pending_aborts_;  // slots the engine aborts when the step ends
   std::vector<RequestOutput> delivered_;      // outputs_ less those of aborted requests
   bool open_loop_done_ = false;
+  std::uint64_t events_handled_ = 0;             // since begin() (progress reports)
+  std::vector<std::int32_t> cache_only_outputs_;  // scratch of handle_cache_only
 
   bool step_in_flight_ = false;
   bool schedule_queued_ = false;

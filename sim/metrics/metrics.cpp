@@ -316,6 +316,20 @@ void MetricsCollector::on_simulation_end(SimTimeNs, const EngineCore& e) {
   }
 }
 
+void MetricsCollector::on_cluster_end(std::span<const EngineCore* const> engines) {
+  num_evictions_ = num_blocks_allocated_ = last_running_ = last_waiting_ = 0;
+  double usage = 0;
+  for (const EngineCore* e : engines) {
+    const KVPoolStats pool = e->pool_stats();
+    num_evictions_ += pool.evictions;
+    num_blocks_allocated_ += pool.blocks_allocated;
+    last_running_ += static_cast<std::int64_t>(e->running().size());
+    last_waiting_ += e->num_waiting();
+    usage += pool.usage;
+  }
+  last_usage_ = engines.empty() ? 0.0 : usage / static_cast<double>(engines.size());
+}
+
 std::string MetricsCollector::summary_json(const std::string& header) {
   std::string o = "{\n" + header;
   auto i64 = [&](const char* k, std::int64_t v) { o += fmt::format("  \"{}\": {},\n", k, v); };

@@ -111,6 +111,10 @@ class MetricsCollector : public StepObserver {
   void on_simulation_end(SimTimeNs end_ns, const EngineCore& e) override;
 
   void on_lookup(std::int64_t query_tokens, std::int64_t hit_tokens) override;
+  /// A cluster run's end, for a collector fed by every replica (sim/cluster/): the pool counters
+  /// (evictions, blocks allocated) and the final queue lengths are summed over `engines`, the
+  /// final KV usage is their mean. Used instead of on_simulation_end.
+  void on_cluster_end(std::span<const EngineCore* const> engines);
 
   /// summary.json text (pretty, fixed precision, deterministic). `header` holds the leading keys
   /// (name, seed, profile, mode, block_size, num_gpu_blocks, enable_prefix_caching) pre-rendered.

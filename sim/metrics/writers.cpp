@@ -141,14 +141,17 @@ void write_text_file(const fs::path& path, std::string_view text) {
 }
 
 CsvRecordWriter::CsvRecordWriter(const fs::path& requests_csv, const fs::path& steps_csv,
-                                 bool v0_columns, std::int32_t num_kv_groups)
+                                 bool v0_columns, std::int32_t num_kv_groups,
+                                 const std::int32_t* replica)
     : requests_(requests_csv),
       steps_(steps_csv),
       v0_columns_(v0_columns),
-      num_kv_groups_(num_kv_groups) {
+      num_kv_groups_(num_kv_groups),
+      replica_(replica) {
   requests_.write(
       "request_id,arrival_s,prompt_tokens,output_tokens,first_scheduled_s,first_token_s,finish_s,"
-      "ttft_ms,tpot_ms,e2el_ms,queue_ms,first_lookup_hit_tokens,num_preemptions,finish_reason\n");
+      "ttft_ms,tpot_ms,e2el_ms,queue_ms,first_lookup_hit_tokens,num_preemptions,finish_reason");
+  requests_.write(replica_ ? ",replica\n" : "\n");
   steps_.write(
       "step,time_s,duration_ms,num_running,num_waiting,num_scheduled,prefill_tokens,decode_tokens,"
       "batch_tokens,kv_cache_usage_perc,num_free_blocks,slots_token_states,slots_reservation,"
@@ -201,6 +204,10 @@ void CsvRecordWriter::on_request_record(const RequestRecord& r) {
   append_int(l, r.num_preemptions);
   l += ',';
   l += finish_reason_name(r.reason);
+  if (replica_) {
+    l += ',';
+    if (*replica_ >= 0) append_int(l, *replica_);
+  }
   l += '\n';
   requests_.write(l);
 }

@@ -63,8 +63,11 @@ void write_text_file(const std::filesystem::path& path, std::string_view text);
 /// (g0_blocks, g0_token_states, ...; sim/OUTPUTS.md).
 class CsvRecordWriter : public RecordSink {
  public:
+  /// `replica` (a cluster run): requests.csv ends with a `replica` column holding *replica when
+  /// a row is written (empty when negative: a request refused before routing).
   CsvRecordWriter(const std::filesystem::path& requests_csv, const std::filesystem::path& steps_csv,
-                  bool v0_columns = false, std::int32_t num_kv_groups = 0);
+                  bool v0_columns = false, std::int32_t num_kv_groups = 0,
+                  const std::int32_t* replica = nullptr);
   void on_step_record(const StepRecord& r) override;
   void on_request_record(const RequestRecord& r) override;
   void close();
@@ -74,6 +77,7 @@ class CsvRecordWriter : public RecordSink {
   std::string line_;
   bool v0_columns_ = false;
   std::int32_t num_kv_groups_ = 0;
+  const std::int32_t* replica_ = nullptr;
 };
 
 /// trace.json (Chrome / Perfetto trace events): one complete event per step, counters for KV

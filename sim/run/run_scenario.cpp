@@ -82,8 +82,18 @@ StepTimeFn make_step_time(const Scenario& scenario) {
   return [model, batch](const StepView& v) { return model->step_time_ns(batch(v)); };
 }
 
+std::string summary_header(const Scenario& scenario) {
+  return fmt::format(
+      "  \"name\": {},\n  \"seed\": {},\n  \"profile\": \"{}\",\n  \"mode\": \"{}\",\n"
+      "  \"block_size\": {},\n  \"num_gpu_blocks\": {},\n  \"enable_prefix_caching\": {},\n",
+      nlohmann::json(scenario.name).dump(), scenario.seed, profile_name(scenario.engine.profile),
+      mode_name(scenario.engine.mode), scenario.cache.sizing.block_size, scenario.num_gpu_blocks,
+      scenario.cache.enable_prefix_caching ? "true" : "false");
+}
+
 RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& out_dir,
                        const RunOptions& options) {
+  if (scenario.cluster.enabled()) return run_cluster(scenario, out_dir, options);
   // Everything that can reject the input happens before the folder exists: the scenario was
   // validated when it loaded; here the trace is opened (and its header read).
   std::unique_ptr<RequestSource> source =
@@ -120,12 +130,7 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
 
   csv.close();
   if (trace) trace->close();
-  const std::string header = fmt::format(
-      "  \"name\": {},\n  \"seed\": {},\n  \"profile\": \"{}\",\n  \"mode\": \"{}\",\n"
-      "  \"block_size\": {},\n  \"num_gpu_blocks\": {},\n  \"enable_prefix_caching\": {},\n",
-      nlohmann::json(scenario.name).dump(), scenario.seed, profile_name(scenario.engine.profile),
-      mode_name(scenario.engine.mode), scenario.cache.sizing.block_size, scenario.num_gpu_blocks,
-      scenario.cache.enable_prefix_caching ? "true" : "false");
+  const std::string header = summary_header(scenario);
   RunResult result;
   result.summary_json = metrics.summary_json(header);
   write_text_file(folder.file("summary.json"), result.summary_json);

@@ -43,4 +43,15 @@ struct RunResult {
 RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& out_dir,
                        const RunOptions& options = {});
 
+/// run_scenario of a cluster (scenario.cluster.enabled(): N replicas behind a router,
+/// sim/cluster/): the single run's files, cluster-wide, plus routing.csv, replicas/<r>/steps.csv,
+/// requests.csv's `replica` column and summary.json's cluster keys (sim/OUTPUTS.md).
+/// run_scenario calls it for such a scenario.
+RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out_dir,
+                      const RunOptions& options = {});
+
+/// summary.json's leading keys (name, seed, profile, mode, block_size, num_gpu_blocks,
+/// enable_prefix_caching), pre-rendered for MetricsCollector::summary_json.
+std::string summary_header(const Scenario& scenario);
+
 }  // namespace kvsim

@@ -1,0 +1,44 @@
+#include "sim/cluster/router.h"
+
+#include "core/common/assert.h"
+
+namespace kvsim {
+namespace {
+__extension__ typedef unsigned __int128 U128;  // GCC/Clang
+}  // namespace
+
+std::uint64_t uniform_below(RngStream& rng, std::uint64_t n) {
+  KVSIM_ASSERT(n >= 1);
+  // Lemire (2019), "Fast random integer generation in an interval".
+  U128 m = static_cast<U128>(rng()) * n;
+  auto low = static_cast<std::uint64_t>(m);
+  if (low < n) {
+    const std::uint64_t threshold = (0 - n) % n;
+    while (low < threshold) {
+      m = static_cast<U128>(rng()) * n;
+      low = static_cast<std::uint64_t>(m);
+    }
+  }
+  return static_cast<std::uint64_t>(m >> 64);
+}
+
+std::unique_ptr<Router> make_router(const RouterConfig& config, std::int32_t num_replicas) {
+  KVSIM_ASSERT(num_replicas >= 1);
+  switch (config.policy) {
+    case RouterPolicy::kRoundRobin:
+      return make_round_robin_router(config.start);
+    case RouterPolicy::kRandom:
+      return make_random_router(config.seed);
+    case RouterPolicy::kLeastRequests:
+      return make_least_requests_router();
+    case RouterPolicy::kPowerOfTwo:
+      return make_power_of_two_router(config.seed);
+    case RouterPolicy::kPrefixHash:
+      return make_prefix_hash_router(config.k);
+    default:
+      KVSIM_ASSERT(false, "router policy not implemented");
+  }
+  return nullptr;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,80 @@
+#pragma once
+// Router: picks a replica for each request (../shared/spec/cluster-routing.md §2, §6.2, §8). A
+// decision is a pure function of the router's configuration, the request, its view of the
+// replicas and its own random state; a router keeps only router-local state (a cursor, its RNG).
+// One policy per file (round_robin.cpp, random_router.cpp, ...); make_router builds the one a
+// scenario names. route() allocates nothing.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "sim/common/rng.h"
+#include "sim/config/cluster_config.h"
+
+namespace kvsim {
+
+/// What a router sees of replica r. Router-local counts are exact at the decision instant; in
+/// cache_only mode (spec §8) nothing completes, so in_flight == routed.
+struct ReplicaLoad {
+  std::int64_t routed = 0;                // requests routed to it so far
+  std::int64_t prompt_tokens_routed = 0;  // their prompt tokens
+  std::int64_t in_flight = 0;             // routed and not finished (router-side count)
+};
+
+/// The request being routed.
+struct RouteInput {
+  std::int64_t index = 0;          // 0-based position in routing order (refused requests skipped)
+  std::int64_t prompt_tokens = 0;
+  std::int64_t prompt_blocks = 0;  // ceil(prompt_tokens / block_size)
+  /// Stable ids of the prompt's leading blocks in order (full blocks, a partial last one
+  /// included), as many as the router's block_ids_needed() (fewer for a shorter prompt): equal
+  /// leading content gives equal ids (ClusterSimulator::block_ids).
+  std::span<const std::uint64_t> block_ids;
+};
+
+/// A decision, with what routing.csv records of it.
+struct RouteDecision {
+  std::int32_t replica = 0;
+  std::string_view branch;     // the rule that decided (a static string)
+  bool has_score = false;      // score / runner_up columns are empty without one
+  double score = 0;            // the chosen replica's score under the rule
+  std::int32_t runner_up = -1;  // the best other replica, -1 none
+  double runner_up_score = 0;
+  std::int64_t matched_blocks = -1;  // prefix routers: blocks the chosen replica matches; -1 none
+};
+
+class Router {
+ public:
+  virtual ~Router() = default;
+  /// The replica for `in` given the replicas' loads (one per replica, loads.size() = N >= 1).
+  virtual RouteDecision route(const RouteInput& in, std::span<const ReplicaLoad> loads) = 0;
+  /// How many leading block ids route() reads (RouteInput::block_ids); 0: none.
+  virtual std::int64_t block_ids_needed() const { return 0; }
+};
+
+/// The router `config` names, for `num_replicas` replicas. Precondition: the policy is
+/// implemented (the config parser refuses the others).
+[[nodiscard]] std::unique_ptr<Router> make_router(const RouterConfig& config,
+                                                  std::int32_t num_replicas);
+
+// The policies (one file each).
+[[nodiscard]] std::unique_ptr<Router> make_round_robin_router(std::int64_t start);
+[[nodiscard]] std::unique_ptr<Router> make_random_router(std::uint64_t seed);
+[[nodiscard]] std::unique_ptr<Router> make_least_requests_router();
+[[nodiscard]] std::unique_ptr<Router> make_power_of_two_router(std::uint64_t seed);
+[[nodiscard]] std::unique_ptr<Router> make_prefix_hash_router(std::int64_t k);
+
+/// A uniform integer in [0, n) from `rng` (Lemire's multiply-shift with rejection: exact, and the
+/// same on every platform). Precondition: n >= 1.
+std::uint64_t uniform_below(RngStream& rng, std::uint64_t n);
+
+/// The spec's prefix_hash of ids (§6.2): h = 0; for each id: h = splitmix64(h ^ id).
+constexpr std::uint64_t prefix_hash_of(std::span<const std::uint64_t> ids) {
+  std::uint64_t h = 0;
+  for (std::uint64_t id : ids) h = splitmix64(h ^ id);
+  return h;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,146 @@
+#include "sim/config/cluster_config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvsim {
+namespace {
+
+constexpr std::int64_t kMaxReplicas = 1 << 16;
+
+/// The keys every policy takes, then each policy's own parameters (spec names).
+constexpr std::string_view kCommonRouterKeys[] = {"policy", "seed"};
+struct PolicyParams {
+  RouterPolicy policy;
+  std::initializer_list<std::string_view> keys;
+};
+const PolicyParams kPolicyParams[] = {
+    {RouterPolicy::kRoundRobin, {"start"}},
+    {RouterPolicy::kPrefixBounded, {"eps"}},
+    {RouterPolicy::kPrefixHash, {"k"}},
+};
+
+std::span<const std::string_view> own_keys(RouterPolicy p) {
+  for (const PolicyParams& pp : kPolicyParams)
+    if (pp.policy == p) return {pp.keys.begin(), pp.keys.size()};
+  return {};
+}
+
+/// The policy whose parameter `key` is, or nullopt.
+std::optional<RouterPolicy> owner_of(std::string_view key) {
+  for (const PolicyParams& pp : kPolicyParams)
+    for (std::string_view k : pp.keys)
+      if (k == key) return pp.policy;
+  return std::nullopt;
+}
+
+std::string join_keys(std::span<const std::string_view> keys) {
+  std::string s;
+  for (std::string_view k : keys) {
+    if (!s.empty()) s += ", ";
+    s += k;
+  }
+  return s;
+}
+
+RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx) {
+  require_map(router, ctx);
+  RouterConfig c;
+  const std::size_t i = get_choice_index(router, "policy", ctx, "round_robin",
+                                         std::span<const std::string_view>(kRouterPolicyNames));
+  c.policy = static_cast<RouterPolicy>(i);
+  if (!router_policy_implemented(c.policy))
+    throw yaml_error(router["policy"], ctx.child("policy"),
+                     fmt::format("{}: '{}' is not implemented yet in kvsim (implemented: "
+                                 "round_robin, random, least_requests, power_of_two, prefix_hash)",
+                                 ctx.child("policy").path, kRouterPolicyNames[i]));
+  // Keys: the common ones and the policy's own; another policy's parameter says whose it is.
+  std::vector<std::string_view> allowed(std::begin(kCommonRouterKeys),
+                                        std::end(kCommonRouterKeys));
+  for (std::string_view k : own_keys(c.policy)) allowed.push_back(k);
+  if (router.IsDefined() && router.IsMap()) {
+    for (auto it = router.begin(); it != router.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+      const YamlContext kctx = ctx.child(key);
+      if (const std::optional<RouterPolicy> owner = owner_of(key))
+        throw yaml_error(it->first, kctx,
+                         fmt::format("{}: a parameter of the {} router, not of {} ({} takes: {})",
+                                     kctx.path, router_policy_name(*owner),
+                                     router_policy_name(c.policy), router_policy_name(c.policy),
+                                     join_keys(allowed)));
+      std::vector<std::string_view> every(allowed);
+      for (const PolicyParams& pp : kPolicyParams)
+        for (std::string_view k : pp.keys)
+          if (std::find(every.begin(), every.end(), k) == every.end()) every.push_back(k);
+      throw yaml_error(it->first, kctx,
+                       fmt::format("unknown key '{}' in {}{}", key, ctx.path,
+                                   suggestion_suffix(key, every)));
+    }
+  }
+  c.seed = static_cast<std::uint64_t>(get_int(router, "seed", ctx, 0, 0));
+  c.start = get_int(router, "start", ctx, 0, 0, kMaxReplicas - 1);
+  c.eps = get_double(router, "eps", ctx, 0.1, 0.0, 1e9);
+  c.k = get_int(router, "k", ctx, 2, 1, 1 << 20);
+  return c;
+}
+
+}  // namespace
+
+std::string_view router_policy_name(RouterPolicy p) {
+  return kRouterPolicyNames[static_cast<std::size_t>(p)];
+}
+
+bool router_policy_implemented(RouterPolicy p) {
+  switch (p) {
+    case RouterPolicy::kRoundRobin:
+    case RouterPolicy::kRandom:
+    case RouterPolicy::kLeastRequests:
+    case RouterPolicy::kPowerOfTwo:
+    case RouterPolicy::kPrefixHash:
+      return true;
+    default:
+      return false;
+  }
+}
+
+ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx, bool cache_only) {
+  check_keys(cluster, std::span<const std::string_view>(kClusterKeys), ctx);
+  ClusterConfig c;
+  c.replicas = get_int(cluster, "replicas", ctx, 1, 1, kMaxReplicas);
+  const YAML::Node router =
+      cluster.IsDefined() && cluster.IsMap() ? cluster["router"] : YAML::Node();
+  c.router = parse_router(router, ctx.child("router"));
+  if (c.router.policy == RouterPolicy::kRoundRobin && c.router.start >= c.replicas)
+    throw yaml_error(router["start"], ctx.child("router").child("start"),
+                     fmt::format("{}: {} is not a replica of {} (expected 0 .. {})",
+                                 ctx.child("router").child("start").path, c.router.start,
+                                 c.replicas, c.replicas - 1));
+  if (c.enabled() && !cache_only)
+    throw yaml_error(cluster["replicas"], ctx.child("replicas"),
+                     fmt::format("{}: a cluster of {} replicas runs in engine.mode: cache_only "
+                                 "for now (the timed cluster loop is not implemented yet)",
+                                 ctx.child("replicas").path, c.replicas));
+  return c;
+}
+
+YAML::Node cluster_yaml(const ClusterConfig& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["replicas"] = c.replicas;
+  YAML::Node r(YAML::NodeType::Map);
+  r["policy"] = std::string(router_policy_name(c.router.policy));
+  r["seed"] = c.router.seed;
+  for (std::string_view k : own_keys(c.router.policy)) {
+    if (k == "start") r["start"] = c.router.start;
+    if (k == "eps") r["eps"] = number_node(c.router.eps);
+    if (k == "k") r["k"] = c.router.k;
+  }
+  n["router"] = r;
+  return n;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,78 @@
+#pragma once
+// `cluster:` -- N replicas of the scenario's engine behind a router (../shared/spec/
+// cluster-routing.md; the room that runs them is sim/cluster/). Absent, or `replicas: 1`, the run
+// is today's single engine, byte for byte (config.resolved.yaml shows the section only when
+// replicas > 1).
+//
+//   cluster:
+//     replicas: N                 [1]
+//     router:
+//       policy: NAME              [round_robin]  (kRouterPolicyNames)
+//       seed: S                   [0]  the router's own random stream (random, power_of_two)
+//       <the policy's parameters, spec names>:
+//         round_robin: start [0]           the replica of the first routed request
+//         prefix_bounded: eps [0.1]        load bound ceil((1 + eps) (i + 1) / N)
+//         prefix_hash: k [2]               leading block ids hashed
+// Every key is settable with --set cluster.router.KEY=VALUE. A parameter of another policy, an
+// unknown key or policy, or a bad value is a one-line ConfigError at file:line:col.
+
+#include <yaml-cpp/yaml.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "sim/common/yaml_util.h"
+
+namespace kvsim {
+
+/// The routers of the spec, in its order. Those not implemented yet are refused by the parser.
+enum class RouterPolicy : std::uint8_t {
+  kRoundRobin,
+  kRandom,
+  kLeastRequests,
+  kLeastWaiting,
+  kPowerOfTwo,
+  kVllmDp,
+  kLlmD,
+  kDynamoKv,
+  kSglangCacheAware,
+  kPrefixHash,
+  kPrefixIdeal,
+  kPrefixBounded,
+};
+inline constexpr std::array<std::string_view, 12> kRouterPolicyNames = {
+    "round_robin", "random",    "least_requests",     "least_waiting",
+    "power_of_two", "vllm_dp",  "llm_d",              "dynamo_kv",
+    "sglang_cache_aware", "prefix_hash", "prefix_ideal", "prefix_bounded"};
+[[nodiscard]] std::string_view router_policy_name(RouterPolicy p);
+/// Whether kvsim implements `p` yet (in cache_only mode).
+[[nodiscard]] bool router_policy_implemented(RouterPolicy p);
+
+/// `cluster.router:` -- the policy and its parameters (only the policy's own are read).
+struct RouterConfig {
+  RouterPolicy policy = RouterPolicy::kRoundRobin;
+  std::uint64_t seed = 0;  // the router's random stream
+  std::int64_t start = 0;  // round_robin: replica of the first routed request, in [0, N)
+  double eps = 0.1;        // prefix_bounded: load bound slack, >= 0
+  std::int64_t k = 2;      // prefix_hash: leading block ids hashed, >= 1
+};
+
+/// `cluster:`.
+struct ClusterConfig {
+  std::int64_t replicas = 1;
+  RouterConfig router;
+  /// A cluster run (else the single engine).
+  [[nodiscard]] bool enabled() const { return replicas > 1; }
+};
+inline constexpr std::string_view kClusterKeys[] = {"replicas", "router"};
+
+/// Reads `cluster:` (absent: one replica). `cache_only` is the scenario's engine.mode: a cluster of
+/// several replicas runs in cache_only mode only for now (the timed loop is to come).
+[[nodiscard]] ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx,
+                                          bool cache_only);
+/// Every key the run uses: replicas, and router with the policy's own parameters.
+[[nodiscard]] YAML::Node cluster_yaml(const ClusterConfig& c);
+
+}  // namespace kvsim

@@ -1,0 +1,89 @@
+// run_cluster: a cluster scenario's run folder (sim/cluster/'s ClusterSimulator, its observers and
+// the files they write; sim/OUTPUTS.md, "Cluster runs").
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "sim/cluster/cluster_simulator.h"
+#include "sim/metrics/cluster_outputs.h"
+#include "sim/metrics/metrics.h"
+#include "sim/metrics/writers.h"
+#include "sim/run/run_scenario.h"
+
+namespace kvsim {
+
+RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out_dir,
+                      const RunOptions& options) {
+  std::unique_ptr<RequestSource> source =
+      make_request_source(scenario.workload, scenario.seed, scenario_vocab_size(scenario));
+  RunFolder folder(out_dir, scenario.name);
+  write_text_file(folder.file("config.resolved.yaml"), resolved_yaml(scenario));
+  const bool v0 = profile_info(scenario.engine.profile).family == EngineFamily::kV0;
+
+  ClusterSimulator cluster(scenario, *source);
+  const std::int32_t n = cluster.num_replicas();
+  // Cluster-wide: every request of every replica (requests.csv with its replica; steps.csv has
+  // no cluster-wide steps: each replica's are in replicas/<r>/steps.csv).
+  CsvRecordWriter csv(folder.file("requests.csv"), folder.file("steps.csv"), v0, 0,
+                      cluster.current_replica());
+  MetricsCollector metrics(&cluster.replica(0).final_kv_tokens(), scenario.outputs.steps_every,
+                           scenario.scheduler.max_model_len, &csv);
+  metrics.enable_prometheus(scenario.outputs.metrics_prom);
+  if (v0) metrics.enable_v0(scenario.plan ? scenario.plan->spec.page_bytes_all_layers() : 0);
+  cluster.attach_cluster(&metrics);
+  // Per replica: its steps and its figures.
+  std::vector<std::unique_ptr<CsvRecordWriter>> replica_csv;
+  std::vector<std::unique_ptr<MetricsCollector>> replica_metrics;
+  std::vector<std::unique_ptr<ReplicaStats>> stats;
+  for (std::int32_t r = 0; r < n; ++r) {
+    const std::filesystem::path dir = folder.file("replicas") / std::to_string(r);
+    std::filesystem::create_directories(dir);
+    replica_csv.push_back(std::make_unique<CsvRecordWriter>(std::filesystem::path{},
+                                                            dir / "steps.csv", v0, 0));
+    replica_metrics.push_back(std::make_unique<MetricsCollector>(
+        &cluster.replica(r).final_kv_tokens(), scenario.outputs.steps_every,
+        scenario.scheduler.max_model_len, replica_csv.back().get()));
+    if (v0) replica_metrics.back()->enable_v0(0);
+    stats.push_back(std::make_unique<ReplicaStats>());
+    cluster.attach_replica(r, replica_metrics.back().get());
+    cluster.attach_replica(r, stats.back().get());
+  }
+  RoutingCsvWriter routing(folder.file("routing.csv"));
+  cluster.set_routing_writer(&routing);
+  cluster.set_interrupt_flag(options.interrupt);
+  cluster.run();
+
+  const std::vector<const EngineCore*> engines = cluster.engines();
+  metrics.on_cluster_end(engines);
+  csv.close();
+  routing.close();
+  for (auto& c : replica_csv) c->close();
+  std::vector<const ReplicaStats*> views;
+  for (std::int32_t r = 0; r < n; ++r) {
+    ReplicaStats& s = *stats[static_cast<std::size_t>(r)];
+    const ReplicaLoad& load = cluster.loads()[static_cast<std::size_t>(r)];
+    s.requests_routed = load.routed;
+    s.prompt_tokens_routed = load.prompt_tokens_routed;
+    s.num_evictions = engines[static_cast<std::size_t>(r)]->pool_stats().evictions;
+    views.push_back(&s);
+  }
+  RunResult result;
+  const std::string summary = metrics.summary_json(summary_header(scenario));
+  result.summary_json = insert_summary_keys(
+      summary, cluster_summary_keys(views, router_policy_name(scenario.cluster.router.policy),
+                                    cluster.decisions_by_branch(), /*duration_s=*/0.0));
+  write_text_file(folder.file("summary.json"), result.summary_json);
+  if (scenario.outputs.metrics_prom) {
+    const std::string model = scenario.model ? scenario.model->name : scenario.name;
+    write_text_file(folder.file("metrics.prom"), metrics.prometheus_text(model));
+  }
+  folder.commit();
+  result.folder = folder.final_path();
+  result.requests_done = cluster.requests_done();
+  result.end_ns = cluster.now();
+  return result;
+}
+
+}  // namespace kvsim
