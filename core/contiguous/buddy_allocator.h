@@ -1,7 +1,7 @@
 #pragma once
 // BuddyAllocator: a binary buddy system over token slots [0, capacity), the placement the
-// PagedAttention paper gives its Orca baselines ("due to the buddy allocation algorithm, the Orca
-// baselines reserve the space for 1024 tokens for the request outputs", SOSP'23 §6.5).
+// PagedAttention paper gives its Orca baselines ("We assume Orca uses the buddy allocation
+// algorithm to determine the memory address to store KV cache", SOSP'23 §6.1).
 //
 // Blocks. A block of order k holds 2^k slots and starts at a multiple of 2^k. Its buddy is the
 // block of the same order at offset ^ 2^k; the two make up their parent of order k + 1.
