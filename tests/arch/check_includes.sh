@@ -33,6 +33,7 @@ declare -A allowed=(
   [sim/metrics]="core/ sim/common/ sim/config/ sim/engine/ sim/metrics/"
   [sim/replay]="core/ sim/common/ sim/replay/"
   [sim/check]="core/ sim/common/ sim/check/"
+  [sim/cluster]="core/ sim/common/ sim/workload/ sim/config/ sim/engine/ sim/metrics/ sim/cluster/"
   [sim/run]="core/ sim/"
   [kernels]="kernels/"
   [validate]="core/ sim/ kernels/ validate/"
@@ -41,7 +42,7 @@ declare -A allowed=(
 room_of() {
   local f=$1 r
   for r in core/common core/v1 core/v0 core/contiguous sim/common sim/workload sim/config \
-           sim/engine sim/metrics sim/replay sim/check sim/run; do
+           sim/engine sim/metrics sim/replay sim/check sim/cluster sim/run; do
     [[ $f == $r/* ]] && { echo "$r"; return; }
   done
   echo "${f%%/*}"
