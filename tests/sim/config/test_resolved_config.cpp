@@ -380,7 +380,8 @@ TEST_CASE("a scenario that sets no key resolves to every key of every section", 
   write_file(file, "model: {config: " + kModel +
                        "}\nworkload: {num_requests: 20, prompt_tokens: 8, output_tokens: 2}\n");
   const YAML::Node r = check_round_trip(file, {}, tmp.path / "run");
-  CHECK(keys_of(r) == keys_of(kScenarioKeys, {"sweep"}));  // a run is one point of a sweep
+  // A run is one point of a sweep; cluster is written only for a cluster of several replicas.
+  CHECK(keys_of(r) == keys_of(kScenarioKeys, {"sweep", "cluster"}));
   CHECK(keys_of(r["engine"]) == keys_of(kEngineKeys));
   CHECK(keys_of(r["hardware"]) == keys_of(kHardwareKeys));
   CHECK(keys_of(r["cache"]) == keys_of(kCacheKeys));
@@ -558,6 +559,16 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
         {"workload.trace.format", "mooncake"},
         {"workload.trace.path", "m.jsonl", "", dir + "m.jsonl"},
         {"workload.trace.hash_block_tokens", "256"}}},
+      {"cache-only-cluster",
+       cache_only_base,
+       {{"engine.mode", "cache_only"},
+        {"cache.num_gpu_blocks_override", "400"},
+        {"workload.trace.format", "csv"},
+        {"workload.trace.path", "t.csv", "", dir + "t.csv"},
+        {"cluster.replicas", "3"},
+        {"cluster.router.policy", "prefix_hash"},
+        {"cluster.router.seed", "7"},
+        {"cluster.router.k", "3"}}},
       {"fitted-bursts",
        timed_base,
        {{"latency.model", "fitted"},
