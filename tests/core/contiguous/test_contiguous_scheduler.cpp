@@ -694,3 +694,18 @@ TEST_CASE("under buddy a reservation rounded up past the pool's largest block is
   CHECK(std::string(buddy.engine.admission_error(10, 200)) ==
         "its reservation is larger than the whole KV pool");
 }
+
+TEST_CASE(
+    "the invariant walk catches an extent that is not the region granted for its "
+    "reservation",
+    "[core]") {
+  Bench b(Res::kOracle, 100);
+  Request& r = b.add(10, 21);  // 30 slots: [0, 30), hole [30, 100)
+  b.step();
+  REQUIRE(b.extent_of(r) == Extent{0, 30});
+  // Shrink the extent and free its tail: extents and holes still tile the pool.
+  ContiguousSchedulerTestPeer::extents(b.engine)[0].length = 20;
+  ContiguousSchedulerTestPeer::allocator(b.engine).free(20, 10);
+  CHECK(b.engine.find_violation() ==
+        "a running request's extent is not the region granted for its reservation");
+}
