@@ -24,6 +24,8 @@ const char* status_name(RequestStatus s) {
       return "RUNNING";
     case RequestStatus::kPreempted:
       return "PREEMPTED";
+    case RequestStatus::kWaitingForRemoteKvs:
+      return "WAITING_FOR_REMOTE_KVS";
     case RequestStatus::kFinishedStopped:
       return "FINISHED_STOPPED";
     case RequestStatus::kFinishedLengthCapped:

@@ -17,6 +17,7 @@ enum class RequestStatus : std::uint8_t {
   kWaiting,
   kRunning,
   kPreempted,
+  kWaitingForRemoteKvs,  // vLLM v0.20: waiting for a KV connector's load (core/v1/kv_connector.h)
   kFinishedStopped,
   kFinishedLengthCapped,
   kFinishedAborted,

@@ -159,7 +159,7 @@ KVSIM_HOT void KVCacheCoordinator::hash_deferred_prompt(Request& request) {
 }
 
 KVSIM_HOT void KVCacheCoordinator::hash_blocks(Request& request, const std::int64_t n) {
-  if (!config_.enable_caching) return;
+  if (!hashing_) return;
   const std::int64_t bs = hash_block_.value();
   std::int64_t start = static_cast<std::int64_t>(request.block_hashes.size()) * bs;
   if (start + bs > n) return;
@@ -296,10 +296,11 @@ KVSIM_HOT std::int64_t KVCacheCoordinator::num_blocks_to_allocate(
 KVSIM_HOT bool KVCacheCoordinator::can_fit_full_sequence(const Request& request,
                                                          std::int64_t num_new_computed_tokens,
                                                          const GroupBlockLists& hits,
-                                                         AllocStatus& status) const {
+                                                         AllocStatus& status,
+                                                         std::int64_t num_external) const {
   status = AllocStatus::kOk;
-  const std::int64_t total =
-      std::min(request.num_computed_tokens + num_new_computed_tokens, config_.max_model_len);
+  const std::int64_t total = std::min(
+      request.num_computed_tokens + num_new_computed_tokens + num_external, config_.max_model_len);
   const std::int64_t full = std::min(request.num_tokens(), config_.max_model_len);
   return num_blocks_to_allocate(request, full, hits, total, full, status) <=
          pool_.num_free_blocks();
@@ -307,13 +308,15 @@ KVSIM_HOT bool KVCacheCoordinator::can_fit_full_sequence(const Request& request,
 
 KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots(
     Request& request, std::int64_t num_new_tokens, std::int64_t num_new_computed_tokens,
-    const GroupBlockLists& hits, std::int64_t num_lookahead_tokens, bool delay_cache_blocks) {
+    const GroupBlockLists& hits, std::int64_t num_lookahead_tokens, bool delay_cache_blocks,
+    std::int64_t num_external) {
   if (managers_.size() == 1)
     return allocate_slots_one_group(request, num_new_tokens, num_new_computed_tokens, hits,
-                                    num_lookahead_tokens, delay_cache_blocks);
+                                    num_lookahead_tokens, delay_cache_blocks, num_external);
   std::fill(new_blocks_.begin(), new_blocks_.end(), 0);
-  if (num_new_tokens == 0) return AllocStatus::kZeroTokens;
-  const std::int64_t local = request.num_computed_tokens + num_new_computed_tokens;
+  if (num_new_tokens == 0 && num_external == 0) return AllocStatus::kZeroTokens;
+  // (`local` below is vLLM's local + external computed tokens.)
+  const std::int64_t local = request.num_computed_tokens + num_new_computed_tokens + num_external;
   const std::int64_t total = std::min(local, config_.max_model_len);
   const std::int64_t main = total + num_new_tokens;
   const std::int64_t need = std::min(main + num_lookahead_tokens, config_.max_model_len);
@@ -326,10 +329,11 @@ KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots(
   if (n > pool_.num_free_blocks()) return AllocStatus::kNoFreeBlocks;
   bool any_hits = false;
   for (const auto& h : hits) any_hits = any_hits || !h.empty();
-  if (any_hits)  // not vLLM's shared empty KVCacheBlocks
+  if (any_hits || num_external > 0)  // not vLLM's shared empty KVCacheBlocks
     for (std::size_t g = 0; g < managers_.size(); ++g) {
       const std::vector<BlockId>& h = g < hits.size() ? hits[g] : no_blocks_;
-      st = managers_[g].allocate_new_computed_blocks(request, h, local);
+      st = managers_[g].allocate_new_computed_blocks(request, h, local - num_external,
+                                                     num_external);
       if (st != AllocStatus::kOk) return st;
     }
   for (std::size_t g = 0; g < managers_.size(); ++g) {
@@ -344,11 +348,13 @@ KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots(
 // The same steps for one group, without the loops over groups (most models).
 KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots_one_group(
     Request& request, std::int64_t num_new_tokens, std::int64_t num_new_computed_tokens,
-    const GroupBlockLists& hits, std::int64_t num_lookahead_tokens, bool delay_cache_blocks) {
+    const GroupBlockLists& hits, std::int64_t num_lookahead_tokens, bool delay_cache_blocks,
+    std::int64_t num_external) {
   new_blocks_[0] = 0;
-  if (num_new_tokens == 0) return AllocStatus::kZeroTokens;
+  if (num_new_tokens == 0 && num_external == 0) return AllocStatus::kZeroTokens;
   SingleTypeManager& m = managers_[0];
-  const std::int64_t local = request.num_computed_tokens + num_new_computed_tokens;
+  // (`local` below is vLLM's local + external computed tokens.)
+  const std::int64_t local = request.num_computed_tokens + num_new_computed_tokens + num_external;
   const std::int64_t total = std::min(local, config_.max_model_len);
   const std::int64_t main = total + num_new_tokens;
   const std::int64_t need = std::min(main + num_lookahead_tokens, config_.max_model_len);
@@ -360,8 +366,8 @@ KVSIM_HOT AllocStatus KVCacheCoordinator::allocate_slots_one_group(
   if (n > pool_.num_free_blocks()) return AllocStatus::kNoFreeBlocks;
   bool any_hits = false;  // (lists beyond the group's count too, as allocate_slots does)
   for (const auto& l : hits) any_hits = any_hits || !l.empty();
-  if (any_hits) {
-    st = m.allocate_new_computed_blocks(request, h, local);
+  if (any_hits || num_external > 0) {
+    st = m.allocate_new_computed_blocks(request, h, local - num_external, num_external);
     if (st != AllocStatus::kOk) return st;
   }
   return grow_and_cache_one_group(request, need, main, delay_cache_blocks);
@@ -416,7 +422,8 @@ PrefixCacheStats KVCacheCoordinator::take_prefix_cache_stats() {
 
 // ---- invariants -----------------------------------------------------------------------------
 
-std::string KVCacheCoordinator::find_violation(std::span<const Request* const> live) const {
+std::string KVCacheCoordinator::find_violation(std::span<const Request* const> live,
+                                               std::span<const HashId> extra_hash_refs) const {
   const auto num_blocks = static_cast<std::size_t>(pool_.num_blocks());
   std::vector<std::int32_t> refs(num_blocks, 0);
   std::vector<std::int32_t> owner(num_blocks, -1);  // the group whose tables hold the block
@@ -464,6 +471,11 @@ std::string KVCacheCoordinator::find_violation(std::span<const Request* const> l
   std::vector<std::int32_t> hash_refs(hashes_.capacity(), 0);
   for (const Request* r : live)
     for (HashId h : r->block_hashes) ++hash_refs[static_cast<std::size_t>(to_int(h))];
+  for (const HashId h : extra_hash_refs) {
+    KVSIM_CHECK(to_int(h) >= 0 && static_cast<std::size_t>(to_int(h)) < hash_refs.size(),
+                "a connector holds a hash that is not in the table");
+    ++hash_refs[static_cast<std::size_t>(to_int(h))];
+  }
   for (std::size_t i = 0; i < num_blocks; ++i) {
     const HashId key = pool_.block(BlockId{static_cast<std::int32_t>(i)}).block_hash;
     if (key != kNoHash) ++hash_refs[static_cast<std::size_t>(to_int(pool_.hash_of_key(key)))];

@@ -66,8 +66,16 @@ class KVCacheCoordinator {
   /// complete a block; kvsim records the prompt's length here, and sync_block_hashes computes
   /// the same list on demand. A request that never leaves the waiting queue holds none. O(1).
   void defer_prompt_hashes(Request& request) const {
-    if (config_.enable_caching) request.deferred_hash_tokens = request.num_tokens();
+    if (hashing_) request.deferred_hash_tokens = request.num_tokens();
   }
+  /// remove_skipped_blocks of every group that skips blocks (sliding window, chunked local).
+  void remove_skipped_blocks(Request& request, std::int64_t total_computed_tokens) {
+    for (SingleTypeManager& m : managers_)
+      if (m.skips_blocks()) m.remove_skipped_blocks(request, total_computed_tokens);
+  }
+  /// Requests are hashed even with prefix caching off (EngineCore builds the block hasher when a
+  /// KV connector is set). Call before the first request.
+  void hash_without_caching() { hashing_ = true; }
   /// The hash list vLLM's request holds now: the prompt's full blocks in one pass from block 0
   /// (as vLLM hashed them at creation, if still deferred), then every block the appended tokens
   /// completed since, in one pass. That is vLLM's list although vLLM extended it append by
@@ -100,12 +108,16 @@ class KVCacheCoordinator {
   std::int64_t get_computed_blocks(Request& request, GroupBlockLists& hits, AllocStatus& status);
   /// can_fit_full_sequence: would the blocks of the request's whole sequence fit.
   bool can_fit_full_sequence(const Request& request, std::int64_t num_new_computed_tokens,
-                             const GroupBlockLists& hits, AllocStatus& status) const;
+                             const GroupBlockLists& hits, AllocStatus& status,
+                             std::int64_t num_external_computed_tokens = 0) const;
   /// allocate_slots (kv_cache_manager.py:264). `hits` all empty stands for vLLM's shared empty
   /// KVCacheBlocks. The new blocks of group g are the last new_blocks(g) of its table.
+  /// `num_external_computed_tokens`: tokens a KV connector provides after the local hits (they
+  /// get new blocks; num_new_tokens may then be 0).
   AllocStatus allocate_slots(Request& request, std::int64_t num_new_tokens,
                              std::int64_t num_new_computed_tokens, const GroupBlockLists& hits,
-                             std::int64_t num_lookahead_tokens, bool delay_cache_blocks);
+                             std::int64_t num_lookahead_tokens, bool delay_cache_blocks,
+                             std::int64_t num_external_computed_tokens = 0);
   /// allocate_slots(request, num_new_tokens, 0, no hits, num_lookahead_tokens, false) for a
   /// layout of one full-attention group (the scheduler's running loop): the same result and
   /// effects, without the general path's hit handling and loops over groups. Precondition: one
@@ -180,7 +192,9 @@ class KVCacheCoordinator {
   /// every non-null block in at most one group and counted exactly by its ref count, nulls only
   /// as a prefix of a group that skips blocks, a cached block in a table keyed by that table's
   /// group, entry counts. Returns the first violation ("" if none).
-  std::string find_violation(std::span<const Request* const> live) const;
+  /// (`extra_hash_refs`: references held outside the requests and the pool, one entry each.)
+  std::string find_violation(std::span<const Request* const> live,
+                             std::span<const HashId> extra_hash_refs = {}) const;
 
  private:
   struct AttentionGroup {
@@ -198,14 +212,15 @@ class KVCacheCoordinator {
   void hash_deferred_prompt(Request& request);
   /// Whether the tokens complete a hash block past the request's list. O(1).
   bool block_hash_due(const Request& request) const {
-    return config_.enable_caching &&
+    return hashing_ &&
            static_cast<std::int64_t>(request.block_hashes.size() + 1) * hash_block_.value() <=
                request.num_tokens();
   }
   AllocStatus allocate_slots_one_group(Request& request, std::int64_t num_new_tokens,
                                        std::int64_t num_new_computed_tokens,
                                        const GroupBlockLists& hits,
-                                       std::int64_t num_lookahead_tokens, bool delay_cache_blocks);
+                                       std::int64_t num_lookahead_tokens, bool delay_cache_blocks,
+                                       std::int64_t num_external_computed_tokens);
   /// allocate_slots' last steps for one group: its table grows to `need` slots, then (with
   /// caching, unless delayed) the blocks that min(computed_end, num_tokens) tokens fill are cached.
   AllocStatus grow_and_cache_one_group(Request& request, std::int64_t need,
@@ -247,6 +262,7 @@ class KVCacheCoordinator {
   std::vector<SingleTypeManager> managers_;
   bool has_mamba_ = false;  // a mamba group (the only type new_step_starts changes)
   bool mamba_align_ = false;  // a mamba group in 'align' mode
+  bool hashing_ = config_.enable_caching;  // requests get block hashes
   std::vector<AttentionGroup> attention_groups_;  // full attention first
   std::vector<char> eagle_groups_;                // by group
   PrefixCacheStats stats_;

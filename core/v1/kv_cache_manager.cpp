@@ -267,10 +267,11 @@ KVSIM_HOT std::int32_t KVCacheManager::get_num_common_prefix_blocks(
   return n;
 }
 
-std::string KVCacheManager::find_violation(std::span<const Request* const> live) const {
+std::string KVCacheManager::find_violation(std::span<const Request* const> live,
+                                          std::span<const HashId> extra_hash_refs) const {
   if (std::string v = pool_.find_violation(); !v.empty()) return v;
   if (std::string v = hashes_.find_violation(); !v.empty()) return v;
-  if (coordinator_) return coordinator_->find_violation(live);
+  if (coordinator_) return coordinator_->find_violation(live, extra_hash_refs);
   std::vector<std::int32_t> block_refs(static_cast<std::size_t>(pool_.num_blocks()), 0);
   std::vector<std::int32_t> hash_refs(hashes_.capacity(), 0);
   for (const Request* r : live) {

@@ -139,14 +139,17 @@ class KVCacheManager {
   /// last coordinator()->new_blocks(g) of its table. Allocation-free once the tables are sized.
   AllocStatus allocate_slots(Request& request, std::int64_t num_new_tokens,
                              std::int64_t num_new_computed_tokens, const GroupBlockLists& hits,
-                             std::int64_t num_lookahead_tokens, bool delay_cache_blocks = false) {
-    if (num_new_computed_tokens == 0 && (hits.empty() || hits[0].empty()) &&
+                             std::int64_t num_lookahead_tokens, bool delay_cache_blocks = false,
+                             std::int64_t num_external_computed_tokens = 0) {
+    if (num_new_computed_tokens == 0 && num_external_computed_tokens == 0 &&
+        (hits.empty() || hits[0].empty()) &&
         no_op_allocation()(request, num_new_tokens, num_lookahead_tokens, delay_cache_blocks)) {
       coordinator_->clear_new_blocks();
       return AllocStatus::kOk;
     }
     return coordinator_->allocate_slots(request, num_new_tokens, num_new_computed_tokens, hits,
-                                        num_lookahead_tokens, delay_cache_blocks);
+                                        num_lookahead_tokens, delay_cache_blocks,
+                                        num_external_computed_tokens);
   }
 
   /// Drops the request's hash-list references; call when the request object is forgotten
@@ -164,12 +167,14 @@ class KVCacheManager {
 
   const BlockPool& pool() const { return pool_; }
   const BlockHashTable& hashes() const { return hashes_; }
+  BlockHashTable& hashes() { return hashes_; }
 
   /// Full consistency walk: pool and hash-table invariants, and `live` (every request that may
   /// hold blocks or hashes) agrees with the ref counts: each block's ref_cnt equals its number of
   /// occurrences in their tables, each hash node's count equals its holders. Returns the first
   /// violation ("" if none). O(blocks + hash nodes + table entries).
-  std::string find_violation(std::span<const Request* const> live) const;
+  std::string find_violation(std::span<const Request* const> live,
+                             std::span<const HashId> extra_hash_refs = {}) const;
   /// Aborts with the violation's message if find_violation() finds one.
   void check_invariants(std::span<const Request* const> live) const;
 

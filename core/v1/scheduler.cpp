@@ -239,11 +239,26 @@ KVSIM_HOT bool Scheduler::check_stop(Request& req) {
 }
 
 KVSIM_HOT void Scheduler::finish(Request& req, RequestStatus status) {
+  const bool loading = req.status == RequestStatus::kWaitingForRemoteKvs;  // (an abort)
   req.status = status;
-  kv_.free(req);
-  kv_.release_request(req);
   finished_ids_.push_back(req.index());
   if (inflight_count_ > 0) drop_in_flight(req);
+  if (connector_) {
+    // finish_requests: an aborted load not reported yet keeps the blocks it writes into; then
+    // _connector_finished may delay the free as well.
+    bool delay = false;
+    if (loading) {
+      const auto it = std::find(finished_recving_.begin(), finished_recving_.end(), &req);
+      delay = it == finished_recving_.end();
+      if (!delay) finished_recving_.erase(it);
+    }
+    delay = connector_finished(req) || delay;
+    if (delay) {
+      held_.push_back(&req);
+      return;
+    }
+  }
+  free_blocks(req);
 }
 
 KVSIM_HOT void Scheduler::update_from_output(std::vector<RequestOutput>& outputs) {
@@ -279,8 +294,14 @@ bool Scheduler::abort_request(Request& req) {
   } else {
     std::size_t i = 0;
     while (i < waiting_.size() && waiting_[i] != &req) ++i;
-    if (i == waiting_.size()) return false;
-    waiting_.erase_at(i);
+    if (i < waiting_.size()) {
+      waiting_.erase_at(i);
+    } else {
+      i = 0;
+      while (i < skipped_waiting_.size() && skipped_waiting_[i] != &req) ++i;
+      if (i == skipped_waiting_.size()) return false;
+      skipped_waiting_.erase_at(i);
+    }
   }
   req.num_scheduled_tokens = 0;
   finish(req, RequestStatus::kFinishedAborted);

@@ -19,6 +19,7 @@
 #include "core/common/ring_deque.h"
 #include "core/engine_api.h"
 #include "core/v1/kv_cache_manager.h"
+#include "core/v1/kv_connector.h"
 #include "core/v1/v1_policy.h"
 
 namespace kvsim {
@@ -30,6 +31,14 @@ struct SchedulerStats {
       0;  // hit tokens used at every lookup (after the last-block rule)
   std::int64_t num_preemptions = 0;
   std::int64_t num_steps = 0;
+};
+
+/// vLLM's connector_prefix_cache_stats (PrefixCacheStats of the KV connector's hits), since the
+/// last take. Tokens as named; `reset` once reset_prefix_cache(reset_connector) succeeded.
+struct ConnectorCacheStats {
+  std::int64_t requests = 0, queries = 0, hits = 0;  // first lookups of a request
+  std::int64_t preempted_requests = 0, preempted_queries = 0, preempted_hits = 0;
+  bool reset = false;
 };
 
 /// One request of a step in flight (vLLM v0.20): its scheduled entry, what update_from_output
@@ -63,10 +72,30 @@ class Scheduler final : public EngineCore {
   /// vLLM's finish_requests(id, FINISHED_ABORTED) for one request; false if it is not live.
   bool abort_request(Request& request) override;
 
-  /// vLLM v0.20's reset_prefix_cache(reset_running_requests): with the flag every running
-  /// request is preempted first (last first; an in-flight token of theirs is dropped by the
-  /// async scheduler). False when the cache could not be reset.
-  bool reset_prefix_cache(bool reset_running_requests);
+  /// vLLM v0.20's reset_prefix_cache(reset_running_requests, reset_connector): with the flag
+  /// every running request is preempted first (last first; an in-flight token of theirs is
+  /// dropped by the async scheduler). False when the cache could not be reset. With
+  /// reset_running_requests and a cache that still cannot be reset (blocks held for a
+  /// connector's load) vLLM raises: step_error() says so.
+  bool reset_prefix_cache(bool reset_running_requests, bool reset_connector = false);
+
+  // ---- KV connector (vLLM v0.20; core/v1/kv_connector.h) ----
+  /// Plugs `connector` in (nullptr: none), before the first request. Not owned.
+  void set_connector(KVConnector* connector) { connector_ = connector; }
+  KVConnector* connector() const { return connector_; }
+  /// The worker's report for the step update_from_output applies next (spans valid until then).
+  void set_connector_output(const ConnectorOutput& output) { connector_output_ = output; }
+  /// vLLM's skipped_waiting queue (requests loading, or skipped for a deferred lookup).
+  const RingDeque<Request*>& skipped_waiting() const { return skipped_waiting_; }
+  /// Finished requests whose blocks are held for the connector (a delayed free), in finishing
+  /// order; they leave when the worker reports them (finished_sending / finished_recving).
+  std::span<Request* const> held() const { return held_; }
+  /// Requests whose held blocks the last update_from_output freed (the caller may forget them).
+  std::span<Request* const> released() const { return released_; }
+  /// Requests whose load finished and that the waiting loop has not promoted yet.
+  std::span<Request* const> finished_recving_pending() const { return finished_recving_; }
+  /// The connector's prefix-cache stats since the last call (then zeroed).
+  ConnectorCacheStats take_connector_cache_stats();
   /// Steps scheduled and not yet applied by update_from_output (v0.20), oldest first.
   std::size_t num_steps_in_flight() const { return inflight_count_; }
   /// The requests of the oldest step in flight, in scheduling order (empty when none).
@@ -141,7 +170,28 @@ class Scheduler final : public EngineCore {
   };
   template <bool async>
   RunningAllocation allocate_running_v020(SchedulerOutput& out, Request& req, std::int64_t n);
+  template <bool kConnector>
   void schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget, std::int64_t max_chunk);
+  // The connector's parts of the v0.20 scheduler (scheduler_connector.cpp).
+  /// _select_waiting_queue_for_scheduling: skipped_waiting first (FCFS), or the queue whose head
+  /// runs first (priority).
+  RingDeque<Request*>& waiting_queue_to_schedule();
+  /// _try_promote_blocked_waiting_request for a WAITING_FOR_REMOTE_KVS request: false while its
+  /// load is not reported; else its blocks are cached and it becomes WAITING / PREEMPTED.
+  bool try_promote(Request& request);
+  /// Asks the connector after the GPU lookup: false = skip the request (ask again later).
+  bool connector_lookup(Request& request, std::int64_t local_hits, std::int64_t& external,
+                        bool& load_async);
+  /// After a successful allocation: update_state_after_alloc and the connector's stats.
+  void connector_allocated(Request& request, std::int64_t local_hits, std::int64_t external);
+  /// The step's connector metadata and the requests skipped in it back at the queue's front.
+  void connector_step_end(SchedulerOutput& out);
+  /// _connector_finished: true when the request's blocks must stay (a delayed free).
+  bool connector_finished(Request& request);
+  /// _update_from_kv_xfer_finished with the worker's report.
+  void apply_connector_output();
+  /// Puts a request into skipped_waiting (priority: in order).
+  void enqueue_skipped(Request& request);
   /// _mamba_block_aligned_split: with a mamba group in 'align' mode, a prefill chunk of `n` > 0
   /// tokens (after `hits` new hit tokens) ends on a block boundary, or at the last one.
   std::int64_t mamba_aligned_split(const Request& req, std::int64_t n, std::int64_t hits) const;
@@ -163,6 +213,8 @@ class Scheduler final : public EngineCore {
                                   std::span<KVGroupShare> by_group) const;
   /// Forgets a finished request in the steps in flight.
   void drop_in_flight(const Request& request);
+  /// Frees a finished request's blocks and hash references (vLLM's _free_blocks).
+  void free_blocks(Request& request);
 
   SchedulerConfig config_;
   Profile profile_;
@@ -201,6 +253,17 @@ class Scheduler final : public EngineCore {
     return i < inflight_.size() ? i : i - inflight_.size();
   }
   std::vector<std::int32_t> common_prefix_;  // schedule_v020's scratch
+  // KV connector (null: none; every connector branch below is taken once per step at most,
+  // except per admitted request inside the connector's own waiting loop).
+  KVConnector* connector_ = nullptr;
+  RingDeque<Request*> skipped_waiting_;
+  std::vector<Request*> step_skipped_;       // requests skipped in this step, in visiting order
+  std::vector<Request*> finished_recving_;   // loads reported, promotion pending
+  std::vector<Request*> held_;               // finished, blocks held (delayed free)
+  std::vector<Request*> released_;           // held requests freed by the last update
+  ConnectorOutput connector_output_;
+  ConnectorCacheStats connector_stats_;
+  std::int64_t connector_queries_ = 0;  // the current request's lookup (0: none)
   /// v0.20: vLLM's exception in the last schedule() or update_from_output ("" if none).
   const char* step_error_ = "";
 

@@ -63,7 +63,12 @@ KVSIM_HOT void Scheduler::schedule_v020(SchedulerOutput& out) {
     schedule_running_v020<true>(out, budget, max_chunk);
   else
     schedule_running_v020<false>(out, budget, max_chunk);
-  if (out.preempted.empty() && step_error_[0] == 0) schedule_waiting_v020(out, budget, max_chunk);
+  if (out.preempted.empty() && step_error_[0] == 0) {
+    if (connector_)
+      schedule_waiting_v020<true>(out, budget, max_chunk);
+    else
+      schedule_waiting_v020<false>(out, budget, max_chunk);
+  }
   out.total_num_scheduled_tokens = max_budget - budget;
 
   // The common prefix of every group, asked for the first running request.
@@ -99,6 +104,7 @@ KVSIM_HOT void Scheduler::schedule_v020(SchedulerOutput& out) {
     std::memcpy(slot.buffer.data(), out.scheduled.data(), slot.size * sizeof(InFlightRequest));
   ++inflight_count_;
   ++stats_.num_steps;
+  if (connector_) connector_step_end(out);
 }
 
 template <bool async>
@@ -216,12 +222,29 @@ template <bool async>
   }
 }
 
+// The waiting loop, without a connector (kConnector false: the code of vLLM's loop that a
+// scheduler without one runs) or with it (skipped_waiting, promotions of loaded requests, the
+// connector's lookup and its loads). Each scheduler dispatches to one of them once per step.
+template <bool kConnector>
 KVSIM_HOT void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64_t& budget,
                                                 std::int64_t max_chunk) {
-  while (!waiting_.empty() && budget > 0) {
+  if constexpr (kConnector) step_skipped_.clear();
+  while ((!waiting_.empty() || (kConnector && !skipped_waiting_.empty())) && budget > 0) {
     if (static_cast<std::int64_t>(running_.size()) >= config_.max_num_seqs) break;
-    Request& req = *waiting_.front();
+    RingDeque<Request*>* queue = &waiting_;
+    if constexpr (kConnector) queue = &waiting_queue_to_schedule();
+    Request& req = *queue->front();
+    if constexpr (kConnector) {
+      connector_queries_ = 0;
+      if (req.status == RequestStatus::kWaitingForRemoteKvs && !try_promote(req)) {
+        queue->pop_front();  // still loading: skipped (a promoted one is admitted below)
+        step_skipped_.push_back(&req);
+        continue;
+      }
+    }
     std::int64_t hits = 0;
+    std::int64_t external = 0;  // the connector's tokens
+    bool load_async = false;
     AllocStatus st = AllocStatus::kOk;
     if (req.num_computed_tokens == 0) {
       hits = kv_.get_computed_blocks(req, group_hits_, st);
@@ -235,38 +258,61 @@ KVSIM_HOT void Scheduler::schedule_waiting_v020(SchedulerOutput& out, std::int64
         out.prefix_queries_tokens += req.num_tokens();
         out.prefix_hits_tokens += hits;
       }
+      if constexpr (kConnector) {
+        if (!connector_lookup(req, hits, external, load_async)) {
+          queue->pop_front();  // the connector asks again later
+          step_skipped_.push_back(&req);
+          continue;
+        }
+      }
     } else {
       for (auto& h : group_hits_) h.clear();
     }
-    std::int64_t n = std::min(req.num_tokens() - hits, max_chunk);
-    if (!config_.enable_chunked_prefill && n > budget) break;  // no partial prompt: stop here
-    n = std::min(n, budget);
-    KVSIM_ASSERT(n > 0, "a waiting request has nothing to compute");
+    // (A request reaching here with computed tokens is a loaded one, promoted.)
+    const std::int64_t computed = req.num_computed_tokens + hits + external;
+    std::int64_t n = 0;  // a load: nothing to compute before it arrives
+    if (!(kConnector && load_async)) {
+      n = std::min(req.num_tokens() - computed, max_chunk);
+      if (!config_.enable_chunked_prefill && n > budget) break;  // no partial prompt: stop here
+      n = std::min(n, budget);
+      KVSIM_ASSERT(n > 0, "a waiting request has nothing to compute");
+    }
     if (kv_.coordinator()->mamba_align()) {
       n = mamba_aligned_split(req, n, hits);
       if (n == 0) break;
     }
     if (config_.scheduler_reserve_full_isl) {  // the whole sequence must fit
-      const bool fits = kv_.coordinator()->can_fit_full_sequence(req, hits, group_hits_, st);
+      const bool fits =
+          kv_.coordinator()->can_fit_full_sequence(req, hits, group_hits_, st, external);
       if (st != AllocStatus::kOk) {
         step_error_ = alloc_status_message(st);
         return;
       }
       if (!fits) break;
     }
-    // No lookahead slots for a request without computed tokens.
-    st = kv_.allocate_slots(req, n, hits, group_hits_, 0);
+    // No lookahead slots for a request without computed tokens; a load's blocks are cached once
+    // it arrives.
+    st = kv_.allocate_slots(req, n, hits, group_hits_, 0, kConnector && load_async, external);
     if (st == AllocStatus::kNoFreeBlocks) break;
     if (st != AllocStatus::kOk) {
       step_error_ = alloc_status_message(st);
       return;
     }
-    waiting_.pop_front();
+    if constexpr (kConnector) connector_allocated(req, hits, external);
+    queue->pop_front();
+    if constexpr (kConnector) {
+      if (load_async) {  // waits for its load, holding its blocks
+        req.status = RequestStatus::kWaitingForRemoteKvs;
+        req.num_computed_tokens = computed;
+        step_skipped_.push_back(&req);
+        continue;
+      }
+    }
     running_.push_back(&req);
     const auto kind = req.status == RequestStatus::kPreempted ? ScheduledRequest::Kind::kResumed
                                                               : ScheduledRequest::Kind::kNew;
     req.status = RequestStatus::kRunning;
-    add_scheduled_v020(out, req, n, hits, kind, /*allocated=*/true, config_.async_scheduling);
+    add_scheduled_v020(out, req, n, computed, kind, /*allocated=*/true, config_.async_scheduling);
     budget -= n;
   }
 }
@@ -299,7 +345,10 @@ void Scheduler::drop_in_flight(const Request& request) {
 KVSIM_HOT void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>& outputs) {
   step_error_ = "";
   outputs.clear();
-  if (inflight_count_ == 0) return;
+  if (inflight_count_ == 0) {
+    if (connector_) apply_connector_output();
+    return;
+  }
   // Out of the ring first: a request finishing below is then looked for in the later steps only.
   const std::span<const InFlightRequest> step = inflight_[inflight_head_].entries();
   inflight_head_ = in_flight_slot(1);
@@ -309,6 +358,7 @@ KVSIM_HOT void Scheduler::update_in_scheduling_order(std::vector<RequestOutput>&
     apply_outputs<true>(step, outputs);
   else
     apply_outputs<false>(step, outputs);
+  if (connector_) apply_connector_output();  // the worker's report, after the tokens
 }
 
 template <bool async>
@@ -357,7 +407,8 @@ KVSIM_HOT void Scheduler::apply_outputs(std::span<const InFlightRequest> step,
       if (is_finished(waiting_[i]->status)) waiting_.erase_at(i);
 }
 
-bool Scheduler::reset_prefix_cache(bool reset_running_requests) {
+bool Scheduler::reset_prefix_cache(bool reset_running_requests, bool reset_connector) {
+  step_error_ = "";
   if (reset_running_requests) {
     // Last first, so that they come back in FIFO order; their token in flight is dropped.
     while (!running_.empty()) {
@@ -368,7 +419,21 @@ bool Scheduler::reset_prefix_cache(bool reset_running_requests) {
       r.discard_latest_async_tokens = true;
     }
   }
-  return kv_.reset_prefix_cache();
+  bool ok = kv_.reset_prefix_cache();
+  if (reset_running_requests && !ok)  // blocks held for a connector's load
+    step_error_ =
+        "RuntimeError: Failed to reset KV cache even when all the running requests are preempted";
+  if (reset_connector) {
+    // reset_connector_cache: a connector without reset_cache (None) counts as a success.
+    bool connector_ok = connector_ != nullptr;
+    if (connector_) {
+      const std::optional<bool> r = connector_->reset_cache();
+      connector_ok = !r || *r;
+      if (connector_ok) connector_stats_.reset = true;
+    }
+    ok = connector_ok && ok;
+  }
+  return ok;
 }
 
 }  // namespace kvsim

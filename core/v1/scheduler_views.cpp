@@ -25,13 +25,33 @@ std::string Scheduler::find_violation() const {
     KVSIM_CHECK(r->num_computed_tokens == 0, "a waiting request has computed tokens");
     live.push_back(r);
   }
+  // A connector's requests: skipped ones (loading ones hold blocks), finished ones held.
+  for (const Request* r : skipped_waiting_) {
+    KVSIM_CHECK(r->status == RequestStatus::kWaiting || r->status == RequestStatus::kPreempted ||
+                    r->status == RequestStatus::kWaitingForRemoteKvs,
+                "a skipped waiting request is neither waiting nor loading");
+    live.push_back(r);
+  }
+  for (const Request* r : held_) {
+    KVSIM_CHECK(is_finished(r->status), "a held request is not finished");
+    live.push_back(r);
+  }
+  for (const Request* r : finished_recving_)
+    KVSIM_CHECK(r->status == RequestStatus::kWaitingForRemoteKvs &&
+                    std::find(skipped_waiting_.begin(), skipped_waiting_.end(), r) !=
+                        skipped_waiting_.end(),
+                "a request whose load finished is not waiting for it in skipped_waiting");
+  KVSIM_CHECK(connector_ || (skipped_waiting_.empty() && held_.empty()),
+              "skipped or held requests without a connector");
   std::vector<const Request*> sorted = live;
   std::sort(sorted.begin(), sorted.end());
   KVSIM_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
               "a request is queued twice");
   KVSIM_CHECK(static_cast<std::int64_t>(running_.size()) <= config_.max_num_seqs,
               "more running requests than max_num_seqs");
-  return kv_.find_violation(live);
+  std::vector<HashId> connector_refs;
+  if (connector_) connector_->hash_references(connector_refs);
+  return kv_.find_violation(live, connector_refs);
 }
 
 std::int64_t Scheduler::cache_only_request(Request& req) {

@@ -279,15 +279,22 @@ AllocStatus SingleTypeManager::allocate_new_blocks_align(KVGroupTable& t,
 
 KVSIM_HOT AllocStatus SingleTypeManager::allocate_new_computed_blocks(
     Request& request, std::span<const BlockId> new_computed_blocks,
-    std::int64_t num_local_computed_tokens) {
+    std::int64_t num_local_computed_tokens, std::int64_t num_external_computed_tokens) {
   KVGroupTable& t = table_of(request);
   if (t.num_cached_block >= 0)
     return new_computed_blocks.empty() ? AllocStatus::kOk : AllocStatus::kHitsForKnownRequest;
   add_entry(t);
   if (!t.blocks.empty()) return AllocStatus::kTableNotEmpty;
-  const std::int64_t skipped = block_.floor(num_skipped_tokens(num_local_computed_tokens));
+  const std::int64_t total = num_local_computed_tokens + num_external_computed_tokens;
+  const std::int64_t skipped_tokens = num_skipped_tokens(total);
+  const std::int64_t skipped = block_.floor(skipped_tokens);
   std::span<const BlockId> kept = new_computed_blocks;
-  if (skipped > 0) kept = kept.subspan(std::min(kept.size(), static_cast<std::size_t>(skipped)));
+  if (skipped > 0) {
+    kept = kept.subspan(std::min(kept.size(), static_cast<std::size_t>(skipped)));
+    // Some external tokens may be out of the window too.
+    num_external_computed_tokens =
+        std::min(total - skipped_tokens, num_external_computed_tokens);
+  }
   if (pool_.enable_caching())
     pool_.touch(kept);
   else if (!kept.empty())
@@ -296,6 +303,10 @@ KVSIM_HOT AllocStatus SingleTypeManager::allocate_new_computed_blocks(
     t.blocks.insert(t.blocks.end(), static_cast<std::size_t>(skipped), pool_.null_block());
   t.blocks.insert(t.blocks.end(), kept.begin(), kept.end());
   t.num_cached_block = static_cast<std::int64_t>(t.blocks.size());
+  if (num_external_computed_tokens > 0) {  // new blocks for the connector's tokens
+    const std::int64_t n = blocks_for(total) - static_cast<std::int64_t>(t.blocks.size());
+    if (n > 0) pool_.get_new_blocks(static_cast<std::int32_t>(n), t.blocks);
+  }
   return AllocStatus::kOk;
 }
 

@@ -135,10 +135,13 @@ class SingleTypeManager {
   }
 
   /// allocate_new_computed_blocks: a new request's hits enter its table (touched), the skipped
-  /// ones as null blocks; a request the group already tracks takes none.
+  /// ones as null blocks, then new blocks for the tokens a KV connector provides
+  /// (`num_external_computed_tokens`, the part in the window); a request the group already
+  /// tracks takes none.
   AllocStatus allocate_new_computed_blocks(Request& request,
                                            std::span<const BlockId> new_computed_blocks,
-                                           std::int64_t num_local_computed_tokens);
+                                           std::int64_t num_local_computed_tokens,
+                                           std::int64_t num_external_computed_tokens = 0);
 
   /// allocate_new_blocks: grows the table to cdiv(num_tokens, block_size) blocks (popped from the
   /// free queue); `num_new` gets the count of entries appended (mamba 'align' also appends nulls

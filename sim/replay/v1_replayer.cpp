@@ -1,5 +1,9 @@
 #include "sim/replay/v1_replayer.h"
 
+#include "core/common/assert.h"
+#include "sim/replay/offload_offm.h"
+#include "sim/replay/offload_sched.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -43,6 +47,8 @@ void V1Replayer::dispatch(std::string_view op, JsonWriter& w) {
     if (op == "can_fit_full_sequence") return op_can_fit_full_sequence(w);
     if (op == "cache_blocks") return op_cache_blocks(w);
     if (op == "new_step") return op_new_step(w);
+    if (op.starts_with("offload_")) return op_offload(op, w);
+    if (op == "connector_cache_stats") return op_connector_cache_stats(w);
   }
   throw OpError{"ValueError: unknown op '" + std::string(op) + "'"};
 }
@@ -67,7 +73,12 @@ KVCacheManager& V1Replayer::manager() {
 
 void V1Replayer::forget(std::int64_t index) {
   live_.erase(names_[static_cast<std::size_t>(index)]);
-  requests_[static_cast<std::size_t>(index)].reset();
+  std::unique_ptr<Request>& r = requests_[static_cast<std::size_t>(index)];
+  if (offload_ && offload_->worker.references(*r)) {
+    offload_->zombies.push_back(std::move(r));
+    return;
+  }
+  r.reset();
 }
 
 void V1Replayer::write_blocks(JsonWriter& w, const std::vector<BlockId>& blocks) const {
@@ -87,11 +98,17 @@ void V1Replayer::write_queues(JsonWriter& w) const {
 void V1Replayer::check_all_invariants() const {
   if (mode_ == Mode::kSched) {
     sched_->check_invariants();
+    if (offload_) {
+      KVSIM_ASSERT_NO_VIOLATION(offload_->connector.find_violation());
+      KVSIM_ASSERT_NO_VIOLATION(offload_->worker.find_violation());
+    }
   } else if (mode_ == Mode::kKvm) {
     std::vector<const Request*> live;
     for (const auto& r : requests_)
       if (r) live.push_back(r.get());
     kvm_->check_invariants(live);
+  } else if (mode_ == Mode::kOffm) {
+    KVSIM_ASSERT_NO_VIOLATION(offm_->manager().find_violation());
   }
 }
 
@@ -135,7 +152,9 @@ void V1Replayer::reset() {
   names_.clear();
   live_.clear();
   kvm_.reset();
+  offload_.reset();  // (its keys hold references in the scheduler's hash table)
   sched_.reset();
+  offm_.reset();
   schedule_pending_ = false;
 }
 
@@ -189,9 +208,15 @@ void V1Replayer::op_sched_init(JsonWriter& w) {
       sc.priority_policy = p == "priority";
     }
   }
+  const Index offload = json_.find(JsonLine::root(), "kv_offload");
+  const bool with_offload = v020_ && !json_.is_null_or_absent(offload);
+  bool manual = false, kv_events = false;
+  const OffloadingConnectorConfig oc =
+      with_offload ? read_kv_offload(offload, c, manual, kv_events) : OffloadingConnectorConfig{};
   reset();
   grouped_ = v020_ && !json_.is_null_or_absent(json_.find(JsonLine::root(), "kv_cache_groups"));
   sched_ = std::make_unique<Scheduler>(sc, c, profile_);
+  if (with_offload) start_offload(oc, manual, kv_events);
   mode_ = Mode::kSched;
   w.begin_object().end_object();
 }
@@ -365,10 +390,15 @@ void V1Replayer::op_common_prefix(JsonWriter& w) {
 
 void V1Replayer::op_reset_prefix_cache(JsonWriter& w) {
   const bool reset_running = get_bool_or("reset_running_requests", false);
-  if (reset_running && !(v020_ && mode_ == Mode::kSched))
-    throw OpError{"TypeError: reset_running_requests needs vllm-0.20's scheduler (sched mode)"};
-  const bool ok = mode_ == Mode::kSched && v020_ ? sched_->reset_prefix_cache(reset_running)
-                                                 : manager().reset_prefix_cache();
+  const bool reset_connector = get_bool_or("reset_connector", false);
+  if ((reset_running || reset_connector) && !(v020_ && mode_ == Mode::kSched))
+    throw OpError{"TypeError: reset_running_requests and reset_connector need vllm-0.20's "
+                  "scheduler (sched mode)"};
+  const bool ok = mode_ == Mode::kSched && v020_
+                      ? sched_->reset_prefix_cache(reset_running, reset_connector)
+                      : manager().reset_prefix_cache();
+  if (mode_ == Mode::kSched && v020_ && sched_->step_error()[0] != 0)
+    throw OpError{sched_->step_error()};
   w.begin_object().key("ok").value(ok).end_object();
 }
 
@@ -471,6 +501,7 @@ void V1Replayer::op_snapshot(JsonWriter& w) {
       w.end_object();
     }
     w.end_object();
+    if (offload_) write_offload_snapshot(w);
   }
   w.end_object();
 }

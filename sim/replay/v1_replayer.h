@@ -30,11 +30,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/offload/key_lists.h"
+#include "core/offload/offloading_connector.h"
 #include "core/v1/kv_cache_manager.h"
 #include "core/v1/scheduler.h"
 #include "sim/replay/replayer.h"
 
 namespace kvsim {
+
+class OffmReplay;
+struct OffloadSched;
 
 class V1Replayer final : public Replayer {
  public:
@@ -73,6 +78,28 @@ class V1Replayer final : public Replayer {
   void op_new_step(JsonWriter& w);
   void op_prefix_cache_stats(JsonWriter& w);
   void op_common_prefix_v020(JsonWriter& w);
+  // vllm-0.20's offm mode (offload_offm.cpp; shared/spec/ops-format-offload.md §2)
+  void op_offload(std::string_view op, JsonWriter& w);
+  /// The op's key list `name` (ints or strings), interned, into `out`.
+  void read_offload_keys(std::string_view name, std::vector<OffloadKey>& out);
+  // sched mode with the OffloadingConnector (offload_sched.cpp; ops-format-offload.md §1)
+  /// sched_init's kv_offload object, checked as v0.20.1 checks it at start-up.
+  OffloadingConnectorConfig read_kv_offload(JsonLine::Index obj, const KVCacheConfig& c,
+                                            bool& manual, bool& kv_events) const;
+  void start_offload(const OffloadingConnectorConfig& cfg, bool manual, bool kv_events);
+  /// Keeps the step's connector metadata for its update.
+  void offload_record_step();
+  void offload_after_schedule(JsonWriter& w);
+  /// The worker side of the step the update applies, before update_from_output.
+  void offload_before_update();
+  void offload_after_update(JsonWriter& w);
+  void write_offload_snapshot(JsonWriter& w) const;
+  void write_transfers(JsonWriter& w, std::span<const OffloadTransfer> transfers) const;
+  void write_skipped(JsonWriter& w) const;
+  void write_sorted_ids(JsonWriter& w, std::vector<std::string_view> ids) const;
+  void op_connector_cache_stats(JsonWriter& w);
+  /// Forgets a finished request unless the scheduler holds its blocks (a delayed free).
+  void forget_unless_held(const Request& r);
   /// The v0.20 fields of init/sched_init (kv_cache_groups, hash_algo, hash_block_size) into `c`.
   void read_v020_kv_fields(KVCacheConfig& c) const;
   /// new_computed_blocks of the current op (flat or grouped) into group_hits_ (all empty when
@@ -106,9 +133,11 @@ class V1Replayer final : public Replayer {
   bool v020_ = false;           // the profile's manager is a KV cache coordinator (vllm-0.20)
   bool grouped_ = false;        // the init op gave kv_cache_groups: block ids per group
   std::int64_t num_added_ = 0;  // add_request ops since the init op (default arrival times)
-  enum class Mode : std::uint8_t { kNone, kKvm, kSched } mode_ = Mode::kNone;
+  enum class Mode : std::uint8_t { kNone, kKvm, kSched, kOffm } mode_ = Mode::kNone;
   std::unique_ptr<KVCacheManager> kvm_;
   std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<OffmReplay> offm_;  // offm mode
+  std::unique_ptr<OffloadSched> offload_;  // sched mode with kv_offload
   std::vector<std::unique_ptr<Request>> requests_;  // by request index; null once forgotten
   std::vector<std::string> names_;  // by request index (kept for "finished" reports)
   NameMap live_;                    // id -> request index

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/replay/offload_sched.h"
 #include "sim/replay/v1_replayer.h"
 
 namespace kvsim {
@@ -31,6 +32,7 @@ void V1Replayer::op_schedule(JsonWriter& w) {
   for (std::size_t k = 0; k < sched_->running().size(); ++k)
     running_pos_[static_cast<std::size_t>(sched_->running()[k]->index())] = k;
   sched_->schedule(sched_out_);
+  if (offload_) offload_record_step();  // (the step is in flight even when vLLM raised)
   if (v020_ && sched_->step_error()[0] != 0) throw OpError{sched_->step_error()};
   schedule_pending_ = true;
   const auto groups = static_cast<std::size_t>(sched_->num_kv_cache_groups());
@@ -105,6 +107,7 @@ void V1Replayer::op_schedule(JsonWriter& w) {
   for (const Request* v : victims) w.value(name_of(*v));
   w.end_array();
   write_queues(w);
+  if (offload_) offload_after_schedule(w);
   w.end_object();
 }
 
@@ -151,11 +154,12 @@ void V1Replayer::op_update(JsonWriter& w) {
       throw OpError{"ValueError: sampled token out of the 32-bit range"};
     r.sampled_token = static_cast<Token>(tok);
   }
+  if (offload_) offload_before_update();
   sched_->update_from_output(outputs_);
   schedule_pending_ = false;
   if (v020_ && sched_->step_error()[0] != 0) {
     for (const RequestOutput& o : outputs_)
-      if (o.finished) forget(o.request->index());
+      if (o.finished) forget_unless_held(*o.request);
     throw OpError{sched_->step_error()};
   }
   w.begin_object().key("outputs").begin_array();
@@ -178,9 +182,18 @@ void V1Replayer::op_update(JsonWriter& w) {
   }
   w.end_array();
   write_queues(w);
+  if (offload_) offload_after_update(w);
   w.end_object();
   for (const RequestOutput& o : outputs_)
-    if (o.finished) forget(o.request->index());
+    if (o.finished) forget_unless_held(*o.request);
+  if (offload_)
+    for (const Request* r : sched_->released())
+      if (requests_[static_cast<std::size_t>(r->index())]) forget(r->index());
+}
+
+void V1Replayer::forget_unless_held(const Request& r) {
+  const auto held = sched_->held();
+  if (std::find(held.begin(), held.end(), &r) == held.end()) forget(r.index());
 }
 
 void V1Replayer::op_abort(JsonWriter& w) {
@@ -192,7 +205,8 @@ void V1Replayer::op_abort(JsonWriter& w) {
     const auto it = live_.find(json_[e].s);
     if (it == live_.end()) continue;
     const std::int64_t index = it->second;
-    if (sched_->abort_request(*requests_[static_cast<std::size_t>(index)])) forget(index);
+    Request& r = *requests_[static_cast<std::size_t>(index)];
+    if (sched_->abort_request(r)) forget_unless_held(r);
   }
   w.begin_object().end_object();
 }

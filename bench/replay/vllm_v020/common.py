@@ -22,6 +22,12 @@ REAL_FILES = [
     "vllm/v1/core/sched/async_scheduler.py", "vllm/v1/core/sched/interface.py",
     "vllm/v1/core/sched/output.py", "vllm/v1/core/sched/request_queue.py",
     "vllm/v1/core/sched/scheduler.py", "vllm/v1/core/sched/utils.py",
+    # the CPU offloading tier (offm mode)
+    "vllm/v1/kv_offload/__init__.py", "vllm/v1/kv_offload/abstract.py",
+    "vllm/v1/kv_offload/mediums.py", "vllm/v1/kv_offload/reuse_manager.py",
+    "vllm/v1/kv_offload/cpu/__init__.py", "vllm/v1/kv_offload/cpu/manager.py",
+    "vllm/v1/kv_offload/cpu/policies/__init__.py", "vllm/v1/kv_offload/cpu/policies/abstract.py",
+    "vllm/v1/kv_offload/cpu/policies/arc.py", "vllm/v1/kv_offload/cpu/policies/lru.py",
 ]
 # Third-party packages vLLM imports; they are replaced by auto-stubs (see AutoModule).
 AUTO_TOP = {"torch", "msgspec", "cbor2", "uvloop", "xxhash", "pydantic", "typing_extensions", "nvtx",

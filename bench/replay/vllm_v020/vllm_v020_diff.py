@@ -18,9 +18,9 @@ KVM_ONLY = ("mamba", "mamba_spec", "bind", "tiny", "delay")
 
 
 def mode_of(ops):
-    """'sched' for traces that start with sched_init, else 'kvm'."""
+    """'sched' for traces that start with sched_init, 'offm' with offload_init, else 'kvm'."""
     first = next((op["op"] for op in ops if op["op"] != "comment"), None)
-    return "sched" if first == "sched_init" else "kvm"
+    return {"sched_init": "sched", "offload_init": "offm"}.get(first, "kvm")
 
 
 def load_vllm(scratch):
@@ -28,10 +28,12 @@ def load_vllm(scratch):
     common.install(scratch)
     import kvm_gen
     import kvm_harness
+    import offm_harness
     import sched_gen
     import sched_harness
     return {"kvm": (kvm_harness.KvmHarness, kvm_gen.KvmGen, kvm_harness.valid_trace),
-            "sched": (sched_harness.SchedHarness, sched_gen.SchedGen, sched_harness.valid_trace)}
+            "sched": (sched_harness.SchedHarness, sched_gen.SchedGen, sched_harness.valid_trace),
+            "offm": (offm_harness.OffmHarness, offm_harness.OffmGenerator, offm_harness.valid_trace)}
 
 
 def read_trace(path):
@@ -44,7 +46,9 @@ def generate(modes, a, seed):
     """(trace, dropped-op count) for one seed under the generator options in a."""
     episodes = a.episodes or 3 + seed % 3
     gen_cls = modes[a.mode][1]
-    if a.mode == "kvm":
+    if a.mode == "offm":
+        g = gen_cls(seed, a.ops, episodes)
+    elif a.mode == "kvm":
         g = gen_cls(seed, a.ops, episodes, mamba=a.mamba, bind=a.bind, mamba_spec=a.mamba_spec, tiny=a.tiny,
                     delay=a.delay, mamba_modes=a.mamba_modes)
     else:
@@ -112,7 +116,7 @@ def cmd_minimize(a, modes):
 
 
 def gen_options(p):
-    p.add_argument("--mode", choices=("kvm", "sched"), required=True)
+    p.add_argument("--mode", choices=("kvm", "sched", "offm"), required=True)
     p.add_argument("--ops", type=int, default=1500, help="ops per trace (default 1500)")
     p.add_argument("--episodes", type=int, help="init episodes per trace (default 3 + seed %% 3)")
     p.add_argument("--mamba-modes", type=lambda s: s.split(","),

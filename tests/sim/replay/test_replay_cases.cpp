@@ -41,6 +41,7 @@ constexpr CaseFolder kCaseFolders[] = {
     {kvsim::Profile::kVllm085, "vllm-0.8.5.post1", 29},
     {kvsim::Profile::kVllm020, "vllm-0.20.1", 59},
     {kvsim::Profile::kVllm020, "vllm-0.20.1-mamba-align", 3},
+    {kvsim::Profile::kVllm020, "vllm-0.20.1-offload", 42},
 };
 
 fs::path cases_dir(const char* folder) { return fs::path(KVSIM_CASES_DIR) / folder; }
