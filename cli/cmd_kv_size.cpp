@@ -19,6 +19,7 @@
 #include "sim/config/hardware.h"
 #include "sim/config/kv_sizing_io.h"
 #include "sim/config/layer_specs.h"
+#include "sim/config/mamba_cache.h"
 #include "sim/config/model_config.h"
 
 namespace kvsim::cli {
@@ -128,6 +129,7 @@ int kv_size(const Args& args) {
   std::optional<std::string> max_model_len_arg;
   std::int64_t max_num_batched_tokens = 8192;
   std::string disable_hma_text;
+  std::string prefix_caching_text, mamba_mode_text = "none";
   bool json_lines = false;
   CommandLine cl("kv-size", "--model CONFIG [options] | --profile vllm-0.20 --json-lines", kAbout);
   // One flag per entry: name, value (target, range, metavar), help. clang-format would align the
@@ -163,6 +165,11 @@ int kv_size(const Args& args) {
       ("disable-hybrid-kv-cache-manager",
        po::value<std::string>(&disable_hma_text)->implicit_value("true")->value_name("B"),
        "one pool of every layer as full attention (vllm-0.20; =false: the default hybrid pool)")
+      ("enable-prefix-caching",
+       po::value<std::string>(&prefix_caching_text)->implicit_value("true")->value_name("B"),
+       "prefix caching (vllm-0.20's default: on, off for a model with mamba layers)")
+      ("mamba-cache-mode", text(&mamba_mode_text, "MODE"),
+       "none (default), align or all; vllm-0.20 chooses all or align with prefix caching on")
       ("json-lines", flag(&json_lines), "answer sizing questions from stdin, one per line");
   // clang-format on
   if (!cl.parse(args)) return 0;
@@ -174,6 +181,17 @@ int kv_size(const Args& args) {
           "--disable-hybrid-kv-cache-manager: expected true or false, got '{}'", disable_hma_text));
     disable_hma = disable_hma_text == "true";
   }
+  std::optional<bool> prefix_caching;
+  if (cl.given("enable-prefix-caching")) {
+    if (prefix_caching_text != "true" && prefix_caching_text != "false")
+      throw cl.error(fmt::format("--enable-prefix-caching: expected true or false, got '{}'",
+                                 prefix_caching_text));
+    prefix_caching = prefix_caching_text == "true";
+  }
+  const std::optional<MambaCacheMode> mamba_mode = parse_mamba_cache_mode(mamba_mode_text);
+  if (!mamba_mode)
+    throw cl.error(
+        fmt::format("--mamba-cache-mode: expected none, align or all, got '{}'", mamba_mode_text));
   std::vector<std::string> model_flags;  // flags that make no sense with --json-lines
   for (const std::string& f : cl.flag_names())
     if (f != "--json-lines" && f != "--profile" && cl.given(f.substr(2))) model_flags.push_back(f);
@@ -225,8 +243,17 @@ int kv_size(const Args& args) {
   }
   request.max_num_batched_tokens = max_num_batched_tokens;
   request.disable_hybrid_kv_cache_manager = disable_hma;
+  request.enable_prefix_caching = prefix_caching;
+  request.mamba_cache_mode = *mamba_mode;
   const KVCachePlan plan = plan_kv_pool(model, hw, cache, request, *rules, model_arg);
   const KVPoolLayout& L = *plan.layout;
+  const bool mamba = has_mamba_layers(model);
+  const MambaCacheMode mode = L.limits.mamba_cache_mode;
+  if (const auto bad =
+          check_mamba_align(mode, {L.engine_block_size, max_num_batched_tokens, 0, true, mamba}))
+    throw cl.error(
+        fmt::format("--max-num-batched-tokens: vLLM {} refuses mamba_cache_mode 'align': {}",
+                    kv_sizing_release(*rules), bad->message));
   const MemoryBudget& b = plan.budget;
   const KVCacheSpec& s = plan.spec;
   const KVCacheSizing& z = plan.sizing;
@@ -235,6 +262,7 @@ int kv_size(const Args& args) {
     if (v020) {
       KVSizingResult r{plan.layout, std::nullopt, plan.log};
       nlohmann::ordered_json j = kv_sizing_result_json(r, std::nullopt);
+      if (mamba) j["mamba_cache_mode"] = mamba_cache_mode_name(mode);
       if (!cache.kv_cache_memory_bytes)
         j["memory_budget"] = {{"gpu", hw.gpu.name},
                               {"gpu_memory_utilization", cache.gpu_memory_utilization},
@@ -340,6 +368,10 @@ int kv_size(const Args& args) {
                        with_thousands(L.tensors.empty() ? 0 : L.tensors.front().size_bytes),
                        with_thousands(total), gib(total));
   }
+  if (mamba)
+    out += fmt::format(
+        "mamba_cache_mode     {} (prefix caching {})\n", mamba_cache_mode_name(mode),
+        choose_mamba_cache_mode(model, request, *rules).enable_prefix_caching ? "on" : "off");
   out += fmt::format("max_model_len        {} (max_num_batched_tokens {})\n",
                      with_thousands(L.max_model_len), with_thousands(max_num_batched_tokens));
   out += fmt::format("one request needs    {} B ({})\n",

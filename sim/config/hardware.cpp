@@ -7,6 +7,8 @@
 #include <cctype>
 #include <cmath>
 
+#include "sim/config/mamba_cache.h"
+
 namespace kvsim {
 
 namespace {
@@ -189,6 +191,8 @@ KVSizingInput kv_sizing_input(const ModelConfig& model, const HardwareConfig& hw
   o.kv_cache_dtype = cache.cache_dtype;
   o.max_model_len = request.max_model_len;
   o.rules = rules;
+  const MambaCacheChoice mamba = choose_mamba_cache_mode(model, request, rules);
+  o.mamba_cache_mode = mamba.mode;
   KVSizingInput in;
   in.layers = model_layer_specs(model, o);
   in.tensor_parallel_size = hw.tensor_parallel_size;
@@ -199,10 +203,8 @@ KVSizingInput kv_sizing_input(const ModelConfig& model, const HardwareConfig& hw
   in.num_gpu_blocks_override = cache.num_gpu_blocks_override;
   in.disable_hybrid_kv_cache_manager =
       request.disable_hybrid_kv_cache_manager.value_or(hybrid_manager_off_by_default(model));
-  const bool mamba = std::any_of(in.layers.begin(), in.layers.end(), [](const NamedLayerSpec& l) {
-    return l.spec.kind == KVSpecKind::kMamba;
-  });
-  in.enable_prefix_caching = request.enable_prefix_caching.value_or(!mamba);
+  in.enable_prefix_caching = mamba.enable_prefix_caching;
+  in.mamba_cache_mode = mamba.mode;
   return in;
 }
 
@@ -218,7 +220,8 @@ KVCachePlan plan_kv_pool(const ModelConfig& model, const HardwareConfig& hardwar
   KVSizingInput in =
       kv_sizing_input(model, hardware, cache, request, rules, plan.budget.available_kv_bytes);
   KVSizingResult r = size_kv_pool(in, rules);
-  plan.log = std::move(r.log);
+  plan.log = choose_mamba_cache_mode(model, request, rules).log;  // logged at config time
+  plan.log.insert(plan.log.end(), r.log.begin(), r.log.end());
   if (r.error)
     throw ConfigError(fmt::format("{}vLLM {} refuses to start: {}: {}", prefix,
                                   kv_sizing_release(rules), r.error->type, r.error->message));

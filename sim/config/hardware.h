@@ -126,6 +126,7 @@ struct PoolRequest {
   std::int64_t max_num_batched_tokens = 8192;
   std::optional<bool> disable_hybrid_kv_cache_manager;  // unset: vLLM's default for the model
   std::optional<bool> enable_prefix_caching;  // unset: on, off for models with mamba layers
+  MambaCacheMode mamba_cache_mode = MambaCacheMode::kNone;  // as asked (sim/config/mamba_cache.h)
 };
 
 /// The sizing question plan_kv_pool asks: `model`'s layers on one worker, the budget's memory

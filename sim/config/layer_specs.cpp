@@ -185,6 +185,15 @@ bool mixes_sliding_and_full(const AttentionLayout& a) {
   return has("sliding_attention") && has("full_attention");
 }
 
+bool has_mamba_layers(const ModelConfig& m) {
+  const AttentionLayout& a = m.attention;
+  if (!a.explicit_layers.empty())
+    return std::any_of(a.explicit_layers.begin(), a.explicit_layers.end(),
+                       [](const json& l) { return l.value("type", "") == "mamba"; });
+  return m.model_type == "qwen3_next" && std::find(a.layer_types.begin(), a.layer_types.end(),
+                                                   "linear_attention") != a.layer_types.end();
+}
+
 bool hybrid_manager_off_by_default(const ModelConfig& m) {
   if (!m.attention.explicit_layers.empty()) {
     for (const json& l : m.attention.explicit_layers)

@@ -67,15 +67,24 @@ struct KVLayerOptions {
   std::string kv_cache_dtype = "auto";               // vLLM's --kv-cache-dtype
   std::int64_t max_model_len = 8192;                 // mamba block size (mamba_cache_mode "none")
   KVSizingRules rules = KVSizingRules::kV020Hybrid;  // v0.20 aligns hybrid block sizes
+  MambaCacheMode mamba_cache_mode = MambaCacheMode::kNone;  // as chosen (sim/config/mamba_cache.h)
 };
 
 /// The KV cache specs of every layer on one worker, in model order, named as vLLM names them.
 /// For a model with mamba layers (v0.20 rules), the attention block size is raised until an
 /// attention page holds a mamba state, and the state page is padded to it
-/// (Platform._align_hybrid_block_size, kernel block alignment 16). Throws ConfigError on a
-/// combination vLLM refuses (gpt-oss with more workers than KV heads, an indivisible state).
+/// (Platform._align_hybrid_block_size, kernel block alignment 16); with mamba_cache_mode 'all'
+/// the raised size is a multiple of lcm(the model's mamba_chunk_size, the alignment). A mamba
+/// block holds max_model_len tokens in mode 'none', the attention block size in 'align', that
+/// raised size in 'all' (an explicit `layers:` list: the block_size it gives, else the attention
+/// block size). Throws ConfigError on a combination vLLM refuses (gpt-oss with more workers than
+/// KV heads, an indivisible state).
 [[nodiscard]] std::vector<NamedLayerSpec> model_layer_specs(const ModelConfig& m,
                                                             const KVLayerOptions& o);
+
+/// True when the model has mamba layers (Qwen3-Next's linear attention, or `mamba` entries of an
+/// explicit list): vLLM's is_hybrid or attention-free mamba models.
+[[nodiscard]] bool has_mamba_layers(const ModelConfig& m);
 
 /// True when the model mixes sliding-window and full-attention layers (gpt-oss, Gemma 3): a
 /// release with one KV cache type (vLLM v0.8.5's unify_hybrid_kv_cache_specs) then treats every

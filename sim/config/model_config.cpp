@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/common/text_file.h"
+#include "sim/config/mamba_cache.h"
 
 namespace kvsim {
 
@@ -42,6 +43,9 @@ constexpr std::string_view kModelKeys[] = {"config",
                                            "sliding_window",
                                            "use_sliding_window",
                                            "model_type",
+                                           "architectures",
+                                           "mamba_chunk_size",
+                                           "chunk_size",
                                            "kv_lora_rank",
                                            "qk_rope_head_dim",
                                            "qk_nope_head_dim",
@@ -141,6 +145,8 @@ ModelConfig build(const json& e_in, const ErrorAt& err, std::string name) {
   ModelConfig m;
   m.name = std::move(name);
   m.model_type = opt_string(e, "model_type", err).value_or("");
+  m.architectures =
+      detail::opt_string_list(e, "architectures", err).value_or(std::vector<std::string>{});
   m.num_hidden_layers = req_positive(e, "num_hidden_layers", err);
   m.num_attention_heads = req_positive(e, "num_attention_heads", err);
   m.hidden_size = req_positive(e, "hidden_size", err);
@@ -191,6 +197,14 @@ ModelConfig build(const json& e_in, const ErrorAt& err, std::string name) {
     if (auto sw = opt_nonneg(e, "sliding_window", 0, err); sw > 0) m.sliding_window = sw;
   }
   m.derived_max_model_len = derived_max_model_len(e, m, err);
+  for (std::string_view k : {"mamba_chunk_size", "chunk_size"}) {
+    if (auto v = opt_int(e, k, err)) {
+      if (*v < 1 || *v > (1 << 20))
+        throw err(k, fmt::format("field '{}' must be in [1, 1048576], got {}", k, *v));
+      m.mamba_chunk_size = *v;
+      break;
+    }
+  }
 
   m.kv_lora_rank = opt_nonneg(e, "kv_lora_rank", 0, err);
   m.mla = m.kv_lora_rank > 0;
@@ -290,6 +304,14 @@ json yaml_to_json(const YAML::Node& n) {
 }
 
 }  // namespace
+
+std::string ModelConfig::architecture() const {
+  return architectures.empty() ? std::string() : architectures.front();
+}
+
+bool ModelConfig::supports_mamba_prefix_caching() const {
+  return kvsim::supports_mamba_prefix_caching(architecture());
+}
 
 std::int64_t ModelConfig::kv_head_size() const {
   return mla ? kv_lora_rank + qk_rope_head_dim : head_dim;
@@ -401,6 +423,11 @@ YAML::Node model_config_yaml(const ModelConfig& m) {
   n["config"] = m.config_file.empty() ? null_node() : YAML::Node(m.config_file);
   n["name"] = m.name;
   n["model_type"] = m.model_type;
+  {
+    YAML::Node a(YAML::NodeType::Sequence);
+    for (const std::string& name : m.architectures) a.push_back(name);
+    n["architectures"] = a;
+  }
   n["num_hidden_layers"] = m.num_hidden_layers;
   n["num_attention_heads"] = m.num_attention_heads;
   n["num_key_value_heads"] = m.num_key_value_heads;
@@ -437,6 +464,7 @@ YAML::Node model_config_yaml(const ModelConfig& m) {
     n["first_k_dense_replace"] = m.first_k_dense_replace;
   }
   n["num_parameters"] = m.num_parameters_estimated ? null_node() : YAML::Node(m.num_parameters);
+  if (has_mamba_layers(m)) n["mamba_chunk_size"] = m.mamba_chunk_size;
   return n;
 }
 

@@ -6,15 +6,16 @@
 // top level): num_hidden_layers, num_attention_heads, num_key_value_heads (default: attention
 // heads), head_dim (default: hidden_size / num_attention_heads), hidden_size, intermediate_size (or
 // OPT's ffn_dim), vocab_size, max_position_embeddings, torch_dtype or dtype, tie_word_embeddings,
-// sliding_window (ignored when use_sliding_window is false), model_type, MLA (kv_lora_rank,
-// qk_rope_head_dim, qk_nope_head_dim, v_head_dim, q_lora_rank), MoE (n_routed_experts or
-// num_local_experts or num_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts,
-// first_k_dense_replace, shared_expert_intermediate_size), quantization_config
-// (sim/config/weights.h), num_parameters, rope_scaling (the derived maximum length), and what
-// decides each layer's KV spec (layer_types, sliding_window_pattern, attention_chunk_size,
-// no_rope_layers, linear attention, or an explicit `layers` list: sim/config/layer_specs.h). Gemma
-// 3's text_config gets transformers' defaults for the fields it leaves out (the public 27B config
-// has no vocab_size).
+// sliding_window (ignored when use_sliding_window is false), model_type, architectures (vLLM's
+// model class: whether it supports mamba prefix caching), mamba_chunk_size or chunk_size, MLA
+// (kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim, q_lora_rank), MoE
+// (n_routed_experts or num_local_experts or num_experts, num_experts_per_tok,
+// moe_intermediate_size, n_shared_experts, first_k_dense_replace, shared_expert_intermediate_size),
+// quantization_config (sim/config/weights.h), num_parameters, rope_scaling (the derived maximum
+// length), and what decides each layer's KV spec (layer_types, sliding_window_pattern,
+// attention_chunk_size, no_rope_layers, linear attention, or an explicit `layers` list:
+// sim/config/layer_specs.h). Gemma 3's text_config gets transformers' defaults for the fields it
+// leaves out (the public 27B config has no vocab_size).
 //
 // Parameter count, when no num_parameters field is given (biases and norms are left out; they are
 // well under 0.1% of every model above 100M parameters):
@@ -40,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/common/kv_sizing.h"
 #include "sim/common/yaml_util.h"
@@ -49,9 +51,11 @@
 namespace kvsim {
 
 struct ModelConfig {
-  std::string name;        // the file's stem, or `name` from YAML
+  std::string name;         // the file's stem, or `name` from YAML
   std::string config_file;  // the config.json read (resolved path); empty for an inline model
-  std::string model_type;  // "llama", "qwen2", "opt", "deepseek_v3", ...
+  std::string model_type;   // "llama", "qwen2", "opt", "deepseek_v3", ...
+  /// config.json's `architectures`: vLLM's model class is the first (model_config.architecture).
+  std::vector<std::string> architectures;
   std::int64_t num_hidden_layers = 0;
   std::int64_t num_attention_heads = 0;
   std::int64_t num_key_value_heads = 0;  // total, before tensor parallelism
@@ -70,6 +74,9 @@ struct ModelConfig {
                                                // use_sliding_window for Qwen)
   std::int64_t derived_max_model_len = 0;  // vLLM's default max_model_len (rope scaling applied)
   AttentionLayout attention;               // per-layer attention (sim/config/layer_specs.h)
+  /// vLLM's get_mamba_chunk_size (config/model.py:1331): mamba_chunk_size, else chunk_size, else
+  /// 2048. Aligns the block sizes of mamba_cache_mode 'all'.
+  std::int64_t mamba_chunk_size = 2048;
   // MLA (DeepSeek-V2/V3): one latent KV "head" of kv_lora_rank + qk_rope_head_dim per token.
   bool mla = false;
   std::int64_t kv_lora_rank = 0, qk_rope_head_dim = 0, qk_nope_head_dim = 0, v_head_dim = 0;
@@ -82,6 +89,11 @@ struct ModelConfig {
   std::int64_t num_active_parameters = 0;            // used per token (MoE: top-k experts only)
   bool num_parameters_estimated = true;              // false when the config gave num_parameters
 
+  /// vLLM's model_config.architecture: the first of `architectures` ("" when none is given).
+  [[nodiscard]] std::string architecture() const;
+  /// True when that architecture's vLLM class declares SupportsMambaPrefixCaching
+  /// (sim/config/mamba_cache.h; false without an architecture).
+  [[nodiscard]] bool supports_mamba_prefix_caching() const;
   /// Elements per KV head: kv_lora_rank + qk_rope_head_dim for MLA, else head_dim.
   [[nodiscard]] std::int64_t kv_head_size() const;
   /// The per-rank KV cache shape at this block size and tensor parallelism. kv_dtype_bytes = 0

@@ -2,6 +2,7 @@
 // table in sim/config/layer_specs.h).
 #include <fmt/format.h>
 
+#include <numeric>
 #include <set>
 
 #include "sim/config/layer_specs.h"
@@ -36,7 +37,8 @@ LayerKVSpec gdn_spec(const ModelConfig& m, const KVLayerOptions& o) {
   const auto element = kv_cache_element("auto", m.dtype).value();
   LayerKVSpec s;
   s.kind = KVSpecKind::kMamba;
-  s.block_size = o.max_model_len;  // mamba_cache_mode "none": one state per request
+  s.block_size = o.max_model_len;  // "none": one state per request; align_hybrid_block_size
+                                   // sets the other modes' sizes
   s.head_size = s.head_size_v = 0;
   s.shapes = {{a.linear_conv_kernel_dim - 1, conv_dim / tp},
               {a.linear_num_value_heads / tp, a.linear_value_head_dim, a.linear_key_head_dim}};
@@ -45,9 +47,13 @@ LayerKVSpec gdn_spec(const ModelConfig& m, const KVLayerOptions& o) {
   return s;
 }
 
-// Platform._align_hybrid_block_size (platforms/interface.py:502): raise the attention block size
-// to a multiple of the kernel alignment whose page holds one mamba state; pad the state to it.
-void align_hybrid_block_size(std::vector<NamedLayerSpec>& layers, std::int64_t block_size) {
+// Platform._align_hybrid_block_size (platforms/interface.py:502-625): raise the attention block
+// size until its page holds one mamba state -- a multiple of the kernel alignment, or with
+// mamba_cache_mode 'all' a multiple of lcm(mamba chunk size, alignment) -- and pad the state page
+// to the attention page. The mamba block: max_model_len ('none'), the attention block ('align'),
+// the chunk-aligned size ('all').
+void align_hybrid_block_size(std::vector<NamedLayerSpec>& layers, std::int64_t block_size,
+                             MambaCacheMode mode, std::int64_t mamba_chunk_size) {
   const LayerKVSpec* attention = nullptr;
   const LayerKVSpec* mamba = nullptr;
   for (const NamedLayerSpec& l : layers)
@@ -57,13 +63,24 @@ void align_hybrid_block_size(std::vector<NamedLayerSpec>& layers, std::int64_t b
   one.block_size = 1;
   const std::int64_t per_token = page_size_bytes(one), state = page_size_bytes(*mamba);
   const std::int64_t align = std::max<std::int64_t>(16, block_size);  // FlashAttention: 16
-  const std::int64_t attn_block = align * cdiv(state, align * per_token);
+  std::int64_t attn_block = 0;
+  if (mode == MambaCacheMode::kAll) {
+    const std::int64_t chunk = std::lcm(mamba_chunk_size, align);
+    attn_block = chunk * cdiv(cdiv(state, per_token), chunk);
+  } else {
+    attn_block = align * cdiv(state, align * per_token);
+  }
   const std::int64_t bs = std::max(block_size, attn_block);
+  const std::int64_t mamba_block = mode == MambaCacheMode::kAll     ? attn_block
+                                   : mode == MambaCacheMode::kAlign ? bs
+                                                                    : mamba->block_size;
   for (NamedLayerSpec& l : layers) {
-    if (l.spec.kind != KVSpecKind::kMamba)
+    if (l.spec.kind != KVSpecKind::kMamba) {
       l.spec.block_size = bs;
-    else if (bs * per_token != state)
-      l.spec.page_size_padded = bs * per_token;
+      continue;
+    }
+    l.spec.block_size = mamba_block;
+    if (bs * per_token != state) l.spec.page_size_padded = bs * per_token;
   }
 }
 
@@ -85,8 +102,10 @@ std::vector<NamedLayerSpec> explicit_layer_specs(const ModelConfig& m, const KVL
     LayerKVSpec s = parse_layer_spec(l, defaults, "layers", err);
     if (s.kind == KVSpecKind::kMLA && !l.contains("cache_dtype_str"))
       s.cache_dtype_str = o.kv_cache_dtype;
-    if (s.kind == KVSpecKind::kMamba && !l.contains("block_size"))
-      s.block_size = o.max_model_len;  // one state per request
+    if (s.kind == KVSpecKind::kMamba && !l.contains("block_size"))  // one state per request,
+      s.block_size = o.mamba_cache_mode == MambaCacheMode::kNone    // else the attention block
+                         ? o.max_model_len
+                         : o.block_size;
     std::string name =
         l.contains("name") && l["name"].is_string()
             ? l["name"].get<std::string>()
@@ -164,7 +183,8 @@ std::vector<NamedLayerSpec> model_layer_specs(const ModelConfig& m, const KVLaye
       }
       out.push_back({layer_name(m, i, false), std::move(s)});
     }
-    if (o.rules == KVSizingRules::kV020Hybrid) align_hybrid_block_size(out, o.block_size);
+    if (o.rules == KVSizingRules::kV020Hybrid)
+      align_hybrid_block_size(out, o.block_size, o.mamba_cache_mode, m.mamba_chunk_size);
   }
   return out;
 }

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "sim/config/mamba_cache.h"
+
 namespace kvsim {
 namespace {
 
@@ -22,8 +24,10 @@ std::string flow_text(const YAML::Node& node) {
 
 /// The KV pool: from the model and memory budget by the profile's release rules (s.plan, with
 /// that release's start-up check that one max_model_len request fits), else from the cache's
-/// block count. Needs the engine, model, hardware, cache and scheduler sections parsed.
-void size_pool(Scenario& s) {
+/// block count. Resolves cache.enable_prefix_caching (absent: vLLM's default for the model) and
+/// cache.mamba_cache_mode (sim/config/mamba_cache.h). Needs the engine, model, hardware, cache and
+/// scheduler sections parsed; `cache` is the scenario's cache section.
+void size_pool(Scenario& s, const YAML::Node& cache) {
   const std::int64_t bs = s.cache.sizing.block_size;
   CacheSizingConfig sizing = s.cache.sizing;
   if (s.cache.capacity_tokens) sizing.num_gpu_blocks_override = *s.cache.capacity_tokens / bs;
@@ -33,8 +37,14 @@ void size_pool(Scenario& s) {
     PoolRequest request;
     request.max_model_len = s.scheduler.max_model_len;
     request.max_num_batched_tokens = s.scheduler.max_num_batched_tokens;
+    if (has_key(cache, "enable_prefix_caching"))
+      request.enable_prefix_caching = s.cache.enable_prefix_caching;
+    request.mamba_cache_mode = s.cache.mamba_cache_mode;
+    s.cache.enable_prefix_caching =
+        choose_mamba_cache_mode(*s.model, request, rules).enable_prefix_caching;
     s.plan = plan_kv_pool(*s.model, s.hardware, sizing, request, rules, s.file);
     s.num_gpu_blocks = s.plan->sizing.num_gpu_blocks;
+    s.cache.mamba_cache_mode = s.plan->layout->limits.mamba_cache_mode;
   } else if (sizing.num_gpu_blocks_override) {
     s.num_gpu_blocks = *sizing.num_gpu_blocks_override;
   } else {
@@ -58,6 +68,32 @@ void size_pool(Scenario& s) {
                       s.file, s.cache.swap_space, blocks, kMaxGpuBlocks));
     s.num_cpu_blocks = static_cast<std::int64_t>(blocks);
   }
+}
+
+/// vLLM v0.20.1's refusals of mamba_cache_mode 'align' (check_mamba_align), at the scheduler key
+/// at fault, else at the cache key that asked for prefix caching or the mode.
+void check_mamba_align_settings(const Scenario& s, const YAML::Node& root, const YamlContext& top) {
+  if (!s.plan || !s.plan->layout) return;
+  MambaAlignLimits limits;
+  limits.block_size = s.plan->layout->engine_block_size;
+  limits.max_num_batched_tokens = s.scheduler.max_num_batched_tokens;
+  limits.long_prefill_token_threshold = s.scheduler.long_prefill_token_threshold;
+  limits.enable_chunked_prefill = s.scheduler_v0.enable_chunked_prefill.value_or(true);
+  limits.has_mamba_layers = s.model && has_mamba_layers(*s.model);
+  const auto bad = check_mamba_align(s.cache.mamba_cache_mode, limits);
+  if (!bad) return;
+  const std::string model = !s.model                          ? "no model"
+                            : s.model->architecture().empty() ? s.model->name
+                                                              : s.model->architecture();
+  const std::string message =
+      fmt::format("scheduler.{}: vLLM v0.20.1 refuses mamba_cache_mode 'align' ({}): {}", bad->key,
+                  model, bad->message);
+  const YAML::Node sched = root["scheduler"], cache = root["cache"];
+  if (has_key(sched, bad->key))
+    throw yaml_error(sched[bad->key], top.child("scheduler").child(bad->key), message);
+  for (const char* key : {"mamba_cache_mode", "enable_prefix_caching"})
+    if (has_key(cache, key)) throw yaml_error(cache[key], top.child("cache").child(key), message);
+  throw yaml_error(YAML::Node(), top.child("scheduler").child(bad->key), message);
 }
 
 /// workload.n and workload.parallel_sampling against the engine: forks need vLLM V0's engine,
@@ -296,7 +332,8 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
   s.scheduler = parse_scheduler(root["scheduler"], top.child("scheduler"),
                                 s.model ? &*s.model : nullptr, s.engine.profile);
   s.scheduler_v0 = parse_scheduler_v0(root["scheduler"], top.child("scheduler"));
-  size_pool(s);
+  size_pool(s, root["cache"]);
+  check_mamba_align_settings(s, root, top);
   if (const auto bad = check_engine_params(s.engine_params())) {
     // A setting the profile's release does not have: at the key where the scenario gives it.
     const std::string section(bad->key.substr(0, bad->key.find('.')));

@@ -25,7 +25,9 @@
 //   cache:     block_size [16], gpu_memory_utilization [0.9], kv_cache_memory_bytes,
 //              num_gpu_blocks_override, capacity_tokens (num_gpu_blocks = capacity / block_size;
 //              not with the override), activation_reserve_bytes [2 GiB], cache_dtype [auto],
-//              enable_prefix_caching [true], num_preallocate_tokens [64; 0 in cache_only],
+//              enable_prefix_caching [true; false for a model with mamba layers],
+//              mamba_cache_mode [none; vllm-0.20 picks all or align with prefix caching on:
+//              sim/config/mamba_cache.h], num_preallocate_tokens [64; 0 in cache_only],
 //              swap_space [4: GiB per GPU, vllm-0.7.2-v0's CPU pool; other profiles refuse
 //              another value]
 //              (CacheConfig, scenario_sections.h; sizing keys in sim/config/hardware.h)

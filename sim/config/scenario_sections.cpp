@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "sim/config/mamba_cache.h"
+
 namespace kvsim {
 
 namespace {
@@ -49,6 +51,8 @@ CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool ti
   CacheConfig c;
   c.sizing = load_cache_sizing(cache, ctx);
   c.enable_prefix_caching = get_bool(cache, "enable_prefix_caching", ctx, true);
+  c.mamba_cache_mode = *parse_mamba_cache_mode(
+      get_choice(cache, "mamba_cache_mode", ctx, "none", {"none", "align", "all"}));
   c.num_preallocate_tokens =
       get_int(cache, "num_preallocate_tokens", ctx, timed ? 64 : 0, 0, 1 << 24);
   c.capacity_tokens = get_optional_int(cache, "capacity_tokens", ctx, 1);
@@ -70,6 +74,7 @@ CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool ti
 YAML::Node cache_yaml(const CacheConfig& c) {
   YAML::Node n = cache_sizing_yaml(c.sizing);
   n["enable_prefix_caching"] = c.enable_prefix_caching;
+  n["mamba_cache_mode"] = mamba_cache_mode_name(c.mamba_cache_mode);
   n["num_preallocate_tokens"] = c.num_preallocate_tokens;
   n["capacity_tokens"] = optional_node(c.capacity_tokens);
   n["swap_space"] = number_node(c.swap_space);

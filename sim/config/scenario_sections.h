@@ -39,7 +39,12 @@ inline constexpr std::string_view kEngineKeys[] = {"profile", "mode", "contiguou
 /// `cache:` -- the KV cache (vLLM's CacheConfig plus the sizing keys of sim/config/hardware.h).
 struct CacheConfig {
   CacheSizingConfig sizing;  // block_size, gpu_memory_utilization, ...
+  /// Absent: vLLM v0.20.1's default, on except for a model with mamba layers (the scenario
+  /// resolves it with the model: sim/config/mamba_cache.h).
   bool enable_prefix_caching = true;
+  /// vLLM's --mamba-cache-mode (none | align | all, default none); resolved as vLLM v0.20.1
+  /// chooses it for a model with mamba layers (all or align when prefix caching is on).
+  MambaCacheMode mamba_cache_mode = MambaCacheMode::kNone;
   std::int64_t num_preallocate_tokens = 64;     // vLLM 0.7.2; default 0 in cache_only mode
   std::optional<std::int64_t> capacity_tokens;  // num_gpu_blocks = capacity_tokens / block_size
   /// vLLM V0's CPU swap space, GiB per GPU (vLLM's default 4): num_cpu_blocks = swap bytes /
@@ -53,6 +58,7 @@ inline constexpr std::string_view kCacheKeys[] = {"block_size",
                                                   "activation_reserve_bytes",
                                                   "cache_dtype",
                                                   "enable_prefix_caching",
+                                                  "mamba_cache_mode",
                                                   "num_preallocate_tokens",
                                                   "capacity_tokens",
                                                   "swap_space"};
