@@ -13,6 +13,16 @@ void Simulator::schedule_engine() {
     core_->schedule(out_);
   } catch (const EngineAborted& e) {
     const Request* r = e.request();
+    if (r == nullptr)  // not the swap space: an exception of vLLM's own code ends the run
+      throw RunError(fmt::format(
+          "step {}: the engine raised out of schedule(), as the {} engine does, ending the run: "
+          "{}{}",
+          step_, profile_name(scenario_.engine.profile), e.what(),
+          std::string_view(e.what()).starts_with("IndexError")
+              ? " (vLLM v0.7.2's V0 Block object-pool defect: a Block object moved to the CPU by a "
+                "swap keeps the pool_id of the GPU's object pool and is freed into the CPU's pool; "
+                "a later swap-out pops that id beyond the CPU pool's object list)"
+              : ""));
     const std::string who =
         r && static_cast<std::size_t>(r->index()) < request_ids_.size()
             ? fmt::format("request {}", request_ids_[static_cast<std::size_t>(r->index())])
