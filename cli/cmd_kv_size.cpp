@@ -21,6 +21,7 @@
 #include "sim/config/layer_specs.h"
 #include "sim/config/mamba_cache.h"
 #include "sim/config/model_config.h"
+#include "sim/config/scenario_sections.h"
 
 namespace kvsim::cli {
 
@@ -29,13 +30,14 @@ namespace {
 constexpr const char* kAbout =
     "The KV cache a model gets on a GPU, sized by a vLLM release's rules. CONFIG is a Hugging Face "
     "config.json, a YAML file with a model: section, or the name of a config shipped in "
-    "scenarios/models/ (llama-3.1-8b, gpt-oss-120b, gemma-3-27b-it, ...). --profile picks the "
-    "release (default vllm-0.7.2: every layer full attention in one pool; vllm-0.20: "
-    "sliding-window, chunked-local and mamba layers in KV cache groups sharing one pool). vLLM "
+    "scenarios/models/ (llama-3.1-8b, gpt-oss-120b, gemma-3-27b-it, ...). --gpu takes a count "
+    "(H100x8: the model split over 8 GPUs, as --tensor-parallel-size 8). --profile picks the "
+    "release (default vllm-0.20: sliding-window, chunked-local and mamba layers in KV cache groups "
+    "sharing one pool; vllm-0.7.2 and vllm-0.8.5: every layer full attention in one pool). vLLM "
     "refuses to start when one max_model_len request (default: the model's derived maximum) does "
-    "not fit; kv-size then prints vLLM's error and exits 2. With --json-lines (and --profile "
-    "vllm-0.20) it reads sizing questions on stdin (the acceptance cases' .input.json objects, one "
-    "per line) and writes one answer per line, vLLM's error included.";
+    "not fit; kv-size then prints vLLM's error and exits 2. With --json-lines (vllm-0.20) it "
+    "reads sizing questions on stdin (the acceptance cases' .input.json objects, one per line) "
+    "and writes one answer per line, vLLM's error included.";
 
 constexpr std::string_view kOldKVDtypes[] = {"auto", "bfloat16", "float16", "float32",
                                              "fp8",  "fp8_e4m3", "fp8_e5m2"};
@@ -125,19 +127,20 @@ int kv_size(const Args& args) {
   CacheSizingConfig cache;
   HardwareConfig hw;
   bool json_out = false;
-  std::string profile = "vllm-0.7.2";
+  std::string profile = profile_name(kDefaultProfile);
   std::optional<std::string> max_model_len_arg;
-  std::int64_t max_num_batched_tokens = 8192;
+  std::int64_t max_num_batched_tokens = 0;
   std::string disable_hma_text;
   std::string prefix_caching_text, mamba_mode_text = "none";
   bool json_lines = false;
-  CommandLine cl("kv-size", "--model CONFIG [options] | --profile vllm-0.20 --json-lines", kAbout);
+  CommandLine cl("kv-size", "--model CONFIG [options] | --json-lines", kAbout);
   // One flag per entry: name, value (target, range, metavar), help. clang-format would align the
   // chain's line comments across the whole table.
   // clang-format off
   cl.options()
       ("model", text(&model_arg, "CONFIG"), "the model's config (required)")
-      ("gpu", text(&gpu, "NAME"), "GPU preset (default: H100-80GB)")
+      ("gpu", text(&gpu, "NAME[xN]"),
+       "GPU preset, with the count one engine spans (H100x8; default: H100-80GB, one GPU)")
       ("kv-cache-memory-bytes",
        integer(&cache.kv_cache_memory_bytes, 1, std::int64_t{1} << 60, "N"),
        "KV cache bytes per GPU, instead of the GPU's memory budget")
@@ -145,7 +148,7 @@ int kv_size(const Args& args) {
       ("tensor-parallel-size", integer(&hw.tensor_parallel_size, 1, 1024, "N"),
        "GPUs the model is split over (default: 1)")
       ("gpu-memory-utilization", number(&cache.gpu_memory_utilization, 1e-6, 1.0, "F"),
-       "fraction of the GPU's memory vLLM may use (default: 0.9; vllm-0.20: 0.92)")
+       "fraction of the GPU's memory vLLM may use (default: vllm-0.20 0.92, earlier 0.9)")
       ("num-gpu-blocks-override",
        integer(&cache.num_gpu_blocks_override, 1, std::int64_t{1} << 31, "N"),
        "the block count, instead of the computed one")
@@ -156,12 +159,12 @@ int kv_size(const Args& args) {
        "auto (the model's dtype), bfloat16, float16, fp8, ... (the release's list)")
       ("json", flag(&json_out), "print the sizing as JSON")
       ("profile", text(&profile, "NAME"),
-       "the release whose sizing rules apply: vllm-0.7.2 (default), vllm-0.8.5, vllm-0.20")
+       "the release whose sizing rules apply: vllm-0.20 (default), vllm-0.8.5, vllm-0.7.2")
       ("max-model-len", text(&max_model_len_arg, "L|auto"),
        "the longest request (default: the model's derived maximum; auto: the longest that fits, "
        "vllm-0.20)")
       ("max-num-batched-tokens", integer(&max_num_batched_tokens, 1, std::int64_t{1} << 34, "M"),
-       "the scheduler's token budget (default: 8192)")
+       "the scheduler's token budget (default: vllm serve's; 8192 on an H100 or H200)")
       ("disable-hybrid-kv-cache-manager",
        po::value<std::string>(&disable_hma_text)->implicit_value("true")->value_name("B"),
        "one pool of every layer as full attention (vllm-0.20; =false: the default hybrid pool)")
@@ -225,9 +228,25 @@ int kv_size(const Args& args) {
     throw ConfigError(
         fmt::format("kv-size: {} needs --profile vllm-0.20",
                     disable_hma ? "--disable-hybrid-kv-cache-manager" : "--max-model-len auto"));
-  if (v020 && !util_given) cache.gpu_memory_utilization = 0.92;  // vLLM v0.20's default
   cache.cache_dtype = cache_dtype;
-  hw.gpu = gpu_preset(gpu);
+  GpuWithCount gpus;
+  try {
+    gpus = parse_gpu_with_count(gpu);
+  } catch (const ConfigError& e) {
+    throw cl.error(fmt::format("--gpu: {}", e.what()));
+  }
+  hw.gpu = gpus.gpu;
+  if (gpus.count) {
+    if (cl.given("tensor-parallel-size") && hw.tensor_parallel_size != *gpus.count)
+      throw cl.error(fmt::format("--tensor-parallel-size: {} but --gpu {} says {} GPUs; give the "
+                                 "count once",
+                                 hw.tensor_parallel_size, gpu, *gpus.count));
+    hw.tensor_parallel_size = *gpus.count;
+  }
+  // What `vllm serve` leaves to the release and the GPU.
+  const ServeDefaults defaults = serve_defaults(*find_profile(profile), hw.gpu);
+  if (!util_given) cache.gpu_memory_utilization = defaults.gpu_memory_utilization;
+  if (!cl.given("max-num-batched-tokens")) max_num_batched_tokens = defaults.max_num_batched_tokens;
   const ModelConfig model = load_model_arg(model_arg);
   PoolRequest request;
   request.max_model_len = model.derived_max_model_len;
@@ -265,6 +284,7 @@ int kv_size(const Args& args) {
       if (mamba) j["mamba_cache_mode"] = mamba_cache_mode_name(mode);
       if (!cache.kv_cache_memory_bytes)
         j["memory_budget"] = {{"gpu", hw.gpu.name},
+                              {"tensor_parallel_size", hw.tensor_parallel_size},
                               {"gpu_memory_utilization", cache.gpu_memory_utilization},
                               {"usable_bytes", b.usable_bytes},
                               {"weight_bytes_per_gpu", b.weight_bytes},

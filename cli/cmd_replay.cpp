@@ -25,14 +25,14 @@ constexpr std::size_t kFlushBytes = 1 << 20;
 int replay(const Args& args) {
   std::string path = "-";
   ReplayOptions options;
-  Profile profile = Profile::kVllm072;
+  Profile profile = kDefaultProfile;
   CommandLine cl("replay", "[FILE|-] [options]",
                  "Reads an op trace (JSON Lines, one op per line; FILE, or - for stdin, the "
                  "default) and writes one JSON result line per op.");
   cl.positional("FILE", text(&path, "FILE"), 1, /*required=*/false);
   cl.options()  //
       ("profile", cli::profile(&profile), "the engine release whose op protocol and answers to "
-                                          "replay (default vllm-0.7.2)")
+                                          "replay (default vllm-0.20)")
       ("check-invariants", flag(&options.check_invariants),
        "verify the pool/manager/scheduler invariants after every op");
   if (!cl.parse(args)) return 0;

@@ -31,9 +31,9 @@ namespace kvsim {
 
 /// What `engine.profile` names: one engine family at one release.
 enum class Profile : std::uint8_t {
-  kVllm072,     // vLLM v0.7.2 V1 (the default)
+  kVllm072,     // vLLM v0.7.2 V1
   kVllm085,     // vLLM v0.8.5.post1 V1
-  kVllm020,     // vLLM v0.20.1 V1
+  kVllm020,     // vLLM v0.20.1 V1 (the default: kDefaultProfile)
   kVllm072V0,   // vLLM v0.7.2 V0 (block space manager, swapped queue)
   kOrcaMax,     // contiguous: each request reserves max_model_len slots
   kOrcaPow2,    // contiguous: prompt + true output rounded up to a power of two
@@ -54,6 +54,10 @@ struct ProfileInfo {
   EngineFamily family;
   const char* summary;  // one line for --help and error messages
 };
+
+/// The release a scenario, `kvsim replay` and `kvsim kv-size` simulate when none is named: the
+/// one people deploy (vLLM v0.20.1).
+inline constexpr Profile kDefaultProfile = Profile::kVllm020;
 
 /// Every profile, in enum order.
 std::span<const ProfileInfo> profiles();

@@ -42,14 +42,40 @@ std::string gib(std::int64_t bytes) {
 
 std::span<const GpuPreset> gpu_presets() { return presets(); }
 
+namespace {
+
+/// Lower case without '-', '_' and spaces: "H100-80GB", "h100_80gb" and "H100 80GB" are one name.
+std::string gpu_key(std::string_view name) {
+  std::string k;
+  for (unsigned char c : name)
+    if (c != '-' && c != '_' && c != ' ') k += static_cast<char>(std::tolower(c));
+  return k;
+}
+
+/// Spellings of a preset besides its name (compared as gpu_key). H100 alone means the SXM5 part,
+/// as in every cloud's instance list; A100 alone means the 40 GB part, as AWS (p4d), GCP (a2) and
+/// SkyPilot name it.
+struct GpuAlias {
+  std::string_view alias;
+  std::string_view preset;
+};
+constexpr GpuAlias kGpuAliases[] = {
+    {"h100", "H100-80GB"},          {"h100sxm", "H100-80GB"},     {"h100sxm5", "H100-80GB"},
+    {"h100sxm80gb", "H100-80GB"},   {"h100sxm580gb", "H100-80GB"}, {"h100pcie80gb", "H100-PCIe"},
+    {"h200", "H200-141GB"},         {"h200sxm", "H200-141GB"},    {"h200sxm141gb", "H200-141GB"},
+    {"a100", "A100-40GB"},          {"a100sxm4", "A100-40GB"},    {"a100sxm440gb", "A100-40GB"},
+    {"a100sxm80gb", "A100-80GB"},   {"a100sxm480gb", "A100-80GB"}, {"l40s48gb", "L40S"},
+    {"l424gb", "L4"},               {"a10g24gb", "A10G"},
+};
+
+}  // namespace
+
 const GpuPreset* find_gpu_preset(std::string_view name) {
-  // Any spelling of the case ("h100-80gb") names the preset (no two presets differ only by case).
-  const auto same = [](std::string_view a, std::string_view b) {
-    return std::ranges::equal(
-        a, b, [](unsigned char x, unsigned char y) { return std::tolower(x) == std::tolower(y); });
-  };
+  const std::string key = gpu_key(name);
+  for (const GpuAlias& a : kGpuAliases)
+    if (key == a.alias) return find_gpu_preset(a.preset);
   for (const GpuPreset& p : presets())
-    if (same(p.name, name)) return &p;
+    if (gpu_key(p.name) == key) return &p;
   return nullptr;
 }
 
@@ -61,24 +87,57 @@ GpuPreset gpu_preset(std::string_view name) {
   if (auto s = did_you_mean(name, names)) msg += fmt::format(" (did you mean '{}'?)", *s);
   std::string all;
   for (auto n : names) all += (all.empty() ? "" : ", ") + std::string(n);
-  throw ConfigError(msg + " (known: " + all + ")");
+  throw ConfigError(msg + " (known: " + all + "; H100, H200 and A100 name the SXM parts, a count "
+                    "as H100x8)");
+}
+
+GpuWithCount parse_gpu_with_count(std::string_view text) {
+  const auto digits = [](std::string_view d) {
+    return !d.empty() && std::ranges::all_of(d, [](unsigned char c) { return std::isdigit(c); });
+  };
+  const auto count_of = [&](std::string_view d) -> std::int64_t {
+    std::int64_t n = 0;
+    for (char c : d) {
+      n = n * 10 + (c - '0');
+      if (n > 1024) break;
+    }
+    if (n < 1 || n > 1024)
+      throw ConfigError(fmt::format("GPU '{}': the count {} is outside [1, 1024]", text, d));
+    return n;
+  };
+  // The whole text first: a preset's own name never has a count.
+  if (const GpuPreset* p = find_gpu_preset(text)) return {*p, std::nullopt};
+  const std::size_t colon = text.rfind(':');
+  if (colon != std::string_view::npos && digits(text.substr(colon + 1)))
+    return {gpu_preset(text.substr(0, colon)), count_of(text.substr(colon + 1))};
+  const std::size_t last_x = text.find_last_of("xX*");
+  if (last_x != std::string_view::npos && last_x > 0 && digits(text.substr(last_x + 1)))
+    return {gpu_preset(text.substr(0, last_x)), count_of(text.substr(last_x + 1))};
+  const std::size_t first_x = text.find_first_of("xX*");
+  if (first_x != std::string_view::npos && digits(text.substr(0, first_x)))
+    return {gpu_preset(text.substr(first_x + 1)), count_of(text.substr(0, first_x))};
+  return {gpu_preset(text), std::nullopt};
 }
 
 HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx) {
   check_keys(hardware, std::span<const std::string_view>(kHardwareKeys), ctx);
   HardwareConfig hw;
   const std::string name = get_string(hardware, "gpu", ctx, std::string(kDefaultGpu));
-  if (const GpuPreset* p = find_gpu_preset(name)) {
-    hw.gpu = *p;
-  } else {
-    try {
-      hw.gpu = gpu_preset(name);
-    } catch (const ConfigError& e) {
-      throw yaml_error(hardware["gpu"], ctx.child("gpu"),
-                       fmt::format("{}: {}", ctx.child("gpu").path, e.what()));
-    }
+  GpuWithCount g;
+  try {
+    g = parse_gpu_with_count(name);
+  } catch (const ConfigError& e) {
+    throw yaml_error(hardware["gpu"], ctx.child("gpu"),
+                     fmt::format("{}: {}", ctx.child("gpu").path, e.what()));
   }
-  hw.tensor_parallel_size = get_int(hardware, "tensor_parallel_size", ctx, 1, 1, 1024);
+  hw.gpu = std::move(g.gpu);
+  hw.tensor_parallel_size =
+      get_int(hardware, "tensor_parallel_size", ctx, g.count.value_or(1), 1, 1024);
+  if (g.count && *g.count != hw.tensor_parallel_size)
+    throw yaml_error(hardware["tensor_parallel_size"], ctx.child("tensor_parallel_size"),
+                     fmt::format("{}: {} but gpu '{}' says {} GPUs; give the count once",
+                                 ctx.child("tensor_parallel_size").path, hw.tensor_parallel_size,
+                                 name, *g.count));
   hw.gpu.memory_bytes =
       get_int(hardware, "gpu_memory_bytes", ctx, hw.gpu.memory_bytes, 1, std::int64_t{1} << 50);
   hw.gpu.peak_flops_per_s =
@@ -90,11 +149,13 @@ HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx)
   return hw;
 }
 
-CacheSizingConfig load_cache_sizing(const YAML::Node& cache, const YamlContext& ctx) {
+CacheSizingConfig load_cache_sizing(const YAML::Node& cache, const YamlContext& ctx,
+                                    double default_gpu_memory_utilization) {
   require_map(cache, ctx);
   CacheSizingConfig c;
   c.block_size = get_int(cache, "block_size", ctx, 16, 1, 1 << 16);
-  c.gpu_memory_utilization = get_double(cache, "gpu_memory_utilization", ctx, 0.9, 1e-6, 1.0);
+  c.gpu_memory_utilization = get_double(cache, "gpu_memory_utilization", ctx,
+                                        default_gpu_memory_utilization, 1e-6, 1.0);
   c.kv_cache_memory_bytes =
       get_optional_int(cache, "kv_cache_memory_bytes", ctx, 1, std::int64_t{1} << 60);
   c.num_gpu_blocks_override = get_optional_int(cache, "num_gpu_blocks_override", ctx, 1);

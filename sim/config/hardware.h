@@ -42,13 +42,27 @@ struct GpuPreset {
 /// All presets, in a fixed order: H100-80GB, H100-PCIe, H200-141GB, A100-80GB, A100-40GB, L40S,
 /// L4, A10G.
 [[nodiscard]] std::span<const GpuPreset> gpu_presets();
-/// The preset named `name` (exact, else case-insensitive), or nullptr.
+/// The preset named `name`, or nullptr. Case, '-', '_' and spaces do not matter, and the common
+/// spellings name their part: H100 / H100-SXM = H100-80GB (the SXM5 part), H200 = H200-141GB,
+/// A100 = A100-40GB (the clouds' and SkyPilot's A100; A100-80GB names the larger one).
 [[nodiscard]] const GpuPreset* find_gpu_preset(std::string_view name);
 /// The preset named `name`; throws ConfigError "unknown GPU 'H10' (did you mean 'H100-80GB'?)".
 [[nodiscard]] GpuPreset gpu_preset(std::string_view name);
 
+/// A GPU named with a count, as people write it: "H100x8", "8xH100", "H100:8" (SkyPilot), or
+/// just "H100" (no count). The count is the number of GPUs one engine spans (its
+/// tensor_parallel_size).
+struct GpuWithCount {
+  GpuPreset gpu;
+  std::optional<std::int64_t> count;
+};
+/// Parses "NAME", "NAMExN", "NxNAME" or "NAME:N" (N in [1, 1024]); throws ConfigError naming the
+/// problem (an unknown GPU with did-you-mean, or a bad count).
+[[nodiscard]] GpuWithCount parse_gpu_with_count(std::string_view text);
+
 /// The scenario's `hardware:` section.
-///   gpu: NAME (default H100-80GB), tensor_parallel_size: 1,
+///   gpu: NAME or NAMExN (default H100-80GB; xN sets tensor_parallel_size, which may then be given
+///   only with the same value), tensor_parallel_size: 1,
 ///   gpu_memory_bytes / peak_flops_per_s / hbm_bytes_per_s / host_link_bytes_per_s: override
 ///   the preset's figures.
 struct HardwareConfig {
@@ -86,8 +100,11 @@ inline constexpr std::string_view kCacheSizingKeys[] = {"block_size",
                                                         "num_gpu_blocks_override",
                                                         "activation_reserve_bytes",
                                                         "cache_dtype"};
-/// Reads the sizing keys of `cache:` (does not reject other keys).
-[[nodiscard]] CacheSizingConfig load_cache_sizing(const YAML::Node& cache, const YamlContext& ctx);
+/// Reads the sizing keys of `cache:` (does not reject other keys); gpu_memory_utilization
+/// defaults to `default_gpu_memory_utilization` (the release's, scenario_sections.h
+/// serve_defaults).
+[[nodiscard]] CacheSizingConfig load_cache_sizing(const YAML::Node& cache, const YamlContext& ctx,
+                                                  double default_gpu_memory_utilization = 0.9);
 /// The sizing keys of a resolved `cache:` section, in kCacheSizingKeys order (null for an absent
 /// override); load_cache_sizing of it gives `c` back.
 [[nodiscard]] YAML::Node cache_sizing_yaml(const CacheSizingConfig& c);

@@ -328,9 +328,10 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
   if (timed && !s.model)
     throw ConfigError(file + ": model: required in timed mode (the latency model needs it)");
   s.hardware = load_hardware(root["hardware"], top.child("hardware"));
-  s.cache = parse_cache(root["cache"], top.child("cache"), timed);
+  const ServeDefaults defaults = serve_defaults(s.engine.profile, s.hardware.gpu);
+  s.cache = parse_cache(root["cache"], top.child("cache"), timed, defaults);
   s.scheduler = parse_scheduler(root["scheduler"], top.child("scheduler"),
-                                s.model ? &*s.model : nullptr, s.engine.profile);
+                                s.model ? &*s.model : nullptr, s.engine.profile, defaults);
   s.scheduler_v0 = parse_scheduler_v0(root["scheduler"], top.child("scheduler"));
   size_pool(s, root["cache"]);
   check_mamba_align_settings(s, root, top);

@@ -11,18 +11,20 @@
 //
 // Schema (defaults in brackets; typed struct, parser and writer in parentheses):
 //   name [file stem]  seed [0]
-//   engine:    profile [vllm-0.7.2] | vllm-0.8.5 | vllm-0.20 | orca-max | orca-pow2 | orca-oracle
-//              (core/engine_api.h's table), mode [timed] | cache_only, contiguous_fit [first_fit]
+//   engine:    profile [vllm-0.20] | vllm-0.8.5 | vllm-0.7.2 | vllm-0.7.2-v0 | orca-max |
+//              orca-pow2 | orca-oracle (core/engine_api.h's table), mode [timed] | cache_only, contiguous_fit [first_fit]
 //              | best_fit | buddy (where a contiguous profile places its reservation: a hole,
 //              or a power-of-two buddy block; read by those profiles only) (scenario_sections.h)
 //   model:     config: HF config.json path, and/or inline HF fields; required in timed mode
 //              (ModelConfig, sim/config/model_config.h). Its sliding_window reaches the engine
 //              (vllm-0.8.5 manages it; vllm-0.7.2 ignores it); vllm-0.20 gets one KV cache
 //              group per attention type of the pool sizing's layout (gpt-oss: window + full).
-//   hardware:  gpu [H100-80GB], tensor_parallel_size [1], gpu_memory_bytes, peak_flops_per_s,
+//   hardware:  gpu [H100-80GB; H100, H200, A100 and a count as H100x8 are understood],
+//              tensor_parallel_size [1, or gpu's count], gpu_memory_bytes, peak_flops_per_s,
 //              hbm_bytes_per_s, host_link_bytes_per_s (PCIe, one direction: vllm-0.7.2-v0's
 //              swaps) (HardwareConfig, sim/config/hardware.h)
-//   cache:     block_size [16], gpu_memory_utilization [0.9], kv_cache_memory_bytes,
+//   cache:     block_size [16], gpu_memory_utilization [vllm-0.20 0.92, else 0.9: the
+//              release's, serve_defaults of scenario_sections.h], kv_cache_memory_bytes,
 //              num_gpu_blocks_override, capacity_tokens (num_gpu_blocks = capacity / block_size;
 //              not with the override), activation_reserve_bytes [2 GiB], cache_dtype [auto],
 //              enable_prefix_caching [true; false for a model with mamba layers],
@@ -31,7 +33,8 @@
 //              swap_space [4: GiB per GPU, vllm-0.7.2-v0's CPU pool; other profiles refuse
 //              another value]
 //              (CacheConfig, scenario_sections.h; sizing keys in sim/config/hardware.h)
-//   scheduler: max_num_seqs [256], max_num_batched_tokens [8192],
+//   scheduler: max_num_seqs [256; vllm-0.20 on a >= 70 GiB GPU but an A100: 1024],
+//              max_num_batched_tokens [8192; vllm-0.20 on the other GPUs: 2048],
 //              max_model_len [model's max_position_embeddings, else 8192; never above it],
 //              long_prefill_token_threshold [0: off; vllm-0.8.5, vllm-0.20],
 //              async_scheduling [true; vllm-0.20 only: EngineCore's batch queue of two steps,

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <vector>
 
 #include "sim/config/mamba_cache.h"
@@ -16,11 +17,20 @@ Profile get_profile(const YAML::Node& engine, const YamlContext& ctx) {
   std::vector<std::string_view> names;
   for (const ProfileInfo& p : profiles()) names.emplace_back(p.name);
   const std::size_t i =
-      get_choice_index(engine, "profile", ctx, profile_name(Profile::kVllm072), names);
+      get_choice_index(engine, "profile", ctx, profile_name(kDefaultProfile), names);
   return profiles()[i].profile;
 }
 
 }  // namespace
+
+ServeDefaults serve_defaults(Profile profile, const GpuPreset& gpu) {
+  if (profile != Profile::kVllm020) return {};
+  std::string name = gpu.name;
+  for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const bool large = gpu.memory_bytes >= (std::int64_t{70} << 30) &&
+                     name.find("a100") == std::string::npos;
+  return {0.92, large ? 1024 : 256, large ? 8192 : 2048};
+}
 
 const char* mode_name(EngineConfig::Mode m) {
   return m == EngineConfig::Mode::kTimed ? "timed" : "cache_only";
@@ -46,10 +56,11 @@ YAML::Node engine_yaml(const EngineConfig& c) {
   return n;
 }
 
-CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool timed) {
+CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool timed,
+                        const ServeDefaults& defaults) {
   check_keys(cache, std::span<const std::string_view>(kCacheKeys), ctx);
   CacheConfig c;
-  c.sizing = load_cache_sizing(cache, ctx);
+  c.sizing = load_cache_sizing(cache, ctx, defaults.gpu_memory_utilization);
   c.enable_prefix_caching = get_bool(cache, "enable_prefix_caching", ctx, true);
   c.mamba_cache_mode = *parse_mamba_cache_mode(
       get_choice(cache, "mamba_cache_mode", ctx, "none", {"none", "align", "all"}));
@@ -82,7 +93,8 @@ YAML::Node cache_yaml(const CacheConfig& c) {
 }
 
 SchedulerConfig parse_scheduler(const YAML::Node& sched, const YamlContext& ctx,
-                                const ModelConfig* model, Profile profile) {
+                                const ModelConfig* model, Profile profile,
+                                const ServeDefaults& defaults) {
   check_keys(sched, std::span<const std::string_view>(kSchedulerKeys), ctx);
   SchedulerConfig c = with_release_defaults(SchedulerConfig{}, profile);
   if (release_features(profile).v020_scheduler_settings) {
@@ -96,9 +108,9 @@ SchedulerConfig parse_scheduler(const YAML::Node& sched, const YamlContext& ctx,
                          fmt::format("scheduler.{}: {} (vLLM's release) has no such setting", key,
                                      profile_name(profile)));
   }
-  c.max_num_seqs = get_int(sched, "max_num_seqs", ctx, 256, 1, 1 << 20);
-  c.max_num_batched_tokens =
-      get_int(sched, "max_num_batched_tokens", ctx, 8192, 1, std::int64_t{1} << 30);
+  c.max_num_seqs = get_int(sched, "max_num_seqs", ctx, defaults.max_num_seqs, 1, 1 << 20);
+  c.max_num_batched_tokens = get_int(sched, "max_num_batched_tokens", ctx,
+                                     defaults.max_num_batched_tokens, 1, std::int64_t{1} << 30);
   const std::int64_t model_len = model ? model->max_position_embeddings : 0;
   c.max_model_len = get_int(sched, "max_model_len", ctx, model_len > 0 ? model_len : 8192, 1,
                             std::int64_t{1} << 30);

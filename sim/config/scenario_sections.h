@@ -26,11 +26,22 @@ namespace kvsim {
 /// `engine:` -- which vLLM behaviour to reproduce and how time is simulated.
 struct EngineConfig {
   enum class Mode : std::uint8_t { kTimed, kCacheOnly };
-  Profile profile = Profile::kVllm072;
+  Profile profile = kDefaultProfile;
   Mode mode = Mode::kTimed;
   FitPolicy contiguous_fit = FitPolicy::kFirstFit;  // read by the contiguous profiles only
 };
 const char* mode_name(EngineConfig::Mode m);
+/// What `vllm serve` picks for the keys a scenario leaves out, by release and GPU. vLLM v0.20.1:
+/// gpu_memory_utilization 0.92 (config/cache.py:66); for the OpenAI server max_num_batched_tokens
+/// 8192 and max_num_seqs 1024 on a GPU of >= 70 GiB that is not an A100, else 2048 and 256
+/// (engine/arg_utils.py:2205-2227). Earlier releases: kvsim's long-standing defaults (0.9, 256,
+/// 8192), which its scenarios and cases were written against.
+struct ServeDefaults {
+  double gpu_memory_utilization = 0.9;
+  std::int64_t max_num_seqs = 256;
+  std::int64_t max_num_batched_tokens = 8192;
+};
+[[nodiscard]] ServeDefaults serve_defaults(Profile profile, const GpuPreset& gpu);
 inline constexpr std::string_view kEngineKeys[] = {"profile", "mode", "contiguous_fit"};
 /// Reads `engine:` (absent: the defaults).
 [[nodiscard]] EngineConfig parse_engine(const YAML::Node& engine, const YamlContext& ctx);
@@ -62,8 +73,10 @@ inline constexpr std::string_view kCacheKeys[] = {"block_size",
                                                   "num_preallocate_tokens",
                                                   "capacity_tokens",
                                                   "swap_space"};
-/// Reads `cache:`; `timed` picks num_preallocate_tokens' default (64 timed, 0 cache_only).
-[[nodiscard]] CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool timed);
+/// Reads `cache:`; `timed` picks num_preallocate_tokens' default (64 timed, 0 cache_only),
+/// `defaults` gpu_memory_utilization's.
+[[nodiscard]] CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool timed,
+                                      const ServeDefaults& defaults);
 [[nodiscard]] YAML::Node cache_yaml(const CacheConfig& c);
 
 inline constexpr std::string_view kSchedulerKeys[] = {
@@ -75,9 +88,11 @@ inline constexpr std::string_view kSchedulerKeys[] = {
 /// Reads `scheduler:`. max_model_len defaults to the model's max_position_embeddings (8192 without
 /// a model or without that field) and may not exceed it. async_scheduling and
 /// scheduler_reserve_full_isl exist only for a release that has them (vllm-0.20; both default to
-/// true as there); another profile refuses them at their line and column.
+/// true as there); another profile refuses them at their line and column. max_num_seqs and
+/// max_num_batched_tokens default to `defaults`.
 [[nodiscard]] SchedulerConfig parse_scheduler(const YAML::Node& scheduler, const YamlContext& ctx,
-                                              const ModelConfig* model, Profile profile);
+                                              const ModelConfig* model, Profile profile,
+                                              const ServeDefaults& defaults);
 /// Every key (the release's own keys only for a profile that has them).
 [[nodiscard]] YAML::Node scheduler_yaml(const SchedulerConfig& c, Profile profile);
 

@@ -108,3 +108,65 @@ TEST_CASE("kv-size of every shipped model under every profile", "[sim]") {
   for (const auto& f : fs::directory_iterator(fs::path(KVSIM_SOURCE_DIR) / "scenarios/models"))
     if (f.path().extension() == ".json") CHECK(models.count(f.path().stem().string()) == 1);
 }
+
+// With no --profile (vLLM v0.20.1's rules and defaults: gpu_memory_utilization 0.92, a budget of
+// 8,192 tokens on an H100 or H200) every shipped config sizes on the GPUs that serve it, named as
+// people name them. gpt-oss-120b on one H100: vLLM v0.20.1 reports 19,265 blocks.
+TEST_CASE("kv-size of every shipped model with no --profile, on GPUs that serve it", "[sim]") {
+  struct Serve {
+    const char* model;
+    const char* gpu;
+    std::int64_t tensor_parallel_size;
+    const char* extra = "";
+  };
+  const Serve kServe[] = {
+      {"deepseek-v3", "H200x8", 8},  // 627 GiB of FP8 weights: 8 x H100 fall 7 GiB short
+      {"gemma-3-27b-it", "H100", 1},
+      {"gpt-oss-120b", "H100", 1},
+      {"gpt-oss-20b", "H100", 1},
+      {"llama-3.1-70b", "8xA100", 8},
+      {"llama-3.1-8b", "H100", 1},
+      // 10M tokens of context fit no node: vLLM's --max-model-len auto takes what fits.
+      {"llama-4-scout-17b-16e", "H100:4", 4, " --max-model-len auto"},
+      {"mistral-7b", "A100", 1},
+      {"opt-125m", "L4", 1},
+      {"opt-13b", "A100-80GB", 1},
+      {"qwen2-1.5b", "L4", 1},
+      {"qwen2.5-7b", "H200", 1},
+      {"qwen3-30b-a3b", "H100", 1},
+      {"qwen3-8b", "h100-sxm", 1},
+      {"qwen3-next-80b-a3b", "H100x4", 4},
+  };
+  const std::string exe = kvsim::test::kvsim_exe();
+  const kvsim::test::TempDir tmp("kv-serve");
+  const fs::path out = tmp.path / "out", err = tmp.path / "err";
+  std::set<std::string> models;
+  for (const Serve& s : kServe) {
+    INFO(s.model << " on " << s.gpu);
+    models.insert(s.model);
+    const std::string cmd = exe + " kv-size --model " + s.model + " --gpu " + s.gpu + s.extra +
+                            " --json > " + out.string() + " 2> " + err.string();
+    REQUIRE(WEXITSTATUS(std::system(cmd.c_str())) == 0);
+    const json j = json::parse(kvsim::test::slurp(out));
+    CHECK(j["memory_budget"]["gpu_memory_utilization"].get<double>() == 0.92);
+    CHECK(j["memory_budget"]["tensor_parallel_size"].get<std::int64_t>() ==
+          s.tensor_parallel_size);
+    CHECK(j["num_blocks"].get<std::int64_t>() > 0);
+    CHECK(j["max_concurrency"].get<double>() >= 1.0);
+    if (std::string(s.model) == "gpt-oss-120b") {
+      CHECK(j["num_blocks"].get<std::int64_t>() == 19265);
+      CHECK(j["memory_budget"]["gpu"].get<std::string>() == "H100-80GB");
+    }
+  }
+  for (const auto& f : fs::directory_iterator(fs::path(KVSIM_SOURCE_DIR) / "scenarios/models"))
+    if (f.path().extension() == ".json") CHECK(models.count(f.path().stem().string()) == 1);
+  // One GPU too few is vLLM's refusal (exit 2), the count written twice must agree.
+  for (const char* bad : {"--model deepseek-v3 --gpu H100x8",
+                          "--model llama-3.1-8b --gpu H100x2 --tensor-parallel-size 4",
+                          "--model llama-3.1-8b --gpu H100x0"}) {
+    INFO(bad);
+    const std::string cmd = exe + " kv-size " + bad + " > " + out.string() + " 2> " + err.string();
+    CHECK(WEXITSTATUS(std::system(cmd.c_str())) == 2);
+  }
+  CHECK_THAT(kvsim::test::slurp(err), Catch::Contains("--gpu: GPU 'H100x0': the count 0"));
+}

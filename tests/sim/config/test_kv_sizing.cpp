@@ -122,7 +122,8 @@ TEST_CASE("kvsim kv-size prints the sizing as JSON and rejects a bad flag with s
   const auto& dir = tmp.path;
   const std::string out = (dir / "out.json").string(), err = (dir / "err.txt").string();
   const std::string cmd = exe + " kv-size --model " + model_path("qwen2-1.5b") +
-                          " --kv-cache-memory-bytes 41318436454 --json > " + out;
+                          " --profile vllm-0.7.2 --kv-cache-memory-bytes 41318436454 --json > " +
+                          out;
   REQUIRE(std::system(cmd.c_str()) == 0);
   std::ifstream in(out);
   const nlohmann::json j = nlohmann::json::parse(in);

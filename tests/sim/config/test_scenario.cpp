@@ -50,7 +50,7 @@ TEST_CASE("a minimal scenario gets vLLM's defaults", "[sim]") {
   const Scenario s = parse_text(kBase);
   CHECK(s.name == "base");
   CHECK(s.seed == 3);
-  CHECK(s.engine.profile == Profile::kVllm072);
+  CHECK(s.engine.profile == Profile::kVllm020);  // the default release, vLLM v0.20.1
   CHECK(s.engine.mode == EngineConfig::Mode::kTimed);
   CHECK(s.cache.sizing.block_size == 16);
   CHECK(s.cache.num_preallocate_tokens == 64);
@@ -64,7 +64,8 @@ TEST_CASE("a minimal scenario gets vLLM's defaults", "[sim]") {
 TEST_CASE("set overrides replace values, create sections and parse YAML scalars", "[sim]") {
   const Scenario s = parse_text(
       kBase, {"cache.block_size=32", "cache.enable_prefix_caching=false", "outputs.steps_every=1",
-              "cache.num_gpu_blocks_override=500", "seed=9", "engine.mode=cache_only"});
+              "cache.num_gpu_blocks_override=500", "seed=9", "engine.mode=cache_only",
+              "scheduler.max_model_len=16000"});  // 500 blocks of 32 hold one such request
   CHECK(s.cache.sizing.block_size == 32);
   CHECK_FALSE(s.cache.enable_prefix_caching);
   CHECK(s.outputs.steps_every == 1);

@@ -93,7 +93,8 @@ TEST_CASE("a stop-at-EOS request whose EOS lies past max_model_len is served and
                           "{\"arrival_s\": 3, \"prompt_tokens\": 30, \"output_tokens\": 20}\n");
   auto run = [&](const std::string& eos, const std::string& name) {
     const std::string yaml =
-        "name: " + name + "\nseed: 3\nmodel: {config: " + std::string(KVSIM_SOURCE_DIR) +
+        "name: " + name + "\nseed: 3\nengine: {profile: vllm-0.7.2}\nmodel: {config: " +
+        std::string(KVSIM_SOURCE_DIR) +
         "/scenarios/models/opt-125m.json}\ncache: {block_size: 16, num_gpu_blocks_override: "
         "64}\nscheduler: {max_model_len: 100}\nworkload: {trace: {format: jsonl, path: " +
         trace.string() + "}, " + eos + "}\n";

@@ -150,8 +150,8 @@ TEST_CASE("kvsim replay on the command line reproduces a generated sched case", 
   const fs::path kvsim = kvsim::test::kvsim_exe();
   const kvsim::test::TempDir dir("replay-cli");
   const fs::path out = dir.path / "out.jsonl";
-  // No --profile: the default, vllm-0.7.2; then each profile by name.
-  const std::pair<const char*, const char*> runs[] = {{"", "vllm-0.7.2"},
+  // No --profile: the default, vllm-0.20; then each profile by name.
+  const std::pair<const char*, const char*> runs[] = {{"", "vllm-0.20.1"},
                                                       {" --profile vllm-0.7.2", "vllm-0.7.2"},
                                                       {" --profile=vllm-0.8.5", "vllm-0.8.5.post1"},
                                                       {" --profile vllm-0.20", "vllm-0.20.1"}};

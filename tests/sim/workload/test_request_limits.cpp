@@ -65,7 +65,9 @@ std::vector<std::vector<std::string>> csv_rows(const fs::path& p) {
 
 /// Runs a timed scenario over `workload` (1 ms steps, max_model_len 100) into `dir`.
 fs::path run_timed(const std::string& workload, const fs::path& dir) {
-  const std::string yaml = "name: limits\nseed: 3\nmodel: {config: " + kModel +
+  // vLLM v0.7.2's OpenAI server rule (the default release, v0.20.1, serves these requests).
+  const std::string yaml = "name: limits\nseed: 3\nengine: {profile: vllm-0.7.2}\nmodel: {config: " +
+                           kModel +
                            "}\ncache: {block_size: 16, num_gpu_blocks_override: 64}\nscheduler: "
                            "{max_model_len: 100}\nworkload: " +
                            workload + "\n";
