@@ -134,13 +134,19 @@ TEST_CASE("every shipped scenario's resolved file spells out its defaults and re
   }
 
   const YAML::Node def = resolved.at("scenarios/default.yaml");
-  CHECK(text(def["workload"]["num_requests"]) == "500");
-  CHECK(text(def["workload"]["arrival"]["rate_per_s"]) == "20");
+  CHECK(text(def["workload"]["num_requests"]) == "1000");  // the test's cap of 3,000
+  CHECK(text(def["workload"]["arrival"]["rate_per_s"]) == "10");
   CHECK(text(def["workload"]["prompt_tokens"]["lognormal"]["sigma"]) == "0.8");
   CHECK(text(def["workload"]["prompt_tokens"]["min"]) == "1");
-  CHECK(text(def["workload"]["prompt_tokens"]["max"]) == "4000");
+  CHECK(text(def["workload"]["prompt_tokens"]["max"]) == "8000");
+  // The default profile, with vllm serve's defaults on an H100.
+  CHECK(text(def["engine"]["profile"]) == "vllm-0.20");
+  CHECK(text(def["hardware"]["gpu"]) == "H100-80GB");
+  CHECK(text(def["scheduler"]["max_num_seqs"]) == "1024");
+  CHECK(text(def["scheduler"]["max_num_batched_tokens"]) == "8192");
+  CHECK(text(def["scheduler"]["async_scheduling"]) == "true");
   const YAML::Node sp = def["workload"]["system_prompts"];
-  CHECK(text(sp["tokens"]["fixed"]) == "512");
+  CHECK(text(sp["tokens"]["fixed"]) == "1500");
   CHECK(text(sp["tokens"]["min"]) == "0");
   CHECK(text(sp["tokens"]["max"]) == "10000000");
   CHECK(text(sp["popularity"]["zipf"]) == "1.1");
@@ -385,9 +391,8 @@ TEST_CASE("a scenario that sets no key resolves to every key of every section", 
   CHECK(keys_of(r["engine"]) == keys_of(kEngineKeys));
   CHECK(keys_of(r["hardware"]) == keys_of(kHardwareKeys));
   CHECK(keys_of(r["cache"]) == keys_of(kCacheKeys));
-  // (vllm-0.20's own scheduler keys are written only under that profile.)
-  CHECK(keys_of(r["scheduler"]) ==
-        keys_of(kSchedulerKeys, {"async_scheduling", "scheduler_reserve_full_isl"}));
+  // The default profile, vllm-0.20, has every scheduler key.
+  CHECK(keys_of(r["scheduler"]) == keys_of(kSchedulerKeys));
   CHECK(keys_of(r["validate"]) == keys_of(kValidateKeys));
   CHECK(keys_of(r["outputs"]) == keys_of(kOutputsKeys));
   CHECK(keys_of(r["workload"]) == keys_of(kWorkloadKeys, {"trace"}));
@@ -419,8 +424,12 @@ TEST_CASE("a scenario that sets no key resolves to every key of every section", 
   // The defaults, spelled out; an absent optional is null.
   CHECK(text(r["name"]) == "minimal");
   CHECK(text(r["seed"]) == "0");
-  CHECK(text(r["engine"]["profile"]) == "vllm-0.7.2");
+  CHECK(text(r["engine"]["profile"]) == "vllm-0.20");
   CHECK(text(r["hardware"]["gpu"]) == "H100-80GB");
+  CHECK(text(r["cache"]["gpu_memory_utilization"]) == "0.92");
+  CHECK(text(r["scheduler"]["max_num_seqs"]) == "1024");
+  CHECK(text(r["scheduler"]["async_scheduling"]) == "true");
+  CHECK(text(r["scheduler"]["scheduler_reserve_full_isl"]) == "true");
   CHECK(text(r["cache"]["activation_reserve_bytes"]) == "2147483648");
   CHECK(text(r["scheduler"]["max_model_len"]) == "131072");
   CHECK(text(r["workload"]["arrival"]["rate_per_s"]) == "10");
