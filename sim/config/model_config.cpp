@@ -423,7 +423,7 @@ YAML::Node model_config_yaml(const ModelConfig& m) {
   n["config"] = m.config_file.empty() ? null_node() : YAML::Node(m.config_file);
   n["name"] = m.name;
   n["model_type"] = m.model_type;
-  {
+  if (has_mamba_layers(m)) {  // what picks the mamba cache mode; other models need no record
     YAML::Node a(YAML::NodeType::Sequence);
     for (const std::string& name : m.architectures) a.push_back(name);
     n["architectures"] = a;

@@ -377,7 +377,7 @@ std::string resolved_yaml(const Scenario& s) {
   root["engine"] = engine_yaml(s.engine);
   root["model"] = s.model ? model_config_yaml(*s.model) : null_node();
   root["hardware"] = hardware_yaml(s.hardware);
-  root["cache"] = cache_yaml(s.cache);
+  root["cache"] = cache_yaml(s.cache, s.model && has_mamba_layers(*s.model));
   root["scheduler"] = scheduler_yaml(s.scheduler, s.engine.profile);
   {
     YAML::Node sched = root["scheduler"];

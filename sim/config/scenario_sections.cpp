@@ -82,10 +82,11 @@ CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool ti
   return c;
 }
 
-YAML::Node cache_yaml(const CacheConfig& c) {
+YAML::Node cache_yaml(const CacheConfig& c, bool mamba) {
   YAML::Node n = cache_sizing_yaml(c.sizing);
   n["enable_prefix_caching"] = c.enable_prefix_caching;
-  n["mamba_cache_mode"] = mamba_cache_mode_name(c.mamba_cache_mode);
+  if (mamba || c.mamba_cache_mode != MambaCacheMode::kNone)
+    n["mamba_cache_mode"] = mamba_cache_mode_name(c.mamba_cache_mode);
   n["num_preallocate_tokens"] = c.num_preallocate_tokens;
   n["capacity_tokens"] = optional_node(c.capacity_tokens);
   n["swap_space"] = number_node(c.swap_space);

@@ -77,7 +77,9 @@ inline constexpr std::string_view kCacheKeys[] = {"block_size",
 /// `defaults` gpu_memory_utilization's.
 [[nodiscard]] CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool timed,
                                       const ServeDefaults& defaults);
-[[nodiscard]] YAML::Node cache_yaml(const CacheConfig& c);
+/// `mamba`: the model has mamba layers; mamba_cache_mode is written for such a model or when not
+/// 'none' (vLLM's align checks apply to any model), so other resolved files keep their keys.
+[[nodiscard]] YAML::Node cache_yaml(const CacheConfig& c, bool mamba);
 
 inline constexpr std::string_view kSchedulerKeys[] = {
     "max_num_seqs",           "max_num_batched_tokens",
