@@ -79,19 +79,8 @@ void ClusterSimulator::block_ids(std::span<const std::int32_t> prompt, std::int6
 }
 
 void ClusterSimulator::queue_arrival(RequestSpec spec, bool open_loop) {
-  std::int64_t slot;
-  if (!free_pending_.empty()) {
-    slot = free_pending_.back();
-    free_pending_.pop_back();
-    pending_[static_cast<std::size_t>(slot)] = std::move(spec);
-    pending_open_loop_[static_cast<std::size_t>(slot)] = open_loop;
-  } else {
-    slot = static_cast<std::int64_t>(pending_.size());
-    pending_.push_back(std::move(spec));
-    pending_open_loop_.push_back(open_loop);
-  }
-  const SimTimeNs t =
-      std::max(pending_[static_cast<std::size_t>(slot)].arrival_ns, arrivals_.now());
+  const std::int64_t slot = pending_.put(std::move(spec), open_loop);
+  const SimTimeNs t = std::max(pending_.at(slot).arrival_ns, arrivals_.now());
   arrivals_.schedule(t, kPriorityArrival, EventKind::kArrival, slot);
 }
 
@@ -166,10 +155,8 @@ void ClusterSimulator::run() {
   for (std::size_t r = 0; r < replicas_.size(); ++r) replicas_[r]->attach(taps_[r].get());
   pull_next_open_loop();
   while (auto ev = arrivals_.next()) {
-    const auto ps = static_cast<std::size_t>(ev->payload);
-    const bool open_loop = pending_open_loop_[ps];
-    RequestSpec spec = std::move(pending_[ps]);
-    free_pending_.push_back(ev->payload);
+    const bool open_loop = pending_.open_loop(ev->payload);
+    RequestSpec spec = pending_.take(ev->payload);
     if (open_loop) pull_next_open_loop();
     // Refused before routing (spec §1.2): every replica runs the same profile and server rule.
     if (!replicas_.front()->admits(spec)) {

@@ -24,6 +24,7 @@
 #include "sim/cluster/router.h"
 #include "sim/config/scenario.h"
 #include "sim/engine/engine.h"
+#include "sim/engine/pending_arrivals.h"
 #include "sim/engine/simulator.h"
 #include "sim/metrics/cluster_outputs.h"
 
@@ -85,9 +86,7 @@ class ClusterSimulator {
   const volatile std::sig_atomic_t* interrupt_ = nullptr;
 
   Engine arrivals_;  // arrival events only (cache_only)
-  std::vector<RequestSpec> pending_;
-  std::vector<bool> pending_open_loop_;
-  std::vector<std::int64_t> free_pending_;
+  PendingArrivals pending_;  // arrivals not yet happened
   bool open_loop_done_ = false;
 
   std::vector<ReplicaLoad> loads_;

@@ -311,7 +311,7 @@ void Simulator::handle_timed(const Event& ev) {
   switch (ev.kind) {
     case EventKind::kArrival: {
       // An open-loop arrival pulls the next one, so exactly one is queued at a time.
-      const bool open_loop = pending_open_loop_[static_cast<std::size_t>(ev.payload)];
+      const bool open_loop = pending_.open_loop(ev.payload);
       on_arrival(ev.payload);
       if (open_loop) pull_next_open_loop();
       break;
@@ -334,10 +334,8 @@ void Simulator::handle_timed(const Event& ev) {
 
 void Simulator::handle_cache_only(const Event& ev) {
   if (ev.kind != EventKind::kArrival) return;
-  const auto ps = static_cast<std::size_t>(ev.payload);
-  const bool open_loop = pending_open_loop_[ps];
-  RequestSpec spec = std::move(pending_[ps]);
-  free_pending_.push_back(ev.payload);
+  const bool open_loop = pending_.open_loop(ev.payload);
+  RequestSpec spec = pending_.take(ev.payload);
   if (open_loop) pull_next_open_loop();
   if (!serve_cache_only(spec, cache_only_outputs_)) {
     source_.on_dropped(spec);

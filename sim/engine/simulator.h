@@ -45,6 +45,7 @@
 #include "sim/config/scenario.h"
 #include "sim/engine/engine.h"
 #include "sim/engine/observer.h"
+#include "sim/engine/pending_arrivals.h"
 #include "sim/engine/server_admission.h"
 #include "sim/workload/workload.h"
 
@@ -239,9 +240,7 @@ class Simulator {
   std::vector<std::int64_t> free_slots_;
   std::vector<std::int64_t> final_kv_tokens_;  // by slot
   std::vector<std::uint64_t> request_ids_;     // by slot
-  std::vector<RequestSpec> pending_;           // arrivals not yet happened
-  std::vector<bool> pending_open_loop_;        // from source.next() (else a follow-up turn)
-  std::vector<std::int64_t> free_pending_;
+  PendingArrivals pending_;  // arrivals not yet happened
   RingDeque<std::int64_t> unadmitted_;        // live slots that arrived, behind the waiting queue
   std::int64_t unadmitted_gone_ = 0;          // of those, aborted by their clients (skipped)
   std::vector<std::int64_t> pending_aborts_;  // slots the engine aborts when the step ends

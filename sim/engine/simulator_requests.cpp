@@ -14,18 +14,8 @@ namespace kvsim {
 // ---- arrivals -------------------------------------------------------------------------------
 
 void Simulator::queue_arrival(RequestSpec spec, bool open_loop) {
-  std::int64_t slot;
-  if (!free_pending_.empty()) {
-    slot = free_pending_.back();
-    free_pending_.pop_back();
-    pending_[static_cast<std::size_t>(slot)] = std::move(spec);
-    pending_open_loop_[static_cast<std::size_t>(slot)] = open_loop;
-  } else {
-    slot = static_cast<std::int64_t>(pending_.size());
-    pending_.push_back(std::move(spec));
-    pending_open_loop_.push_back(open_loop);
-  }
-  const SimTimeNs t = std::max(pending_[static_cast<std::size_t>(slot)].arrival_ns, engine_.now());
+  const std::int64_t slot = pending_.put(std::move(spec), open_loop);
+  const SimTimeNs t = std::max(pending_.at(slot).arrival_ns, engine_.now());
   engine_.schedule(t, kPriorityArrival, EventKind::kArrival, slot);
 }
 
@@ -128,8 +118,7 @@ std::int64_t Simulator::add_live(RequestSpec spec, const OutputPlan& plan, std::
 }
 
 void Simulator::on_arrival(std::int64_t pending_slot) {
-  RequestSpec spec = std::move(pending_[static_cast<std::size_t>(pending_slot)]);
-  free_pending_.push_back(pending_slot);
+  RequestSpec spec = pending_.take(pending_slot);
   const PerRequestConfig& pr = scenario_.workload.per_request;
   const bool fork = pr.parallel_sampling == PerRequestConfig::ParallelSampling::kFork;
   std::int64_t parent = -1;
