@@ -214,7 +214,8 @@ TEST_CASE("kvsim run: a bad per-request field exits 2 with one line naming file:
     INFO(b.text);
     write(b.file, b.text);
     const std::string scenario = (tmp.path / "s.yaml").string();
-    write(scenario, "name: bad\nmodel: {config: " + model +
+    // vLLM v0.7.2's rules: 64 blocks hold no max_model_len (2,048) request under v0.20.1's check.
+    write(scenario, "name: bad\nengine: {profile: vllm-0.7.2}\nmodel: {config: " + model +
                         "}\ncache: {num_gpu_blocks_override: 64}\nworkload: "
                         "{trace: {format: " +
                         b.format + ", path: " + b.file + "}}\n");

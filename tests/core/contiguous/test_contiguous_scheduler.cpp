@@ -622,7 +622,7 @@ TEST_CASE("random runs match the naive model step by step, invariants after ever
 }
 
 TEST_CASE(
-    "under buddy a reservation takes a power-of-two block; the rounding is internal "
+    "under buddy a reservation takes a power-of-two block and the rounding is internal "
     "fragmentation",
     "[core]") {
   Bench e(Res::kOracle, 256, 64, 4096, 2048, FitPolicy::kBuddy);

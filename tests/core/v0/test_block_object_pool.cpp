@@ -105,7 +105,7 @@ TEST_CASE("a GPU pool id within the CPU pool's list is harmless", "[core]") {
   CHECK(bm.find_violation() == "");
 }
 
-TEST_CASE("object ids lost to the CPU make the GPU pool double; the first id past the CPU "
+TEST_CASE("object ids lost to the CPU make the GPU pool double and the first id past the CPU "
           "pool's list raises on the next swap-out", "[core]") {
   // 1 GPU block (4 objects), 1 CPU block (4 objects): each round allocates a sequence, swaps it
   // out and frees it on the CPU, so GPU object k is lost and k heads the CPU pool's free ids.

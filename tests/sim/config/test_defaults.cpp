@@ -54,7 +54,7 @@ TEST_CASE("a scenario without engine.profile runs vllm-0.20 with v0.20.1's own d
   CHECK(s.num_gpu_blocks == avail / (32 * 16 * 8 * 128 * 2 * 2));
 }
 
-TEST_CASE("vllm serve's defaults depend on the GPU; older releases keep theirs", "[sim]") {
+TEST_CASE("vllm serve's defaults depend on the GPU and older releases keep theirs", "[sim]") {
   // A100 (any size) and GPUs under 70 GiB: 256 sequences, 2,048 tokens (arg_utils.py:2205-2227).
   for (const char* gpu : {"A100-80GB", "A100", "L40S"}) {
     INFO(gpu);
