@@ -1,6 +1,6 @@
 #pragma once
 // ClusterSimulator: N replicas of the scenario's engine (each a complete Simulator with its own
-// pool, prefix cache and clock position) behind one router (../shared/spec/cluster-routing.md).
+// pool, prefix cache and clock position) behind one router (shared/spec/cluster-routing.md).
 //
 // cache_only mode (spec §8): requests one at a time in timestamp order (equal timestamps keep
 // their order; follow-up turns arrive at max(their arrival, now) as in a single engine), each

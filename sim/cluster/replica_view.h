@@ -1,5 +1,5 @@
 #pragma once
-// What a router's view holds of a replica's engine (../shared/spec/cluster-routing.md §1.3): the
+// What a router's view holds of a replica's engine (shared/spec/cluster-routing.md §1.3): the
 // polled metrics as of the replica's last step end before the view's last refresh. The timed
 // routers' decision functions read it; the timed loop (to come) fills it at each refresh.
 

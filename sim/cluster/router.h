@@ -1,5 +1,5 @@
 #pragma once
-// Router: picks a replica for each request (../shared/spec/cluster-routing.md §2, §6.2, §8). A
+// Router: picks a replica for each request (shared/spec/cluster-routing.md §2, §6.2, §8). A
 // decision is a pure function of the router's configuration, the request, its view of the
 // replicas and its own random state; a router keeps only router-local state (a cursor, its RNG).
 // One policy per file (round_robin.cpp, random_router.cpp, ...); make_router builds the one a

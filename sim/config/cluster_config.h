@@ -1,5 +1,5 @@
 #pragma once
-// `cluster:` -- N replicas of the scenario's engine behind a router (../shared/spec/
+// `cluster:` -- N replicas of the scenario's engine behind a router (shared/spec/
 // cluster-routing.md; the room that runs them is sim/cluster/). Absent, or `replicas: 1`, the run
 // is today's single engine, byte for byte (config.resolved.yaml shows the section only when
 // replicas > 1).

@@ -1,5 +1,5 @@
 #pragma once
-// A cluster run's own outputs (sim/OUTPUTS.md, "Cluster runs"; ../shared/spec/cluster-routing.md
+// A cluster run's own outputs (sim/OUTPUTS.md, "Cluster runs"; shared/spec/cluster-routing.md
 // §10): routing.csv (one row per routing decision), the per-replica figures of summary.json
 // (ReplicaStats, an observer on one replica) and the cluster keys summary.json adds.
 

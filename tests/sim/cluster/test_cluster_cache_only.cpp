@@ -1,4 +1,4 @@
-// Cache-only cluster runs (../shared/spec/cluster-routing.md §8, §10): the reference figures of
+// Cache-only cluster runs (shared/spec/cluster-routing.md §8, §10): the reference figures of
 // the Mooncake synthetic trace, round-robin replicas equal to single runs over the split trace,
 // the cluster outputs, requests refused before routing, determinism.
 

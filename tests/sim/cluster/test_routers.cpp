@@ -1,4 +1,4 @@
-// The routers' decision rules (../shared/spec/cluster-routing.md §2, §6.2), on hand-made loads
+// The routers' decision rules (shared/spec/cluster-routing.md §2, §6.2), on hand-made loads
 // with hand-computed answers: the cursor, ties to the lowest index, the first drawn on equal
 // loads, the spec's splitmix64 chain.
 

@@ -1,4 +1,4 @@
-// The timed routers' decision functions (../shared/spec/cluster-routing.md §2-§6) on hand-made
+// The timed routers' decision functions (shared/spec/cluster-routing.md §2-§6) on hand-made
 // views, with hand-computed answers: vLLM DP's score, scan order and bump (and the dense-model
 // round-robin), Dynamo's cost and tie-breaks, the llm-d weighted sum and random tie-break,
 // SGLang's balance test.
