@@ -4,9 +4,9 @@
 //   `kvsim run` processes (fork/exec of /proc/self/exe), then merges them into
 //   DIR/<name>/sweep.csv. With --emit-jobs, writes one
 //   `kvsim run ...` command per line instead (for GNU parallel or a Slurm array) and runs nothing.
-// kvsim merge SWEEP_DIR [-o FILE]
-//   One row per run folder of a sweep (the swept keys, parsed from the folder names, then the
-//   summary.json scalars, kv_breakdown flattened as kv_breakdown.<part>) into SWEEP_DIR/sweep.csv.
+//   Before anything runs (or is emitted), DIR/<name>/sweep.json lists the points and the hash
+//   of each point's config.resolved.yaml; `kvsim merge` (cli/cmd_merge.cpp) checks runs against
+//   it and writes the same sweep.csv from run folders gathered from anywhere.
 
 #include <fmt/format.h>
 #include <sys/wait.h>
@@ -30,6 +30,7 @@
 #include "cli/cli_args.h"
 #include "cli/commands.h"
 #include "cli/interrupt.h"
+#include "cli/sweep_files.h"
 #include "sim/common/errors.h"
 #include "sim/config/scenario.h"
 #include "sim/metrics/writers.h"
@@ -57,132 +58,6 @@ std::string yaml_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
   return out + "'";
-}
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
-/// "a.b=1,c=[1, 2]" -> {(a.b, 1), (c, [1, 2])}: a comma starts a new pair only when the text
-/// after it up to the next '=' has no comma, bracket or brace.
-std::vector<std::pair<std::string, std::string>> parse_point_name(const std::string& name) {
-  std::vector<std::pair<std::string, std::string>> out;
-  std::vector<std::string> parts;
-  std::string cur;
-  int depth = 0;
-  for (char c : name) {
-    if (c == '[' || c == '{') ++depth;
-    if (c == ']' || c == '}') --depth;
-    if (c == ',' && depth == 0) {
-      parts.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  parts.push_back(cur);
-  for (const std::string& p : parts) {
-    const std::size_t eq = p.find('=');
-    if (eq == std::string::npos) {
-      if (out.empty()) return {};
-      out.back().second += "," + p;
-    } else {
-      out.emplace_back(p.substr(0, eq), p.substr(eq + 1));
-    }
-  }
-  return out;
-}
-
-bool less_value(const std::string& a, const std::string& b) {
-  char* ea = nullptr;
-  char* eb = nullptr;
-  const double da = std::strtod(a.c_str(), &ea);
-  const double db = std::strtod(b.c_str(), &eb);
-  const bool na = !a.empty() && *ea == '\0', nb = !b.empty() && *eb == '\0';
-  if (na && nb && da != db) return da < db;
-  if (na != nb) return na;
-  return a < b;
-}
-
-void flatten(const nlohmann::ordered_json& j, const std::string& prefix,
-             std::vector<std::pair<std::string, std::string>>& out) {
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string key = prefix.empty() ? it.key() : prefix + "." + it.key();
-    if (it->is_object()) {
-      flatten(*it, key, out);
-    } else if (it->is_string()) {
-      out.emplace_back(key, it->get<std::string>());
-    } else if (!it->is_array()) {
-      out.emplace_back(key, it->dump());
-    }
-  }
-}
-
-/// Writes sweep.csv for `dir`; returns the number of rows.
-std::size_t merge_dir(const fs::path& dir, const fs::path& out_file) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw ConfigError(dir.string() + ": not a folder");
-  struct Row {
-    std::vector<std::pair<std::string, std::string>> params, values;
-  };
-  std::vector<Row> rows;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (!entry.is_directory() || name.find(".tmp-") != std::string::npos) continue;
-    const fs::path summary = entry.path() / "summary.json";
-    if (!fs::exists(summary)) continue;
-    std::ifstream f(summary);
-    nlohmann::ordered_json j;
-    try {
-      j = nlohmann::ordered_json::parse(f);
-    } catch (const std::exception& e) {
-      throw ConfigError(fmt::format("{}: not valid JSON: {}", summary.string(), e.what()));
-    }
-    Row r;
-    r.params = parse_point_name(name);
-    flatten(j, "", r.values);
-    rows.push_back(std::move(r));
-  }
-  if (rows.empty())
-    throw ConfigError(dir.string() + ": no run folders (with a summary.json) to merge");
-  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
-    const std::size_t n = std::min(a.params.size(), b.params.size());
-    for (std::size_t i = 0; i < n; ++i) {
-      if (a.params[i].first != b.params[i].first) return a.params[i].first < b.params[i].first;
-      if (a.params[i].second != b.params[i].second)
-        return less_value(a.params[i].second, b.params[i].second);
-    }
-    return a.params.size() < b.params.size();
-  });
-  std::vector<std::string> keys, cols;
-  for (const Row& r : rows) {
-    for (const auto& [k, v] : r.params)
-      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
-    for (const auto& [k, v] : r.values)
-      if (std::find(cols.begin(), cols.end(), k) == cols.end()) cols.push_back(k);
-  }
-  std::string text;
-  for (std::size_t i = 0; i < keys.size() + cols.size(); ++i)
-    text += (i ? "," : "") + csv_field(i < keys.size() ? keys[i] : cols[i - keys.size()]);
-  text += '\n';
-  for (const Row& r : rows) {
-    std::map<std::string, std::string> p(r.params.begin(), r.params.end());
-    std::map<std::string, std::string> v(r.values.begin(), r.values.end());
-    for (std::size_t i = 0; i < keys.size() + cols.size(); ++i) {
-      const std::string& k = i < keys.size() ? keys[i] : cols[i - keys.size()];
-      const auto& m = i < keys.size() ? p : v;
-      const auto it = m.find(k);
-      text += (i ? "," : "") + (it == m.end() ? std::string() : csv_field(it->second));
-    }
-    text += '\n';
-  }
-  const fs::path tmp = out_file.string() + fmt::format(".tmp-{}", static_cast<long>(::getpid()));
-  write_text_file(tmp, text);
-  fs::rename(tmp, out_file);
-  return rows.size();
 }
 
 extern "C" void on_child_exit(int) {}
@@ -316,15 +191,33 @@ int sweep(const Args& args) {
     throw ConfigError(in.path + ": sweep: the scenario has no `sweep:` section to expand");
 
   // Validate every point before anything runs (bad values fail the whole sweep with status 2).
+  // Each point's config.resolved.yaml is known now: its hash goes into sweep.json.
   std::vector<std::vector<std::string>> point_sets;
+  std::vector<SweepPoint> manifest_points;
   for (const auto& p : points) {
     std::vector<std::string> s = base_sets;
     for (const auto& [k, v] : p) s.push_back(k + "=" + v);
     s.push_back("name=" + yaml_quote(sweep_point_name(p)));
-    (void)load_scenario(in.path, s);
+    manifest_points.push_back(
+        {sweep_point_name(p), xxh3_hex(resolved_yaml(load_scenario(in.path, s)))});
     point_sets.push_back(std::move(s));
   }
   const fs::path sweep_dir = fs::path(out_dir) / scenario.name;
+  // A run folder there that is no point of this sweep would end in its table: refuse it now.
+  std::error_code ec;
+  if (fs::is_directory(sweep_dir, ec)) {
+    for (const fs::path& d : run_subfolders(sweep_dir)) {
+      const std::string name = d.filename().string();
+      if (std::none_of(manifest_points.begin(), manifest_points.end(),
+                       [&](const SweepPoint& p) { return p.run == name; }))
+        throw ConfigError(d.string() +
+                          ": a run that is no point of this sweep (remove it, or choose another "
+                          "-o)");
+    }
+  }
+  fs::create_directories(sweep_dir);
+  write_text_file(sweep_dir / "sweep.json",
+                  sweep_manifest_json(in.path, scenario.name, base_sets, manifest_points));
   const std::string exe = self_exe();
   auto argv_of = [&](const std::vector<std::string>& s) {
     std::vector<std::string> a = {exe, "run", in.path, "-o", sweep_dir.string(), "--quiet"};
@@ -346,12 +239,12 @@ int sweep(const Args& args) {
       text += line + "\n";
     }
     write_text_file(*emit, text);
-    std::printf("%zu runs written to %s; afterwards: %s merge %s\n", point_sets.size(),
-                emit->c_str(), exe.c_str(), sweep_dir.c_str());
+    std::printf("%zu runs written to %s (sweep.json in %s); afterwards: %s merge %s\n",
+                point_sets.size(), emit->c_str(), sweep_dir.c_str(), exe.c_str(),
+                sweep_dir.c_str());
     return 0;
   }
 
-  fs::create_directories(sweep_dir);
   std::vector<std::vector<std::string>> argvs;
   std::vector<std::string> names;
   for (std::size_t i = 0; i < points.size(); ++i) {
@@ -359,25 +252,10 @@ int sweep(const Args& args) {
     names.push_back(sweep_point_name(points[i]));
   }
   const int failed = run_children(argvs, names, static_cast<std::size_t>(jobs), quiet);
-  const std::size_t rows = merge_dir(sweep_dir, sweep_dir / "sweep.csv");
+  const GatherResult merged = gather_sweep({sweep_dir}, sweep_dir, std::nullopt);
   std::printf("%zu runs (%d failed) in %s; %zu rows in %s\n", point_sets.size(), failed,
-              sweep_dir.c_str(), rows, (sweep_dir / "sweep.csv").c_str());
-  return failed ? 1 : 0;
-}
-
-int merge(const Args& args) {
-  CommandLine cl("merge", "SWEEP_DIR [-o FILE]",
-                 "One row per run folder of a sweep (the swept keys from the folder names, then "
-                 "the summary.json scalars) into SWEEP_DIR/sweep.csv.");
-  std::string dir;
-  std::optional<std::string> out;
-  cl.positional("SWEEP_DIR", text(&dir, "SWEEP_DIR"));
-  cl.options()("output,o", text(&out, "FILE"), "the table's file (default: SWEEP_DIR/sweep.csv)");
-  if (!cl.parse(args)) return 0;
-  const fs::path out_file = out ? fs::path(*out) : fs::path(dir) / "sweep.csv";
-  const std::size_t rows = merge_dir(dir, out_file);
-  std::printf("%zu rows in %s\n", rows, out_file.c_str());
-  return 0;
+              sweep_dir.c_str(), merged.rows, merged.table.c_str());
+  return failed || !merged.missing.empty() ? 1 : 0;
 }
 
 }  // namespace kvsim::cli

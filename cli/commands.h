@@ -11,7 +11,7 @@ using Args = std::vector<std::string>;
 int replay(const Args& args);     // cli/cmd_replay.cpp
 int run(const Args& args);        // cli/cmd_run.cpp
 int sweep(const Args& args);      // cli/cmd_sweep.cpp
-int merge(const Args& args);      // cli/cmd_sweep.cpp
+int merge(const Args& args);      // cli/cmd_merge.cpp
 int kv_size(const Args& args);    // cli/cmd_kv_size.cpp
 int calibrate(const Args& args);  // cli/cmd_calibrate.cpp
 int validate(const Args& args);   // cli/cmd_validate.cpp

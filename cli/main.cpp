@@ -25,7 +25,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"run", kvsim::cli::run, "SCENARIO.yaml: simulate a scenario into DIR/<name>/"},
     {"sweep", kvsim::cli::sweep, "SCENARIO.yaml: one run per point of its sweep: grid"},
-    {"merge", kvsim::cli::merge, "SWEEP_DIR: one table of a sweep's summaries"},
+    {"merge", kvsim::cli::merge, "PATH...: gather a sweep's runs from anywhere into sweep.csv"},
     {"replay", kvsim::cli::replay, "[FILE|-]: replay an op trace (kvm and sched modes)"},
     {"kv-size", kvsim::cli::kv_size, "--model CONFIG: vLLM V1 KV cache sizing"},
     {"calibrate", kvsim::cli::calibrate, "MEASUREMENTS.csv -o model.yaml: fit a latency model"},

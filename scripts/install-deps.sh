@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config catch2 libyaml-cpp-dev libboost-dev
       libboost-program-options-dev libeigen3-dev libfmt-dev nlohmann-json3-dev libxxhash-dev
-      python3 python3-matplotlib)
+      python3 python3-matplotlib parallel)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -28,7 +28,7 @@ const std::vector<HelpCase> kHelp = {
     {"sweep",
      {"-o [ --output ] DIR", "--set KEY.PATH=VALUE", "--seed N", "-q [ --quiet ]",
       "-j [ --jobs ] N", "--emit-jobs FILE"}},
-    {"merge", {"-o [ --output ] FILE"}},
+    {"merge", {"--into SWEEP_DIR", "-o [ --output ] FILE"}},
     {"replay", {"--check-invariants"}},
     {"kv-size",
      {"--model CONFIG", "--gpu NAME", "--kv-cache-memory-bytes N", "--block-size B",
