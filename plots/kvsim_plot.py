@@ -120,6 +120,7 @@ class Drawer:
 
 
 def plot_single(run, out, formats, max_points, drawer):
+    import cluster
     import single_run
     from report import write_index
 
@@ -127,6 +128,9 @@ def plot_single(run, out, formats, max_points, drawer):
     drawer.say("%s -> %s" % (run.path, out))
     for fn in single_run.FIGURES:
         drawer.draw(fn.__name__, fn, figures, skipped, run, out, formats, max_points)
+    if cluster.is_cluster(run):
+        for fn in cluster.FIGURES:
+            drawer.draw(fn.__name__, fn, figures, skipped, run, out, formats, max_points)
     os.makedirs(out, exist_ok=True)
     write_index(out, "kvsim run: %s" % run.label, os.path.abspath(run.path), figures, skipped,
                 [run], single=True)
@@ -163,6 +167,7 @@ def _check_lines(lines, sweeps, runs):
 
 def plot_compare(runs, sweeps, out, formats, max_points, per_run, heatmap_keys, drawer,
                  lines=None):
+    import cluster
     import compare
     import sweep_lines
     from report import write_index
@@ -208,12 +213,25 @@ def plot_compare(runs, sweeps, out, formats, max_points, per_run, heatmap_keys, 
     lines = lines or {}
     for sw in sweeps:
         prefix = "" if len(sweeps) == 1 else compare._slug(sw.name) + "_"
-        for metric in lines.get("metrics", sweep_lines.DEFAULT_METRICS):
+        if any(cluster.is_cluster(r) for r in sw.runs):
+            drawer.draw("cluster hit rate %s" % sw.name, cluster.sweep_hit_rate, figures,
+                        skipped, sw, out, formats, prefix)
+        # A cache_only sweep has no steps, latencies or throughput: its default line figures and
+        # breakdown bars would be all zeros.
+        cache_only = sw.runs and all(r.summary.get("mode") == "cache_only" for r in sw.runs)
+        if cache_only and "metrics" not in lines:
+            skipped.append(("lines %s" % sw.name,
+                            "a cache_only sweep (no steps or latencies; --lines names metrics)"))
+        for metric in lines.get("metrics", [] if cache_only else sweep_lines.DEFAULT_METRICS):
             drawer.draw("lines %s %s" % (sw.name, metric), sweep_lines.metric_lines, figures,
                         skipped, sw, out, formats, metric, lines.get("x"), lines.get("by"),
                         prefix)
-        drawer.draw("breakdown bars %s" % sw.name, sweep_lines.breakdown_by, figures, skipped,
-                    sw, out, formats, lines.get("by"), lines.get("x"), lines.get("at"), prefix)
+        if cache_only:
+            skipped.append(("breakdown bars %s" % sw.name, "a cache_only sweep has no steps"))
+        else:
+            drawer.draw("breakdown bars %s" % sw.name, sweep_lines.breakdown_by, figures, skipped,
+                        sw, out, formats, lines.get("by"), lines.get("x"), lines.get("at"),
+                        prefix)
     os.makedirs(out, exist_ok=True)
     title = "kvsim comparison: " + ", ".join(
         [s.name for s in sweeps] + [r.label for r in runs][:6] + (["..."] if len(runs) > 6 else []))
