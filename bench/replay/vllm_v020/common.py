@@ -28,6 +28,19 @@ REAL_FILES = [
     "vllm/v1/kv_offload/cpu/__init__.py", "vllm/v1/kv_offload/cpu/manager.py",
     "vllm/v1/kv_offload/cpu/policies/__init__.py", "vllm/v1/kv_offload/cpu/policies/abstract.py",
     "vllm/v1/kv_offload/cpu/policies/arc.py", "vllm/v1/kv_offload/cpu/policies/lru.py",
+    # the OffloadingConnector (offsched mode): connector factory, base class, scheduler and worker
+    # sides, offloading specs and the worker's job dispatcher
+    "vllm/distributed/kv_transfer/kv_connector/factory.py",
+    "vllm/distributed/kv_transfer/kv_connector/base.py",
+    "vllm/distributed/kv_transfer/kv_connector/v1/base.py",
+    "vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py",
+    "vllm/distributed/kv_transfer/kv_connector/v1/offloading/common.py",
+    "vllm/distributed/kv_transfer/kv_connector/v1/offloading/worker.py",
+    "vllm/v1/kv_offload/spec.py", "vllm/v1/kv_offload/factory.py", "vllm/v1/kv_offload/cpu/spec.py",
+    "vllm/v1/kv_offload/worker/__init__.py", "vllm/v1/kv_offload/worker/worker.py",
+    # yield_req_data is appended to the stub from here (see Finder.exec_module)
+    "vllm/distributed/kv_transfer/kv_connector/utils.py",
+    "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py",
 ]
 # Third-party packages vLLM imports; they are replaced by auto-stubs (see AutoModule).
 AUTO_TOP = {"torch", "msgspec", "cbor2", "uvloop", "xxhash", "pydantic", "typing_extensions", "nvtx",
@@ -166,7 +179,19 @@ class ModelRunnerOutput:
     num_nans_in_logits: object = None
     cudagraph_stats: object = None
 class DraftTokenIds: pass
-class KVConnectorOutput: pass
+@dataclass
+class KVConnectorOutput:
+    finished_sending: object = None
+    finished_recving: object = None
+    kv_connector_stats: object = None
+    kv_cache_events: object = None
+    kv_connector_worker_meta: object = None
+    invalid_block_ids: set = field(default_factory=set)
+    expected_finished_count: int = 0
+    def is_empty(self):
+        return (not self.finished_sending and not self.finished_recving and not self.kv_connector_stats
+                and not self.kv_cache_events and not self.invalid_block_ids
+                and not self.kv_connector_worker_meta)
 class LogprobsLists: pass
 class LogprobsTensors: pass
 ''',
@@ -192,6 +217,13 @@ class StructuredOutputRequest:
     @staticmethod
     def from_sampling_params(sp): return None
 ''',
+    # the package's __init__ also imports a benchmark connector
+    "vllm.distributed.kv_transfer.kv_connector.v1": '''
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1, KVConnectorRole, SupportsHMA, supports_hma)
+''',
+    # yield_req_data is appended from the extracted file (see Finder.exec_module)
+    "vllm.distributed.kv_transfer.kv_connector.utils": "from collections.abc import Iterator\n",
     "vllm.distributed.kv_events": '''
 MEDIUM_GPU = "GPU"
 class _Publisher:
@@ -208,6 +240,14 @@ class AllBlocksCleared(KVCacheEvent): pass
 class BlockRemoved(KVCacheEvent): pass
 class BlockStored(KVCacheEvent): pass
 ''',
+}
+
+
+# Stubs that get one definition of the real file appended: module -> (file, start, end marker).
+SLICES = {
+    "vllm.v1.utils": ("vllm/v1/utils.py", "class ConstantList", "\nclass "),
+    "vllm.distributed.kv_transfer.kv_connector.utils": (
+        "vllm/distributed/kv_transfer/kv_connector/utils.py", "def yield_req_data", "\ndef "),
 }
 
 
@@ -268,11 +308,13 @@ class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         src = STUBS.get(module.__name__)
         if src is None:
             return
-        if module.__name__ == "vllm.v1.utils":
-            with open(os.path.join(self.scratch, "vllm/v1/utils.py")) as f:
+        piece = SLICES.get(module.__name__)
+        if piece is not None:
+            rel, first, stop = piece
+            with open(os.path.join(self.scratch, rel)) as f:
                 real = f.read()
-            start = real.index("class ConstantList")
-            end = real.find("\nclass ", start + 1)
+            start = real.index(first)
+            end = real.find(stop, start + 1)
             src += real[start:end if end >= 0 else len(real)]
         exec(compile(src, f"<stub {module.__name__}>", "exec"), module.__dict__)
 

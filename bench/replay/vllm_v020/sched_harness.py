@@ -41,6 +41,8 @@ def zero_stats():
 
 
 class SchedHarness:
+    ops = OPS
+
     def __init__(self):
         self.sched = None
         self.hasher = RecordingHasher()
@@ -49,7 +51,7 @@ class SchedHarness:
         """The result line of one op; {"error": ...} where vLLM (or the protocol) refuses it."""
         name = op.get("op")
         try:
-            if name not in OPS:
+            if name not in self.ops:
                 raise OpError(f"unknown or unsupported op {name!r}")
             if self.sched is None and name not in ("sched_init", "comment"):
                 raise OpError("no sched_init")
@@ -104,13 +106,15 @@ class SchedHarness:
             model_config=SimpleNamespace(is_encoder_decoder=False, max_model_len=op["max_model_len"],
                                          enable_return_routed_experts=False),
             kv_transfer_config=None, ec_transfer_config=None, speculative_config=None)
+        self.configure(op, vllm_config, kv_cache_config)
         sched_bs, hash_bs = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
         sched = (AsyncScheduler if asyn else Scheduler)(
             vllm_config=vllm_config, kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config), include_finished_set=False,
             log_stats=True, block_size=sched_bs, hash_block_size=hash_bs)
         self.block_hasher = None
-        if caching:  # engine/core.py:202-211
+        # engine/core.py:202-211: hashed for prefix caching or for a KV connector
+        if caching or vllm_config.kv_transfer_config is not None:
             init_none_hash(sha256)
             self.block_hasher = get_request_block_hasher(hash_bs, self.hasher)
         self.sched = sched
@@ -120,6 +124,16 @@ class SchedHarness:
         self.arrival = 0
         self.acc = zero_stats()
         return {}
+
+    def configure(self, op, vllm_config, kv_cache_config):
+        """Hook: adjust the configs of a sched_init op before the scheduler is built."""
+
+    def worker_side(self, so, op):
+        """Hook: the model runner's KV connector work for the step so; its KVConnectorOutput."""
+        return None
+
+    def absorb_connector(self, scheduler_stats):
+        """Hook: the connector's part of a step's SchedulerStats."""
 
     def absorb(self, stats):
         """Add PrefixCacheStats to the totals the next prefix_cache_stats op reports."""
@@ -201,12 +215,13 @@ class SchedHarness:
             else:
                 tokens.append([0])
         mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                sampled_token_ids=tokens)
+                                sampled_token_ids=tokens, kv_connector_output=self.worker_side(so, op))
         eco = self.sched.update_from_output(so, mro)
         outs = []
         for ci in sorted(eco):
             if eco[ci].scheduler_stats is not None:
                 self.absorb(eco[ci].scheduler_stats.prefix_cache_stats)
+                self.absorb_connector(eco[ci].scheduler_stats)
             for o in eco[ci].outputs:
                 fr = o.finish_reason
                 outs.append({"id": o.request_id, "new_token_ids": list(o.new_token_ids),
