@@ -7,7 +7,7 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 from vllm.v1.kv_offload.reuse_manager import FilterReusedOffloadingManager
 
 
-def valid_trace(ops):
+def valid_trace(ops, results=None):
     """Every offm trace the generator could make is valid (minimize may cut any op)."""
     return bool(ops) and ops[0].get("op") == "offload_init"
 

@@ -18,8 +18,11 @@ KVM_ONLY = ("mamba", "mamba_spec", "bind", "tiny", "delay")
 
 
 def mode_of(ops):
-    """'sched' for traces that start with sched_init, 'offm' with offload_init, else 'kvm'."""
+    """'offsched' for traces with a sched_init that has kv_offload, 'sched' for the other traces that
+    start with sched_init, 'offm' with offload_init, else 'kvm'."""
     first = next((op["op"] for op in ops if op["op"] != "comment"), None)
+    if first == "sched_init" and any(op["op"] == "sched_init" and op.get("kv_offload") is not None for op in ops):
+        return "offsched"
     return {"sched_init": "sched", "offload_init": "offm"}.get(first, "kvm")
 
 
@@ -29,11 +32,14 @@ def load_vllm(scratch):
     import kvm_gen
     import kvm_harness
     import offm_harness
+    import offsched_gen
+    import offsched_harness
     import sched_gen
     import sched_harness
     return {"kvm": (kvm_harness.KvmHarness, kvm_gen.KvmGen, kvm_harness.valid_trace),
             "sched": (sched_harness.SchedHarness, sched_gen.SchedGen, sched_harness.valid_trace),
-            "offm": (offm_harness.OffmHarness, offm_harness.OffmGenerator, offm_harness.valid_trace)}
+            "offm": (offm_harness.OffmHarness, offm_harness.OffmGenerator, offm_harness.valid_trace),
+            "offsched": (offsched_harness.OffschedHarness, offsched_gen.OffschedGen, sched_harness.valid_trace)}
 
 
 def read_trace(path):
@@ -48,6 +54,8 @@ def generate(modes, a, seed):
     gen_cls = modes[a.mode][1]
     if a.mode == "offm":
         g = gen_cls(seed, a.ops, episodes)
+    elif a.mode == "offsched":
+        g = gen_cls(seed, a.ops, episodes, stress=a.stress)
     elif a.mode == "kvm":
         g = gen_cls(seed, a.ops, episodes, mamba=a.mamba, bind=a.bind, mamba_spec=a.mamba_spec, tiny=a.tiny,
                     delay=a.delay, mamba_modes=a.mamba_modes)
@@ -116,12 +124,12 @@ def cmd_minimize(a, modes):
 
 
 def gen_options(p):
-    p.add_argument("--mode", choices=("kvm", "sched", "offm"), required=True)
+    p.add_argument("--mode", choices=("kvm", "sched", "offm", "offsched"), required=True)
     p.add_argument("--ops", type=int, default=1500, help="ops per trace (default 1500)")
     p.add_argument("--episodes", type=int, help="init episodes per trace (default 3 + seed %% 3)")
     p.add_argument("--mamba-modes", type=lambda s: s.split(","),
                    help="comma list of mamba_cache_modes (align,all,none): 85%% of the episodes mamba hybrids")
-    p.add_argument("--stress", action="store_true", help="sched: tiny pools, many sequences")
+    p.add_argument("--stress", action="store_true", help="sched, offsched: tiny pools, many sequences")
     p.add_argument("--reuse-inflight", action="store_true",
                    help="sched: re-add finished ids while an output is in flight")
     p.add_argument("--mamba", action="store_true", help="kvm: mamba 'all'/'none' groups among the layouts")
@@ -158,8 +166,10 @@ def main():
     p.add_argument("--out", required=True, help="prefix of the three output files")
     p.add_argument("trace")
     a = ap.parse_args()
-    if getattr(a, "mode", None) == "sched" and any(getattr(a, k) for k in KVM_ONLY):
+    if getattr(a, "mode", None) in ("sched", "offsched", "offm") and any(getattr(a, k) for k in KVM_ONLY):
         ap.error("--mamba, --mamba-spec, --bind, --tiny and --delay are kvm options")
+    if getattr(a, "mode", None) in ("offsched", "offm") and (a.mamba_modes or a.reuse_inflight):
+        ap.error("--mamba-modes and --reuse-inflight are kvm / sched options")
     if getattr(a, "mode", None) == "kvm" and (a.stress or a.reuse_inflight):
         ap.error("--stress and --reuse-inflight are sched options")
     modes = None if a.cmd == "extract" else load_vllm(a.scratch)
