@@ -130,6 +130,24 @@ void V1Replayer::start_offload(const OffloadingConnectorConfig& cfg, bool manual
   sched_->set_connector(&offload_->connector);
 }
 
+void V1Replayer::offload_read_transfer_params(const Request& r) {
+  const Index params = json_.find(JsonLine::root(), "kv_transfer_params");
+  if (json_.is_null_or_absent(params)) return;
+  if (json_[params].type != Type::kObject)
+    throw OpError{"TypeError: kv_transfer_params must be an object"};
+  // The connector reads params.get("do_remote_decode") (offloading/scheduler.py:327-328).
+  const Index flag = json_.find(params, "do_remote_decode");
+  if (json_.is_null_or_absent(flag)) return;
+  bool on = false;
+  if (json_[flag].type == Type::kBool)
+    on = json_[flag].b;
+  else if (json_[flag].type == Type::kInt)
+    on = json_[flag].i != 0;
+  else
+    throw OpError{"TypeError: do_remote_decode must be a boolean"};
+  offload_->connector.set_do_remote_decode(r, on);
+}
+
 void V1Replayer::write_transfers(JsonWriter& w, std::span<const OffloadTransfer> transfers) const {
   w.begin_array();
   for (const OffloadTransfer& t : transfers) {

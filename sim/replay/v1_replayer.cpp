@@ -299,6 +299,7 @@ void V1Replayer::op_add_request(JsonWriter& w) {
     if (mode_ == Mode::kKvm) kvm_->add_request(r);
   }
   ++num_added_;
+  if (mode_ == Mode::kSched && offload_) offload_read_transfer_params(r);
   if (mode_ == Mode::kSched) sched_->add_request(r);
   w.begin_object().end_object();
 }

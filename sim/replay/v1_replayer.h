@@ -87,6 +87,8 @@ class V1Replayer final : public Replayer {
   OffloadingConnectorConfig read_kv_offload(JsonLine::Index obj, const KVCacheConfig& c,
                                             bool& manual, bool& kv_events) const;
   void start_offload(const OffloadingConnectorConfig& cfg, bool manual, bool kv_events);
+  /// add_request's kv_transfer_params: do_remote_decode reaches the connector.
+  void offload_read_transfer_params(const Request& r);
   /// Keeps the step's connector metadata for its update.
   void offload_record_step();
   void offload_after_schedule(JsonWriter& w);
