@@ -228,9 +228,12 @@ class OffschedGen(SchedGen):
 
     def can_reset_running(self, asyn, inflight):
         """reset_running_requests raises while a request that is not running holds blocks (waiting
-        for its load, promoted after it, or finished and waiting for its stores: sched.py:1903-1909); the AsyncScheduler with two steps
-        in flight trips async_scheduler.py:53 (the engine runs utility calls between steps)."""
-        if asyn and inflight > 1:
+        for its load, promoted after it, or finished and waiting for its stores: sched.py:1903-1909).
+        The AsyncScheduler with two steps in flight trips async_scheduler.py:53 (the engine runs
+        utility calls between steps). The sync scheduler with a step in flight (batch queue)
+        applies that step's token to the request the reset preempted: if it finishes while waiting
+        for a CPU load it started since, vLLM frees its blocks under the load (as in §9.1)."""
+        if inflight > (1 if asyn else 0):
             return False
         held = self.h.kvm.coordinator.single_type_managers[0].req_to_blocks
         return all(r.status.name == "RUNNING" or not held.get(rid) for rid, r in self.h.sched.requests.items())
