@@ -102,6 +102,10 @@ class LoRARequest:
         self.lora_name = lora_name
         self.lora_int_id = lora_int_id
         self.lora_path = lora_path
+    @property
+    def adapter_id(self): return self.lora_int_id
+    @property
+    def name(self): return self.lora_name
 ''',
     "vllm.multimodal": '''
 class MultiModalRegistry:

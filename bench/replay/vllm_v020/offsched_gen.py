@@ -135,6 +135,17 @@ class OffschedGen(SchedGen):
                         op["cache_salt"] = "s"
                     if r.random() < 0.06:
                         op["kv_transfer_params"] = {"do_remote_decode": r.random() < 0.8}
+                    if r.random() < 0.15:
+                        op["stop_token_ids"] = r.sample(range(VOCAB), r.randint(1, 2))
+                    if r.random() < 0.15:
+                        op["min_tokens"] = r.randint(0, max(0, min(op["max_tokens"], mml - len(p))))
+                    if r.random() < 0.05:
+                        op["arrival_time"] = r.choice([0, 1, 2.5, 100]) + 0.0
+                    if r.random() < 0.04:   # skips the GPU prefix cache, not the connector's lookup
+                        op["prompt_logprobs"] = 1
+                    if r.random() < 0.06:   # LoRA requests hash apart (extra keys)
+                        op["lora_name"] = r.choice(["L1", "L2"])
+                        op["lora_int_id"] = 1 if op["lora_name"] == "L1" else 2
                     if self.emit(op) is None:
                         return
                     live[rid] = list(p)
