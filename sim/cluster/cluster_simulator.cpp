@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/common/assert.h"
+#include "sim/engine/parallel_sampling.h"
 
 namespace kvsim {
 
@@ -15,14 +16,45 @@ class ClusterSimulator::EmptySource final : public RequestSource {
   std::optional<RequestSpec> next() override { return std::nullopt; }
 };
 
-/// Forwards replica r's requests to the cluster's observers, with r as the current replica.
+/// A replica's source in a timed cluster: no requests of its own; a finished request's follow-up
+/// turn goes to the cluster's source and comes back as a cluster arrival (routed like any other).
+class ClusterSimulator::ForwardSource final : public RequestSource {
+ public:
+  explicit ForwardSource(ClusterSimulator& c) : c_(c) {}
+  std::optional<RequestSpec> next() override { return std::nullopt; }
+  std::optional<RequestSpec> on_finished(const RequestSpec& done, SimTimeNs finish_ns,
+                                         std::span<const std::int32_t> outputs) override {
+    std::optional<RequestSpec> follow = c_.source_.on_finished(done, finish_ns, outputs);
+    if (follow) c_.queue_arrival(std::move(*follow), false, finish_ns);
+    return std::nullopt;
+  }
+  void on_dropped(const RequestSpec& done) override { c_.source_.on_dropped(done); }
+
+ private:
+  ClusterSimulator& c_;
+};
+
+/// Forwards replica r's requests to the cluster's observers, with r as the current replica;
+/// keeps r's figures at its last step end (the polled views) and its router-side in-flight count.
 class ClusterSimulator::Tap final : public StepObserver {
  public:
   Tap(ClusterSimulator& c, std::int32_t r) : c_(c), r_(r) {}
   void on_request_done(const RequestRecord& rec) override {
     c_.current_ = r_;
     ++c_.requests_done_;
+    if (c_.timed_) --c_.loads_[static_cast<std::size_t>(r_)].in_flight;
     for (StepObserver* o : c_.cluster_observers_) o->on_request_done(rec);
+  }
+  void on_step(const StepView& v) override {
+    ReplicaView& s = c_.step_end_[static_cast<std::size_t>(r_)];
+    s.num_waiting = v.num_waiting;
+    s.num_running = static_cast<std::int64_t>(v.engine->running().size());
+    s.kv_usage = v.engine->pool_stats().usage;
+    // The cluster's observers see every replica's steps, numbered from 1 (a cluster-wide
+    // collector records no step rows: each replica's are its own).
+    StepView w = v;
+    w.step = v.step + 1;
+    for (StepObserver* o : c_.cluster_observers_) o->on_step(w);
   }
   void on_lookup(std::int64_t q, std::int64_t h) override {
     for (StepObserver* o : c_.cluster_observers_) o->on_lookup(q, h);
@@ -33,17 +65,37 @@ class ClusterSimulator::Tap final : public StepObserver {
   std::int32_t r_;
 };
 
-ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& source)
-    : scenario_(scenario), source_(source), empty_source_(std::make_unique<EmptySource>()) {
-  KVSIM_ASSERT(scenario.engine.mode == EngineConfig::Mode::kCacheOnly,
-               "the cluster runs in cache_only mode");
+ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& source,
+                                   StepTimeFn step_time)
+    : scenario_(scenario),
+      source_(source),
+      empty_source_(std::make_unique<EmptySource>()),
+      forward_source_(std::make_unique<ForwardSource>(*this)),
+      timed_(scenario.engine.mode == EngineConfig::Mode::kTimed) {
   const auto n = static_cast<std::int32_t>(scenario.cluster.replicas);
+  KVSIM_ASSERT(n >= 1);
+  RequestSource& replica_source =
+      timed_ ? static_cast<RequestSource&>(*forward_source_) : *empty_source_;
   for (std::int32_t r = 0; r < n; ++r) {
-    replicas_.push_back(std::make_unique<Simulator>(scenario, *empty_source_, StepTimeFn{}));
+    replicas_.push_back(std::make_unique<Simulator>(scenario, replica_source,
+                                                    timed_ ? step_time : StepTimeFn{}));
     taps_.push_back(std::make_unique<Tap>(*this, r));
   }
   loads_.assign(static_cast<std::size_t>(n), ReplicaLoad{});
-  router_ = make_router(scenario.cluster.router, n);
+  step_end_.assign(static_cast<std::size_t>(n), ReplicaView{});
+  samples_per_request_ = scenario.workload.per_request.n;
+  const bool moe_model = scenario.model && scenario.model->num_experts > 0;
+  router_ = make_router(scenario.cluster.router, n, moe_model);
+}
+
+void ClusterSimulator::set_check_invariants(bool on) {
+  for (auto& r : replicas_) r->set_check_invariants(on);
+}
+
+void ClusterSimulator::check_interrupt() const {
+  if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]]
+    throw RunError(fmt::format("interrupted at simulated time {:.3f} s; no run folder written",
+                               static_cast<double>(now_ns_) / 1e9));
 }
 
 ClusterSimulator::~ClusterSimulator() = default;
@@ -78,9 +130,9 @@ void ClusterSimulator::block_ids(std::span<const std::int32_t> prompt, std::int6
   }
 }
 
-void ClusterSimulator::queue_arrival(RequestSpec spec, bool open_loop) {
+void ClusterSimulator::queue_arrival(RequestSpec spec, bool open_loop, SimTimeNs now_ns) {
   const std::int64_t slot = pending_.put(std::move(spec), open_loop);
-  const SimTimeNs t = std::max(pending_.at(slot).arrival_ns, arrivals_.now());
+  const SimTimeNs t = std::max({pending_.at(slot).arrival_ns, arrivals_.now(), now_ns});
   arrivals_.schedule(t, kPriorityArrival, EventKind::kArrival, slot);
 }
 
@@ -91,25 +143,31 @@ void ClusterSimulator::pull_next_open_loop() {
     open_loop_done_ = true;
     return;
   }
-  queue_arrival(std::move(*next), true);
+  queue_arrival(std::move(*next), true, now_ns_);
 }
 
 void ClusterSimulator::record_rejected(const RequestSpec& spec) {
-  RequestRecord rec;
-  rec.request_id = spec.id;
-  rec.arrival_ns = spec.arrival_ns;
-  rec.prompt_tokens = spec.num_prompt_tokens();
-  rec.reason = FinishReason::kRejected;
-  current_ = -1;
-  ++requests_done_;
-  for (StepObserver* o : cluster_observers_) o->on_request_done(rec);
+  // As a single engine refuses each sample of a parallel-sampling request (sample i's id).
+  const std::int64_t n = timed_ ? samples_per_request_ : 1;  // cache_only serves one
+  for (std::int64_t i = 0; i < n; ++i) {
+    RequestRecord rec;
+    rec.request_id = n > 1 ? sample_request_id(spec.id, n, i) : spec.id;
+    rec.arrival_ns = spec.arrival_ns;
+    rec.prompt_tokens = spec.num_prompt_tokens();
+    rec.reason = FinishReason::kRejected;
+    current_ = -1;
+    ++requests_done_;
+    for (StepObserver* o : cluster_observers_) o->on_request_done(rec);
+  }
+  source_.on_dropped(spec);
 }
 
-void ClusterSimulator::route_and_serve(RequestSpec& spec) {
+std::int32_t ClusterSimulator::route(RequestSpec& spec) {
   spec.materialize_prompt();
   const std::int64_t bs = scenario_.cache.sizing.block_size;
   const std::int64_t prompt_tokens = spec.num_prompt_tokens();
   RouteInput in;
+  in.now_ns = now_ns_;
   in.index = routed_;
   in.prompt_tokens = prompt_tokens;
   in.prompt_blocks = (prompt_tokens + bs - 1) / bs;
@@ -122,7 +180,7 @@ void ClusterSimulator::route_and_serve(RequestSpec& spec) {
   ++routed_;
   ReplicaLoad& load = loads_[static_cast<std::size_t>(d.replica)];
   ++load.routed;
-  ++load.in_flight;  // cache_only: nothing completes
+  load.in_flight += timed_ ? samples_per_request_ : 1;  // cache_only: nothing completes
   load.prompt_tokens_routed += prompt_tokens;
   auto it = std::find_if(branches_.begin(), branches_.end(),
                          [&](const auto& b) { return b.first == d.branch; });
@@ -133,7 +191,7 @@ void ClusterSimulator::route_and_serve(RequestSpec& spec) {
   if (routing_) {
     RoutingRecord rec;
     rec.request_id = spec.id;
-    rec.time_ns = arrivals_.now();
+    rec.time_ns = now_ns_;
     rec.replica = d.replica;
     rec.branch = d.branch;
     rec.has_score = d.has_score;
@@ -142,36 +200,47 @@ void ClusterSimulator::route_and_serve(RequestSpec& spec) {
     rec.runner_up_score = d.runner_up_score;
     rec.matched_blocks = d.matched_blocks;
     rec.prompt_blocks = in.prompt_blocks;
+    rec.view_age_ns = d.view_age_ns;
     routing_->write(rec);
   }
-  current_ = d.replica;
+  return d.replica;
+}
+
+void ClusterSimulator::route_and_serve(RequestSpec& spec) {
+  const std::int32_t r = route(spec);
+  current_ = r;
   const bool served =
-      replicas_[static_cast<std::size_t>(d.replica)]->serve_cache_only(spec, outputs_);
+      replicas_[static_cast<std::size_t>(r)]->serve_cache_only(spec, outputs_);
   KVSIM_ASSERT(served, "a replica refused a request the server admitted");
 }
 
 void ClusterSimulator::run() {
   for (auto& r : replicas_) r->begin();
   for (std::size_t r = 0; r < replicas_.size(); ++r) replicas_[r]->attach(taps_[r].get());
+  if (timed_)
+    run_timed();
+  else
+    run_cache_only();
+  for (auto& r : replicas_) r->finish();
+}
+
+void ClusterSimulator::run_cache_only() {
   pull_next_open_loop();
   while (auto ev = arrivals_.next()) {
+    now_ns_ = ev->time_ns;
     const bool open_loop = pending_.open_loop(ev->payload);
     RequestSpec spec = pending_.take(ev->payload);
     if (open_loop) pull_next_open_loop();
     // Refused before routing (spec §1.2): every replica runs the same profile and server rule.
     if (!replicas_.front()->admits(spec)) {
       record_rejected(spec);
-      source_.on_dropped(spec);
       continue;
     }
     route_and_serve(spec);
-    std::optional<RequestSpec> follow = source_.on_finished(spec, arrivals_.now(), outputs_);
-    if (follow) queue_arrival(std::move(*follow), false);
-    if (interrupt_ != nullptr && *interrupt_ != 0) [[unlikely]]
-      throw RunError(fmt::format("interrupted at simulated time {:.3f} s; no run folder written",
-                                 static_cast<double>(arrivals_.now()) / 1e9));
+    std::optional<RequestSpec> follow = source_.on_finished(spec, now_ns_, outputs_);
+    if (follow) queue_arrival(std::move(*follow), false, now_ns_);
+    check_interrupt();
   }
-  for (auto& r : replicas_) r->finish();
 }
 
 }  // namespace kvsim

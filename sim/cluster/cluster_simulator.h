@@ -9,9 +9,18 @@
 // not routed, takes no round-robin turn and has no replica. "Load" is the number of requests
 // routed so far (nothing completes).
 //
-// The replicas are driven through Simulator's outside interface (begin, advance_to, inject_arrival,
-// serve_cache_only, finish): a replica is brought to an instant only when something needs it.
-// One routing decision allocates nothing once warm.
+// timed mode (spec §1.2): one event loop over the replicas' events and the cluster's (arrivals,
+// view refreshes), in the global order (time, priority), replicas in index order at a tie and
+// before the cluster's event of the same priority. At one instant: the replicas' step ends and
+// client aborts (outputs applied, completions reported, follow-up turns queued), then the view
+// refreshes due (Router::on_refresh, each replica's figures at its last step end), then the
+// arrivals routed in arrival order (refused ones before routing) and handed to their replicas,
+// then the replicas' step starts, each taking in the arrivals routed to it. A follow-up turn goes
+// back to the cluster's source and is routed like any arrival.
+//
+// The replicas are driven through Simulator's outside interface (begin, advance_to,
+// advance_before, inject_arrival, serve_cache_only, finish): a replica handles an event only when
+// it is the next one of the whole cluster. One routing decision allocates nothing once warm.
 
 #include <cstdint>
 #include <csignal>
@@ -32,19 +41,23 @@ namespace kvsim {
 
 class ClusterSimulator {
  public:
-  /// `source` must outlive the cluster. Precondition: cache_only mode.
-  ClusterSimulator(const Scenario& scenario, RequestSource& source);
+  /// `source` must outlive the cluster. `step_time` (timed mode: every replica's latency model,
+  /// one copy each) may be empty in cache_only mode.
+  ClusterSimulator(const Scenario& scenario, RequestSource& source, StepTimeFn step_time = {});
   ~ClusterSimulator();
 
   std::int32_t num_replicas() const { return static_cast<std::int32_t>(replicas_.size()); }
   /// An observer of every request of every replica (on_request_done, on_lookup; a refused
-  /// request's record too), not of steps or the end (on_cluster_end is the caller's).
+  /// request's record too) and of every replica's step (on_step, StepView::step numbered from 1),
+  /// not of the end (on_cluster_end is the caller's).
   void attach_cluster(StepObserver* o) { cluster_observers_.push_back(o); }
   /// An observer of replica r's simulator (all of its calls).
   void attach_replica(std::int32_t r, StepObserver* o);
   /// Receives every routing decision (may be null).
   void set_routing_writer(RoutingCsvWriter* w) { routing_ = w; }
   void set_interrupt_flag(const volatile std::sig_atomic_t* flag) { interrupt_ = flag; }
+  /// Calls every replica's EngineCore::check_invariants after each of its steps.
+  void set_check_invariants(bool on);
 
   /// Runs to completion.
   void run();
@@ -58,7 +71,7 @@ class ClusterSimulator {
   std::map<std::string, std::int64_t> decisions_by_branch() const;
   /// Each replica's engine, in replica order.
   std::vector<const EngineCore*> engines() const;
-  SimTimeNs now() const { return arrivals_.now(); }
+  SimTimeNs now() const { return now_ns_; }
   std::int64_t requests_done() const { return requests_done_; }
 
   /// The stable ids of the first `n` blocks of `prompt` (block_size tokens each, a partial last
@@ -68,16 +81,26 @@ class ClusterSimulator {
                         std::int64_t n, std::vector<std::uint64_t>& out);
 
  private:
-  void queue_arrival(RequestSpec spec, bool open_loop);
+  void queue_arrival(RequestSpec spec, bool open_loop, SimTimeNs now_ns);
   void pull_next_open_loop();
+  /// Routes `spec` (the decision, the loads, routing.csv); returns the replica.
+  std::int32_t route(RequestSpec& spec);
   void route_and_serve(RequestSpec& spec);
+  /// Records `spec` refused before routing (one row per sample) and tells the source.
   void record_rejected(const RequestSpec& spec);
+  void run_cache_only();
+  void run_timed();
+  /// timed: the refresh of the routers' polled view due now.
+  void refresh_view();
+  void check_interrupt() const;
 
   const Scenario& scenario_;
   RequestSource& source_;
   class EmptySource;
+  class ForwardSource;
   class Tap;
   std::unique_ptr<EmptySource> empty_source_;
+  std::unique_ptr<ForwardSource> forward_source_;  // timed: the replicas' follow-ups come back
   std::vector<std::unique_ptr<Simulator>> replicas_;
   std::vector<std::unique_ptr<Tap>> taps_;
   std::unique_ptr<Router> router_;
@@ -85,7 +108,8 @@ class ClusterSimulator {
   RoutingCsvWriter* routing_ = nullptr;
   const volatile std::sig_atomic_t* interrupt_ = nullptr;
 
-  Engine arrivals_;  // arrival events only (cache_only)
+  bool timed_ = false;
+  Engine arrivals_;  // the cluster's events: arrivals (kArrival), view refreshes (kUser)
   PendingArrivals pending_;  // arrivals not yet happened
   bool open_loop_done_ = false;
 
@@ -93,6 +117,9 @@ class ClusterSimulator {
   std::vector<std::pair<std::string_view, std::int64_t>> branches_;  // in first-seen order
   std::vector<std::uint64_t> ids_;           // scratch: the routed request's block ids
   std::vector<std::int32_t> outputs_;        // scratch: its generated tokens
+  std::vector<ReplicaView> step_end_;  // timed: each replica's figures at its last step end
+  std::int64_t samples_per_request_ = 1;
+  SimTimeNs now_ns_ = 0;
   std::int64_t routed_ = 0;
   std::int64_t requests_done_ = 0;
   std::int32_t current_ = -1;

@@ -1,7 +1,8 @@
 #pragma once
 // What a router's view holds of a replica's engine (shared/spec/cluster-routing.md §1.3): the
-// polled metrics as of the replica's last step end before the view's last refresh. The timed
-// routers' decision functions read it; the timed loop (to come) fills it at each refresh.
+// polled metrics as of the replica's last step end before the view's last refresh (ReplicaView,
+// router.h). The timed routers' decision functions read it; the timed loop fills it at each
+// refresh (Router::on_refresh).
 
 #include <cstdint>
 #include <span>
@@ -9,12 +10,6 @@
 #include "sim/cluster/router.h"
 
 namespace kvsim {
-
-struct ReplicaView {
-  std::int64_t num_waiting = 0;  // vllm:num_requests_waiting (waiting + skipped waiting)
-  std::int64_t num_running = 0;  // vllm:num_requests_running
-  double kv_usage = 0;           // vllm:kv_cache_usage_perc, in [0, 1]
-};
 
 /// least_waiting (§2): the argmin of the view's waiting queues, ties to the lowest index; score
 /// = the chosen replica's waiting count, runner-up the best other one. O(N). Precondition: N >= 1.

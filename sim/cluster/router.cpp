@@ -22,7 +22,8 @@ std::uint64_t uniform_below(RngStream& rng, std::uint64_t n) {
   return static_cast<std::uint64_t>(m >> 64);
 }
 
-std::unique_ptr<Router> make_router(const RouterConfig& config, std::int32_t num_replicas) {
+std::unique_ptr<Router> make_router(const RouterConfig& config, std::int32_t num_replicas,
+                                    bool moe_model) {
   KVSIM_ASSERT(num_replicas >= 1);
   switch (config.policy) {
     case RouterPolicy::kRoundRobin:
@@ -35,6 +36,17 @@ std::unique_ptr<Router> make_router(const RouterConfig& config, std::int32_t num
       return make_power_of_two_router(config.seed);
     case RouterPolicy::kPrefixHash:
       return make_prefix_hash_router(config.k);
+    case RouterPolicy::kLeastWaiting:
+      return make_least_waiting_router(
+          num_replicas, config.refresh_interval_ns >= 0 ? config.refresh_interval_ns : 50'000'000,
+          config.phase_ns);
+    case RouterPolicy::kVllmDp: {
+      const bool moe = config.moe >= 0 ? config.moe == 1 : moe_model;
+      const SimTimeNs dflt = moe ? 100'000'000 : 5'000'000'000;
+      return make_vllm_dp_router(num_replicas, config.api_servers, moe,
+                                 config.refresh_interval_ns >= 0 ? config.refresh_interval_ns : dflt,
+                                 config.phase_ns);
+    }
     default:
       KVSIM_ASSERT(false, "router policy not implemented");
   }

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "sim/common/rng.h"
+#include "sim/common/sim_types.h"
 #include "sim/config/cluster_config.h"
 
 namespace kvsim {
@@ -23,8 +24,17 @@ struct ReplicaLoad {
   std::int64_t in_flight = 0;             // routed and not finished (router-side count)
 };
 
+/// What a polled view holds of a replica's engine (spec §1.3): its figures at a step end.
+struct ReplicaView {
+  std::int64_t num_waiting = 0;  // vllm:num_requests_waiting (waiting + skipped waiting)
+  std::int64_t num_running = 0;  // vllm:num_requests_running
+  double kv_usage = 0;           // vllm:kv_cache_usage_perc, in [0, 1]
+  friend bool operator==(const ReplicaView&, const ReplicaView&) = default;
+};
+
 /// The request being routed.
 struct RouteInput {
+  SimTimeNs now_ns = 0;            // the decision instant (timed runs; 0 in cache_only)
   std::int64_t index = 0;          // 0-based position in routing order (refused requests skipped)
   std::int64_t prompt_tokens = 0;
   std::int64_t prompt_blocks = 0;  // ceil(prompt_tokens / block_size)
@@ -43,6 +53,7 @@ struct RouteDecision {
   std::int32_t runner_up = -1;  // the best other replica, -1 none
   double runner_up_score = 0;
   std::int64_t matched_blocks = -1;  // prefix routers: blocks the chosen replica matches; -1 none
+  SimTimeNs view_age_ns = -1;  // how old the polled state read was; -1: none read
 };
 
 class Router {
@@ -52,12 +63,26 @@ class Router {
   virtual RouteDecision route(const RouteInput& in, std::span<const ReplicaLoad> loads) = 0;
   /// How many leading block ids route() reads (RouteInput::block_ids); 0: none.
   virtual std::int64_t block_ids_needed() const { return 0; }
+
+  // A router with a polled view (timed runs, spec §1.3): the cluster calls on_refresh at
+  // refresh_phase_ns() + k refresh_interval_ns(), k >= 1, with each replica's figures at its last
+  // step end (after the step ends due at that instant, before its arrivals are routed).
+  /// The refresh period; 0: the router polls nothing.
+  virtual SimTimeNs refresh_interval_ns() const { return 0; }
+  virtual SimTimeNs refresh_phase_ns() const { return 0; }
+  /// A refresh at `now_ns`: `step_end[r]` is replica r's state at its last step end.
+  virtual void on_refresh(SimTimeNs now_ns, std::span<const ReplicaView> step_end) {
+    (void)now_ns;
+    (void)step_end;
+  }
 };
 
 /// The router `config` names, for `num_replicas` replicas. Precondition: the policy is
 /// implemented (the config parser refuses the others).
+/// `moe_model`: the scenario's model is a mixture of experts (vllm_dp's default `moe`).
 [[nodiscard]] std::unique_ptr<Router> make_router(const RouterConfig& config,
-                                                  std::int32_t num_replicas);
+                                                  std::int32_t num_replicas,
+                                                  bool moe_model = false);
 
 // The policies (one file each).
 [[nodiscard]] std::unique_ptr<Router> make_round_robin_router(std::int64_t start);
@@ -65,6 +90,15 @@ class Router {
 [[nodiscard]] std::unique_ptr<Router> make_least_requests_router();
 [[nodiscard]] std::unique_ptr<Router> make_power_of_two_router(std::uint64_t seed);
 [[nodiscard]] std::unique_ptr<Router> make_prefix_hash_router(std::int64_t k);
+[[nodiscard]] std::unique_ptr<Router> make_least_waiting_router(std::int32_t num_replicas,
+                                                                SimTimeNs refresh_interval_ns,
+                                                                SimTimeNs phase_ns);
+/// vllm_dp (vllm_dp.h): `refresh_interval_ns` is the coordinator's snapshot period (dense: the
+/// 5 s zero snapshots; MoE: the 100 ms publish tick).
+[[nodiscard]] std::unique_ptr<Router> make_vllm_dp_router(std::int32_t num_replicas,
+                                                          std::int32_t api_servers, bool moe,
+                                                          SimTimeNs refresh_interval_ns,
+                                                          SimTimeNs phase_ns);
 
 /// A uniform integer in [0, n) from `rng` (Lemire's multiply-shift with rejection: exact, and the
 /// same on every platform). Precondition: n >= 1.

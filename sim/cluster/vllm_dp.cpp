@@ -59,3 +59,59 @@ RouteDecision VllmDpBalancer::pick() {
 }
 
 }  // namespace kvsim
+
+namespace kvsim {
+namespace {
+
+/// vllm_dp with the coordinator's snapshots (spec §3.2-3.3). Dense: a snapshot of zeros at each
+/// tick (phase + k 5 s): round-robin from `start`, restarted at each tick. MoE: at each 100 ms
+/// tick, a snapshot of the replicas' counts at their last step ends when any changed since the
+/// last snapshot, or when 5 s have passed since it (the coordinator's idle publish).
+class VllmDpRouter final : public Router {
+ public:
+  VllmDpRouter(std::int32_t n, std::int32_t api_servers, bool moe, SimTimeNs interval,
+               SimTimeNs phase)
+      : dp_(n, api_servers), moe_(moe), interval_(interval), phase_(phase),
+        published_(static_cast<std::size_t>(n)) {}
+  RouteDecision route(const RouteInput& in, std::span<const ReplicaLoad>) override {
+    RouteDecision d = dp_.pick();
+    d.view_age_ns = in.now_ns - snapshot_ns_;
+    return d;
+  }
+  SimTimeNs refresh_interval_ns() const override { return interval_; }
+  SimTimeNs refresh_phase_ns() const override { return phase_; }
+  void on_refresh(SimTimeNs now_ns, std::span<const ReplicaView> step_end) override {
+    if (!moe_) {
+      dp_.on_zero_snapshot();
+      snapshot_ns_ = now_ns;
+      return;
+    }
+    bool changed = false;
+    for (std::size_t i = 0; i < published_.size(); ++i)
+      changed |= step_end[i].num_waiting != published_[i].num_waiting ||
+                 step_end[i].num_running != published_[i].num_running;
+    if (!changed && now_ns - snapshot_ns_ < kIdlePublishNs) return;
+    for (std::size_t i = 0; i < published_.size(); ++i) published_[i] = step_end[i];
+    dp_.on_snapshot(published_);
+    snapshot_ns_ = now_ns;
+  }
+
+ private:
+  static constexpr SimTimeNs kIdlePublishNs = 5'000'000'000;  // coordinator.py: every 5 s
+  VllmDpBalancer dp_;
+  bool moe_;
+  SimTimeNs interval_, phase_;
+  std::vector<ReplicaView> published_;
+  SimTimeNs snapshot_ns_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Router> make_vllm_dp_router(std::int32_t num_replicas, std::int32_t api_servers,
+                                            bool moe, SimTimeNs refresh_interval_ns,
+                                            SimTimeNs phase_ns) {
+  return std::make_unique<VllmDpRouter>(num_replicas, api_servers, moe, refresh_interval_ns,
+                                        phase_ns);
+}
+
+}  // namespace kvsim

@@ -22,7 +22,10 @@ const PolicyParams kPolicyParams[] = {
     {RouterPolicy::kRoundRobin, {"start"}},
     {RouterPolicy::kPrefixBounded, {"eps"}},
     {RouterPolicy::kPrefixHash, {"k"}},
+    {RouterPolicy::kLeastWaiting, {"view"}},
+    {RouterPolicy::kVllmDp, {"view", "api_servers", "moe"}},
 };
+constexpr std::string_view kViewKeys[] = {"refresh_interval_ms", "phase_s"};
 
 std::span<const std::string_view> own_keys(RouterPolicy p) {
   for (const PolicyParams& pp : kPolicyParams)
@@ -56,7 +59,8 @@ RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx) {
   if (!router_policy_implemented(c.policy))
     throw yaml_error(router["policy"], ctx.child("policy"),
                      fmt::format("{}: '{}' is not implemented yet in kvsim (implemented: "
-                                 "round_robin, random, least_requests, power_of_two, prefix_hash)",
+                                 "round_robin, random, least_requests, least_waiting, power_of_two, "
+                                 "vllm_dp, prefix_hash)",
                                  ctx.child("policy").path, kRouterPolicyNames[i]));
   // Keys: the common ones and the policy's own; another policy's parameter says whose it is.
   std::vector<std::string_view> allowed(std::begin(kCommonRouterKeys),
@@ -86,6 +90,19 @@ RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx) {
   c.start = get_int(router, "start", ctx, 0, 0, kMaxReplicas - 1);
   c.eps = get_double(router, "eps", ctx, 0.1, 0.0, 1e9);
   c.k = get_int(router, "k", ctx, 2, 1, 1 << 20);
+  c.api_servers = static_cast<std::int32_t>(get_int(router, "api_servers", ctx, 1, 1, 1024));
+  if (router.IsDefined() && router.IsMap() && router["moe"].IsDefined())
+    c.moe = get_bool(router, "moe", ctx, false) ? 1 : 0;
+  if (router.IsDefined() && router.IsMap() && router["view"].IsDefined()) {
+    const YAML::Node view = router["view"];
+    const YamlContext vctx = ctx.child("view");
+    check_keys(view, std::span<const std::string_view>(kViewKeys), vctx);
+    if (view["refresh_interval_ms"].IsDefined())
+      c.refresh_interval_ns = static_cast<std::int64_t>(
+          get_double(view, "refresh_interval_ms", vctx, 50.0, 0.001, 1e9) * 1e6 + 0.5);
+    c.phase_ns =
+        static_cast<std::int64_t>(get_double(view, "phase_s", vctx, 0.0, 0.0, 1e6) * 1e9 + 0.5);
+  }
   return c;
 }
 
@@ -102,10 +119,16 @@ bool router_policy_implemented(RouterPolicy p) {
     case RouterPolicy::kLeastRequests:
     case RouterPolicy::kPowerOfTwo:
     case RouterPolicy::kPrefixHash:
+    case RouterPolicy::kLeastWaiting:
+    case RouterPolicy::kVllmDp:
       return true;
     default:
       return false;
   }
+}
+
+bool router_policy_timed_only(RouterPolicy p) {
+  return p == RouterPolicy::kLeastWaiting || p == RouterPolicy::kVllmDp;
 }
 
 ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx, bool cache_only) {
@@ -120,11 +143,12 @@ ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx, b
                      fmt::format("{}: {} is not a replica of {} (expected 0 .. {})",
                                  ctx.child("router").child("start").path, c.router.start,
                                  c.replicas, c.replicas - 1));
-  if (c.enabled() && !cache_only)
-    throw yaml_error(cluster["replicas"], ctx.child("replicas"),
-                     fmt::format("{}: a cluster of {} replicas runs in engine.mode: cache_only "
-                                 "for now (the timed cluster loop is not implemented yet)",
-                                 ctx.child("replicas").path, c.replicas));
+  if (c.enabled() && cache_only && router_policy_timed_only(c.router.policy))
+    throw yaml_error(router["policy"], ctx.child("router").child("policy"),
+                     fmt::format("{}: the {} router reads the replicas' queues, which a "
+                                 "cache_only run does not have (it needs engine.mode: timed)",
+                                 ctx.child("router").child("policy").path,
+                                 router_policy_name(c.router.policy)));
   return c;
 }
 
@@ -138,6 +162,16 @@ YAML::Node cluster_yaml(const ClusterConfig& c) {
     if (k == "start") r["start"] = c.router.start;
     if (k == "eps") r["eps"] = number_node(c.router.eps);
     if (k == "k") r["k"] = c.router.k;
+    if (k == "api_servers") r["api_servers"] = c.router.api_servers;
+    if (k == "moe" && c.router.moe >= 0) r["moe"] = c.router.moe == 1;
+    if (k == "view") {
+      YAML::Node v(YAML::NodeType::Map);
+      if (c.router.refresh_interval_ns >= 0)
+        v["refresh_interval_ms"] =
+            number_node(static_cast<double>(c.router.refresh_interval_ns) / 1e6);
+      v["phase_s"] = number_node(static_cast<double>(c.router.phase_ns) / 1e9);
+      r["view"] = v;
+    }
   }
   n["router"] = r;
   return n;

@@ -13,6 +13,12 @@
 //         round_robin: start [0]           the replica of the first routed request
 //         prefix_bounded: eps [0.1]        load bound ceil((1 + eps) (i + 1) / N)
 //         prefix_hash: k [2]               leading block ids hashed
+//         least_waiting, vllm_dp: view: {refresh_interval_ms, phase_s}   the polled view (§1.3):
+//           least_waiting refreshes every 50 ms (llm-d's scrape); vllm_dp's snapshots are the
+//           coordinator's (dense: zeros every 5 s; MoE: every 100 ms while counts change, else
+//           every 5 s), refresh_interval_ms overriding the 5 s (dense) or the 100 ms (MoE)
+//         vllm_dp: api_servers [1] (client_count), moe [from the model: num_experts > 0]
+// Timed routers (least_waiting, vllm_dp) need engine.mode: timed; the others run in both modes.
 // Every key is settable with --set cluster.router.KEY=VALUE. A parameter of another policy, an
 // unknown key or policy, or a bad value is a one-line ConfigError at file:line:col.
 
@@ -57,7 +63,14 @@ struct RouterConfig {
   std::int64_t start = 0;  // round_robin: replica of the first routed request, in [0, N)
   double eps = 0.1;        // prefix_bounded: load bound slack, >= 0
   std::int64_t k = 2;      // prefix_hash: leading block ids hashed, >= 1
+  // least_waiting, vllm_dp: the polled view (`view:`); -1 = the policy's real interval.
+  std::int64_t refresh_interval_ns = -1;
+  std::int64_t phase_ns = 0;     // refresh instants phase + k T, k >= 1
+  std::int32_t api_servers = 1;  // vllm_dp: client_count
+  std::int8_t moe = -1;          // vllm_dp: 1 MoE, 0 dense, -1 from the model
 };
+/// Whether `p` reads replica state that only a timed run has (steps, queues).
+[[nodiscard]] bool router_policy_timed_only(RouterPolicy p);
 
 /// `cluster:`.
 struct ClusterConfig {
@@ -68,8 +81,8 @@ struct ClusterConfig {
 };
 inline constexpr std::string_view kClusterKeys[] = {"replicas", "router"};
 
-/// Reads `cluster:` (absent: one replica). `cache_only` is the scenario's engine.mode: a cluster of
-/// several replicas runs in cache_only mode only for now (the timed loop is to come).
+/// Reads `cluster:` (absent: one replica). `cache_only` is the scenario's engine.mode: a router
+/// that reads engine queues (router_policy_timed_only) needs a timed run.
 [[nodiscard]] ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx,
                                           bool cache_only);
 /// Every key the run uses: replicas, and router with the policy's own parameters.

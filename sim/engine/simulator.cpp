@@ -222,7 +222,7 @@ void Simulator::next_step_after_end() {
   // The next step starts now, after whatever else is due at this instant (arrivals): when
   // nothing is, start it here instead of through the queue (the same order, one event less).
   const SimTimeNs now = engine_.now();
-  if (engine_.empty() || engine_.peek().time_ns > now) {
+  if (!queue_step_starts_ && (engine_.empty() || engine_.peek().time_ns > now)) {
     start_step();
     return;
   }

@@ -105,6 +105,23 @@ class Simulator {
   std::uint64_t advance_to(SimTimeNs t_ns);
   /// The time of the next queued event, or kNeverNs when none is queued (the engine is idle).
   SimTimeNs next_event_ns() const { return engine_.empty() ? kNeverNs : engine_.peek().time_ns; }
+  /// The priority of the next queued event (kPriorityStepEnd, ...); 0 when none is queued.
+  std::int32_t next_event_priority() const { return engine_.empty() ? 0 : engine_.peek().priority; }
+  /// Timed mode: advance_to(t_ns), then the events at t_ns of a priority below `priority` (those
+  /// they queue too). A cluster applies its replicas' step ends and aborts due at t_ns
+  /// (kPriorityArrival) before it routes the arrivals of t_ns (spec cluster-routing.md 1.2).
+  std::uint64_t advance_before(SimTimeNs t_ns, std::int32_t priority) {
+    std::uint64_t n = advance_to(t_ns);
+    while (!engine_.empty() && engine_.peek().time_ns == t_ns &&
+           engine_.peek().priority < priority) {
+      handle_timed(*engine_.next());
+      ++n;
+    }
+    return n;
+  }
+  /// A cluster's replica: the next step always starts through the queue, after the arrivals the
+  /// cluster routes to it at the instant a step ends (a single engine's are queued already).
+  void set_queue_step_starts(bool on) { queue_step_starts_ = on; }
   /// Queues `spec` to arrive at max(spec.arrival_ns, now()) (not from the simulator's source: its
   /// follow-up turns go to that source's on_finished as usual). Timed mode only.
   void inject_arrival(RequestSpec spec) { queue_arrival(std::move(spec), /*open_loop=*/false); }
@@ -251,6 +268,7 @@ class Simulator {
 
   bool step_in_flight_ = false;
   bool schedule_queued_ = false;
+  bool queue_step_starts_ = false;  // set_queue_step_starts
   std::int64_t step_ = 0;
   SimTimeNs step_start_ns_ = 0;
   StepView view_;

@@ -97,6 +97,10 @@ void ReplicaStats::on_step(const StepView& v) {
   sum_running += v.engine ? static_cast<double>(v.engine->running().size()) : 0.0;
   sum_waiting += static_cast<double>(v.num_waiting);
   busy_ns += v.end_ns - v.start_ns;
+  if (v.out != nullptr) {  // timed runs: the lookups of the step's schedule()
+    prefix_cache_queries += v.out->prefix_queries_tokens;
+    prefix_cache_hits += v.out->prefix_hits_tokens;
+  }
 }
 
 void ReplicaStats::on_request_done(const RequestRecord& r) {
@@ -161,6 +165,53 @@ std::string cluster_summary_keys(std::span<const ReplicaStats* const> replicas,
     first = false;
   }
   o += "},\n";
+  return o;
+}
+
+std::string prometheus_by_engine(std::span<const std::string> engine_texts,
+                                 const std::string& model_name) {
+  // Each text as its families: a family is its "# " lines, then its series.
+  struct Family {
+    std::string head, series;
+  };
+  const auto families_of = [](const std::string& text) {
+    std::vector<Family> out;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      std::size_t end = text.find('\n', pos);
+      end = end == std::string::npos ? text.size() : end + 1;
+      const std::string_view line(text.data() + pos, end - pos);
+      if (line.starts_with("# ")) {
+        if (out.empty() || !out.back().series.empty()) out.emplace_back();
+        out.back().head += line;
+      } else {
+        KVSIM_ASSERT(!out.empty(), "a Prometheus series before its family's HELP");
+        out.back().series += line;
+      }
+      pos = end;
+    }
+    return out;
+  };
+  std::vector<std::vector<Family>> per;
+  for (const std::string& t : engine_texts) per.push_back(families_of(t));
+  const std::string label = "model_name=\"" + model_name + "\"";
+  std::string o;
+  for (std::size_t f = 0; !per.empty() && f < per[0].size(); ++f) {
+    o += per[0][f].head;
+    for (std::size_t r = 0; r < per.size(); ++r) {
+      KVSIM_ASSERT(per[r].size() == per[0].size() && per[r][f].head == per[0][f].head,
+                   "replicas' Prometheus families differ");
+      const std::string with = label + ",engine=\"" + std::to_string(r) + "\"";
+      const std::string& s = per[r][f].series;
+      std::size_t at = 0;
+      for (std::size_t hit; (hit = s.find(label, at)) != std::string::npos;
+           at = hit + label.size()) {
+        o.append(s, at, hit - at);
+        o += with;
+      }
+      o.append(s, at, std::string::npos);
+    }
+  }
   return o;
 }
 

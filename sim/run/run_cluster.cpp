@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sim/cluster/cluster_simulator.h"
@@ -22,15 +24,20 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
   write_text_file(folder.file("config.resolved.yaml"), resolved_yaml(scenario));
   const bool v0 = profile_info(scenario.engine.profile).family == EngineFamily::kV0;
 
-  ClusterSimulator cluster(scenario, *source);
+  const bool timed = scenario.engine.mode == EngineConfig::Mode::kTimed;
+  StepTimeFn step_time = options.step_time;
+  if (!step_time && timed) step_time = make_step_time(scenario);
+  ClusterSimulator cluster(scenario, *source, std::move(step_time));
   const std::int32_t n = cluster.num_replicas();
   // Cluster-wide: every request of every replica (requests.csv with its replica; steps.csv has
   // no cluster-wide steps: each replica's are in replicas/<r>/steps.csv).
   CsvRecordWriter csv(folder.file("requests.csv"), folder.file("steps.csv"), v0, 0,
                       cluster.current_replica());
-  MetricsCollector metrics(&cluster.replica(0).final_kv_tokens(), scenario.outputs.steps_every,
+  // Cluster-wide figures over every replica's steps (sums, and means over all steps); no step rows
+  // (steps_every past any step number): each replica's are in replicas/<r>/steps.csv.
+  MetricsCollector metrics(&cluster.replica(0).final_kv_tokens(),
+                           std::numeric_limits<std::int64_t>::max(),
                            scenario.scheduler.max_model_len, &csv);
-  metrics.enable_prometheus(scenario.outputs.metrics_prom);
   if (v0) metrics.enable_v0(scenario.plan ? scenario.plan->spec.page_bytes_all_layers() : 0);
   cluster.attach_cluster(&metrics);
   // Per replica: its steps and its figures.
@@ -45,6 +52,7 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
     replica_metrics.push_back(std::make_unique<MetricsCollector>(
         &cluster.replica(r).final_kv_tokens(), scenario.outputs.steps_every,
         scenario.scheduler.max_model_len, replica_csv.back().get()));
+    replica_metrics.back()->enable_prometheus(scenario.outputs.metrics_prom);  // metrics.prom
     if (v0) replica_metrics.back()->enable_v0(0);
     stats.push_back(std::make_unique<ReplicaStats>());
     cluster.attach_replica(r, replica_metrics.back().get());
@@ -53,6 +61,7 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
   RoutingCsvWriter routing(folder.file("routing.csv"));
   cluster.set_routing_writer(&routing);
   cluster.set_interrupt_flag(options.interrupt);
+  cluster.set_check_invariants(options.check_invariants);
   cluster.run();
 
   const std::vector<const EngineCore*> engines = cluster.engines();
@@ -73,16 +82,21 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
   const std::string summary = metrics.summary_json(summary_header(scenario));
   result.summary_json = insert_summary_keys(
       summary, cluster_summary_keys(views, router_policy_name(scenario.cluster.router.policy),
-                                    cluster.decisions_by_branch(), /*duration_s=*/0.0));
+                                    cluster.decisions_by_branch(),
+                                    timed ? static_cast<double>(cluster.now()) / 1e9 : 0.0));
   write_text_file(folder.file("summary.json"), result.summary_json);
   if (scenario.outputs.metrics_prom) {
     const std::string model = scenario.model ? scenario.model->name : scenario.name;
-    write_text_file(folder.file("metrics.prom"), metrics.prometheus_text(model));
+    // One series per replica, labelled engine="<r>" (spec §10).
+    std::vector<std::string> texts;
+    for (auto& m : replica_metrics) texts.push_back(m->prometheus_text(model));
+    write_text_file(folder.file("metrics.prom"), prometheus_by_engine(texts, model));
   }
   folder.commit();
   result.folder = folder.final_path();
   result.requests_done = cluster.requests_done();
   result.end_ns = cluster.now();
+  for (std::int32_t r = 0; r < n; ++r) result.num_steps += cluster.replica(r).num_steps();
   return result;
 }
 

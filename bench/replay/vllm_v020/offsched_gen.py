@@ -81,6 +81,12 @@ class OffschedGen(SchedGen):
                 ko["max_tracker_size"] = r.randint(1, 8)
         if r.random() < 0.4:
             ko["kv_events"] = True
+        if r.random() < 0.05:   # defaults written out (no load fails: the policy is never used)
+            ko.update(spec_name="CPUOffloadingSpec", disable_hybrid_kv_cache_manager=True,
+                      kv_load_failure_policy=r.choice(["fail", "recompute"]))
+        if "num_cpu_blocks" in ko and r.random() < 0.1:
+            ko["world_size"] = r.choice([1, 2])
+            ko["kv_bytes_per_block"] = r.choice([1, 7])
         op["kv_offload"] = ko
         return op
 

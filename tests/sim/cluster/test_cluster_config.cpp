@@ -78,9 +78,16 @@ TEST_CASE("bad cluster settings are one-line errors at file:line:col", "[sim]") 
   CHECK_THAT(e, Catch::Contains("s.yaml:7:20"));
   CHECK_THAT(e, Catch::Contains("did you mean 'round_robin'"));
   // A router of the spec not implemented yet.
-  e = err("cluster:\n  replicas: 2\n  router: {policy: vllm_dp}\n");
+  e = err("cluster:\n  replicas: 2\n  router: {policy: llm_d}\n");
   CHECK_THAT(e, Catch::Contains("s.yaml:7:20"));
   CHECK_THAT(e, Catch::Contains("not implemented yet"));
+  // A router that reads the replicas' queues needs a timed run.
+  e = err("cluster:\n  replicas: 2\n  router: {policy: least_waiting}\n");
+  CHECK_THAT(e, Catch::Contains("s.yaml:7:20"));
+  CHECK_THAT(e, Catch::Contains("needs engine.mode: timed"));
+  // A key of the polled view that is not one.
+  e = err("cluster:\n  replicas: 2\n  router: {policy: round_robin, view: {phase_s: 1}}\n");
+  CHECK_THAT(e, Catch::Contains("a parameter of the least_waiting router, not of round_robin"));
   // A parameter of another router says whose it is.
   e = err("cluster:\n  replicas: 2\n  router: {policy: round_robin, eps: 0.2}\n");
   CHECK_THAT(e, Catch::Contains("s.yaml:7:33"));
@@ -113,14 +120,30 @@ TEST_CASE("bad cluster settings are one-line errors at file:line:col", "[sim]") 
   CHECK(e.find('\n') == std::string::npos);
 }
 
-TEST_CASE("a cluster runs in cache_only mode for now", "[sim]") {
+TEST_CASE("a timed cluster reads the timed routers' parameters and writes them back", "[sim]") {
   const std::string timed =
       "engine: {profile: vllm-0.7.2, mode: timed}\n"
       "model: {config: " +
       std::string(KVSIM_SOURCE_DIR) +
       "/scenarios/models/qwen2-1.5b.json}\n"
-      "workload: {num_requests: 10, prompt_tokens: 100, output_tokens: 10}\n"
-      "cluster: {replicas: 2}\n";
-  CHECK_THAT(scenario_error(timed), Catch::Contains("cache_only"));
-  CHECK(scenario_error(timed + "").find("s.yaml:4:") != std::string::npos);
+      "workload: {num_requests: 10, prompt_tokens: 100, output_tokens: 10}\n";
+  const Scenario s = parse_text(
+      timed + "cluster: {replicas: 2, router: {policy: vllm_dp, api_servers: 2, moe: true, "
+              "view: {refresh_interval_ms: 250, phase_s: 0.5}}}\n");
+  CHECK(s.cluster.router.policy == RouterPolicy::kVllmDp);
+  CHECK(s.cluster.router.api_servers == 2);
+  CHECK(s.cluster.router.moe == 1);
+  CHECK(s.cluster.router.refresh_interval_ns == 250'000'000);
+  CHECK(s.cluster.router.phase_ns == 500'000'000);
+  const std::string y = resolved_yaml(s);
+  CHECK(resolved_yaml(parse_text(y)) == y);
+  const Scenario lw =
+      parse_text(timed + "cluster: {replicas: 3, router: {policy: least_waiting}}\n");
+  CHECK(lw.cluster.router.refresh_interval_ns == -1);  // the router's own 50 ms
+  CHECK_THAT(scenario_error(timed + "cluster: {replicas: 2, router: {policy: least_waiting, "
+                                    "view: {refresh_interval_ms: 0}}}\n"),
+             Catch::Contains("refresh_interval_ms"));
+  CHECK_THAT(scenario_error(timed + "cluster: {replicas: 2, router: {policy: least_waiting, "
+                                    "view: {refresh_ms: 5}}}\n"),
+             Catch::Contains("unknown key 'refresh_ms'"));
 }

@@ -1,0 +1,307 @@
+// Timed cluster runs (shared/spec/cluster-routing.md §1.2, §1.3, §10): one replica is the single
+// engine request for request and step for step (arrivals, follow-up turns and step ends at the
+// same instants included); a round-robin cluster's replicas are single runs over the split
+// trace; requests done report to the router; the polled views of least_waiting and vllm_dp.
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sim/cluster/cluster_simulator.h"
+#include "sim/run/run_scenario.h"
+#include "sim_test_util.h"
+
+using namespace kvsim;
+namespace fs = std::filesystem;
+using kvsim::test::parse_text;
+using kvsim::test::read_csv;
+using kvsim::test::read_json;
+using kvsim::test::TempDir;
+
+namespace {
+
+const std::string kModel = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/opt-125m.json";
+
+/// A synthetic timed workload with shared system prompts and multi-turn sessions whose follow-up
+/// turns arrive the instant their previous turn ends (think time 0).
+std::string sessions(const std::string& profile, const std::string& extra) {
+  return "name: t\nseed: 7\nengine: {profile: " + profile + ", mode: timed}\nmodel: {config: " +
+         kModel +
+         "}\ncache: {block_size: 16, num_gpu_blocks_override: 160}\n"
+         "scheduler: {max_num_seqs: 6, max_num_batched_tokens: 256, max_model_len: 2048}\n"
+         "workload: {num_requests: 60, arrival: {process: poisson, rate_per_s: 30},\n"
+         "  system_prompts: {count: 3, tokens: 48},\n"
+         "  prompt_tokens: {uniform: {min: 20, max: 200}}, output_tokens: {uniform: {min: 1, "
+         "max: 40}},\n"
+         "  sessions: {turns: {uniform: {min: 1, max: 4}}, user_tokens: {uniform: {min: 5, max: "
+         "40}}}}\n" +
+         extra;
+}
+
+/// A Mooncake-format trace of `n` rows (64-token hash blocks): timestamps in whole ms with ties
+/// (the first `lead` rows at 0), five shared two-block prefixes, short outputs.
+std::string trace_rows(std::size_t n, std::size_t lead, std::size_t m = 0, std::size_t r = 0) {
+  std::string out;
+  std::int64_t ts = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i >= lead) ts += static_cast<std::int64_t>((i * 7919) % 23);
+    const std::size_t g = i % 5;
+    std::string ids = std::to_string(g * 1000) + ", " + std::to_string(g * 1000 + 1);
+    const std::size_t own = 1 + (i * 13) % 5;
+    for (std::size_t k = 0; k < own; ++k) ids += ", " + std::to_string(100000 + i * 10 + k);
+    const std::size_t input = 64 * (2 + own) - (i * 31) % 50;
+    const std::size_t output = 1 + (i * 37) % 60;
+    if (m == 0 || i % m == r)
+      out += "{\"timestamp\": " + std::to_string(ts) + ", \"input_length\": " +
+             std::to_string(input) + ", \"output_length\": " + std::to_string(output) +
+             ", \"hash_ids\": [" + ids + "]}\n";
+  }
+  return out;
+}
+
+std::string trace_scenario(const std::string& path, const std::string& extra) {
+  return "name: tr\nseed: 3\nengine: {profile: vllm-0.20, mode: timed}\nmodel: {config: " +
+         kModel +
+         "}\nhardware: {gpu: A100-80GB}\nlatency: {model: roofline}\n"
+         "cache: {block_size: 16, num_gpu_blocks_override: 60, enable_prefix_caching: true}\n"
+         "scheduler: {max_num_seqs: 8, max_num_batched_tokens: 512, max_model_len: 2048}\n"
+         "workload: {trace: {format: mooncake, path: " +
+         path + ", hash_block_tokens: 64}}\n" + extra;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+/// The rows of a requests.csv without its last column (the cluster's `replica`).
+std::vector<std::vector<std::string>> without_replica(std::vector<std::vector<std::string>> rows) {
+  for (auto& r : rows) r.pop_back();
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("a timed cluster of one replica is the single engine, row for row and step for step",
+          "[sim]") {
+  for (const char* profile : {"vllm-0.7.2", "vllm-0.20"}) {
+    TempDir tmp("cluster-one");
+    const Scenario s = parse_text(sessions(profile, ""));
+    RunOptions o;
+    o.step_time = kvsim::test::constant_ms(3);  // whole ms: arrivals meet step ends
+    const fs::path single = run_scenario(s, tmp.path / "single", o).folder;
+    const fs::path one = run_cluster(s, tmp.path / "one", o).folder;
+    const auto a = read_csv(single / "requests.csv");
+    const auto b = read_csv(one / "requests.csv");
+    REQUIRE(a.size() > 100);  // the sessions' turns
+    CHECK(without_replica(b) == a);
+    for (std::size_t i = 1; i < b.size(); ++i) CHECK(b[i].back() == "0");
+    CHECK(slurp(one / "replicas" / "0" / "steps.csv") == slurp(single / "steps.csv"));
+    const nlohmann::json sa = read_json(single / "summary.json");
+    const nlohmann::json sb = read_json(one / "summary.json");
+    for (const char* k : {"completed", "rejected", "total_output_tokens", "duration",
+                          "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p90_e2el_ms",
+                          "prefix_cache_queries", "prefix_cache_hits", "first_lookup_hit_rate",
+                          "num_preemptions", "num_evictions"})
+      CHECK(sa[k] == sb[k]);
+    CHECK(sb["replicas"][0]["num_preemptions"] == sa["num_preemptions"]);
+    CHECK(sb["replicas"][0]["mean_num_running"] == Approx(sa["mean_num_running"].get<double>()));
+    CHECK(sb["replicas"][0]["busy_fraction"].get<double>() > 0);
+  }
+}
+
+TEST_CASE("a round-robin timed cluster's replicas are single timed runs over the split trace",
+          "[sim]") {
+  TempDir tmp("cluster-timed-split");
+  const std::size_t kRows = 240, kN = 3;
+  kvsim::test::write_file(tmp.path / "all.jsonl", trace_rows(kRows, kN));
+  const fs::path cluster =
+      run_scenario(parse_text(trace_scenario((tmp.path / "all.jsonl").string(),
+                                             "cluster: {replicas: 3, router: {policy: "
+                                             "round_robin}}\n")),
+                   tmp.path / "cluster")
+          .folder;
+  const auto rows = read_csv(cluster / "requests.csv");
+  REQUIRE(rows.size() == kRows + 1);
+  const nlohmann::json summary = read_json(cluster / "summary.json");
+  std::int64_t preemptions = 0;
+  for (std::size_t r = 0; r < kN; ++r) {
+    const fs::path split = tmp.path / ("split" + std::to_string(r) + ".jsonl");
+    kvsim::test::write_file(split, trace_rows(kRows, kN, kN, r));
+    const fs::path single = run_scenario(parse_text(trace_scenario(split.string(), "")),
+                                         tmp.path / ("single" + std::to_string(r)))
+                                .folder;
+    const auto srows = read_csv(single / "requests.csv");
+    // Replica r's rows, in order, are the single run's (but the request ids, dense per run).
+    std::size_t k = 1;
+    for (std::size_t i = 1; i < rows.size(); ++i) {
+      if (rows[i].back() != std::to_string(r)) continue;
+      REQUIRE(k < srows.size());
+      const std::vector<std::string> a(rows[i].begin() + 1, rows[i].end() - 1);
+      const std::vector<std::string> b(srows[k].begin() + 1, srows[k].end());
+      REQUIRE(a == b);
+      ++k;
+    }
+    CHECK(k == srows.size());
+    CHECK(slurp(cluster / "replicas" / std::to_string(r) / "steps.csv") ==
+          slurp(single / "steps.csv"));
+    const nlohmann::json s = read_json(single / "summary.json");
+    const nlohmann::json& rep = summary["replicas"][r];
+    CHECK(rep["prefix_cache_hits"] == s["prefix_cache_hits"]);
+    CHECK(rep["num_preemptions"] == s["num_preemptions"]);
+    CHECK(rep["num_evictions"] == s["num_evictions"]);
+    CHECK(rep["requests_routed"] == kRows / kN);
+    preemptions += s["num_preemptions"].get<std::int64_t>();
+  }
+  CHECK(preemptions > 0);  // the pools were under pressure
+  // Rows are in time order across replicas (finish_s, then replica order at a tie).
+  for (std::size_t i = 2; i < rows.size(); ++i)
+    CHECK(std::stod(rows[i - 1][6]) <= std::stod(rows[i][6]));
+}
+
+TEST_CASE("a timed cluster's requests report to the router when they finish", "[sim]") {
+  const Scenario s = parse_text(sessions(
+      "vllm-0.7.2", "cluster: {replicas: 3, router: {policy: least_requests}}\n"));
+  auto src = make_request_source(s.workload, s.seed, 32000);
+  ClusterSimulator c(s, *src, kvsim::test::constant_ms(3));
+  struct Count : StepObserver {
+    std::int64_t done = 0;
+    void on_request_done(const RequestRecord&) override { ++done; }
+  } count;
+  c.attach_cluster(&count);
+  c.run();
+  std::int64_t routed = 0;
+  for (const ReplicaLoad& l : c.loads()) {
+    CHECK(l.in_flight == 0);  // every routed request finished and was reported
+    CHECK(l.routed > 0);
+    routed += l.routed;
+  }
+  CHECK(routed == count.done);
+  CHECK(routed > 60);  // follow-up turns were routed too
+  CHECK(c.now() > 0);
+}
+
+TEST_CASE("vllm_dp on a dense model is round-robin restarted at each zero snapshot", "[sim]") {
+  TempDir tmp("cluster-dp");
+  kvsim::test::write_file(tmp.path / "t.jsonl", trace_rows(200, 1));
+  const std::string text = trace_scenario(
+      (tmp.path / "t.jsonl").string(),
+      "cluster: {replicas: 4, router: {policy: vllm_dp, view: {refresh_interval_ms: 300}}}\n");
+  const fs::path a = run_scenario(parse_text(text), tmp.path / "a").folder;
+  const auto routing = read_csv(a / "routing.csv");
+  REQUIRE(routing.size() == 201);
+  const auto ns_of = [](const std::string& s) {
+    const std::size_t dot = s.find('.');
+    return std::stoll(s.substr(0, dot)) * 1'000'000'000 + std::stoll(s.substr(dot + 1));
+  };
+  std::int64_t tick = 0, k = 0, restarts = 0;
+  for (std::size_t i = 1; i < routing.size(); ++i) {
+    const std::int64_t t = ns_of(routing[i][1]);
+    const std::int64_t now_tick = t / 300'000'000;  // a snapshot at the instant comes first
+    if (now_tick != tick) {
+      tick = now_tick;
+      k = 0;
+      ++restarts;
+    }
+    CHECK(routing[i][3] == std::to_string(k % 4));
+    CHECK(routing[i][4] == "dp_lb");
+    CHECK(std::stod(routing[i][10]) ==  // view_age_ms: since the last snapshot
+          Approx(static_cast<double>(t - tick * 300'000'000) / 1e6).margin(1e-6));
+    ++k;
+  }
+  CHECK(restarts > 3);
+  // The same run twice: byte-identical.
+  const fs::path b = run_scenario(parse_text(text), tmp.path / "b").folder;
+  for (const char* f : {"summary.json", "requests.csv", "routing.csv"})
+    CHECK(slurp(a / f) == slurp(b / f));
+}
+
+TEST_CASE("least_waiting reads the waiting queues as of the last refresh", "[sim]") {
+  TempDir tmp("cluster-lw");
+  kvsim::test::write_file(tmp.path / "t.jsonl", trace_rows(200, 1));
+  const fs::path a =
+      run_scenario(parse_text(trace_scenario((tmp.path / "t.jsonl").string(),
+                                             "cluster: {replicas: 3, router: {policy: "
+                                             "least_waiting}}\n")),
+                   tmp.path / "a")
+          .folder;
+  const auto routing = read_csv(a / "routing.csv");
+  REQUIRE(routing.size() == 201);
+  std::set<std::string> used;
+  for (std::size_t i = 1; i < routing.size(); ++i) {
+    CHECK(routing[i][4] == "least_waiting");
+    const double age_ms = std::stod(routing[i][10]);
+    CHECK(age_ms >= 0.0);
+    CHECK(age_ms < 50.0);  // llm-d's 50 ms scrape
+    CHECK(std::stod(routing[i][5]) <= std::stod(routing[i][7]));  // the least waiting
+    used.insert(routing[i][3]);
+  }
+  CHECK(used.size() >= 2);
+  const nlohmann::json s = read_json(a / "summary.json");
+  CHECK(s["router_decisions_by_branch"]["least_waiting"] == 200);
+  CHECK(s["completed"] == 200);
+}
+
+TEST_CASE("vllm_dp's MoE snapshots replace the view while counts change, else every 5 s",
+          "[sim]") {
+  RouterConfig c;
+  c.policy = RouterPolicy::kVllmDp;
+  c.moe = 1;
+  auto r = make_router(c, 3);
+  CHECK(r->refresh_interval_ns() == 100'000'000);
+  std::vector<ReplicaLoad> loads(3);
+  RouteInput in;
+  const std::vector<ReplicaView> v1 = {{2, 1, 0.0}, {0, 3, 0.0}, {1, 0, 0.0}};  // s = 9, 3, 4
+  r->on_refresh(100'000'000, v1);
+  in.now_ns = 130'000'000;
+  RouteDecision d = r->route(in, loads);
+  CHECK(d.replica == 1);  // s = 3
+  CHECK(d.score == 3.0);
+  CHECK(d.view_age_ns == 30'000'000);
+  d = r->route(in, loads);  // the bump: waiting_1 + 1 -> s = 7; replica 2 has 4
+  CHECK(d.replica == 2);
+  // The same counts at the next tick: no snapshot, the bumps stay.
+  r->on_refresh(200'000'000, v1);
+  d = r->route(in, loads);  // s = 9, 7, 8
+  CHECK(d.replica == 1);
+  // Changed counts: the view is replaced, the bumps discarded.
+  const std::vector<ReplicaView> v2 = {{0, 0, 0.0}, {0, 3, 0.0}, {1, 0, 0.0}};  // s = 0, 3, 4
+  r->on_refresh(300'000'000, v2);
+  in.now_ns = 300'000'000;
+  d = r->route(in, loads);
+  CHECK(d.replica == 0);
+  CHECK(d.view_age_ns == 0);
+  // Unchanged for 5 s: the coordinator publishes again, replacing the bumped view.
+  r->on_refresh(5'200'000'000, v2);
+  in.now_ns = 5'200'000'000;
+  CHECK(r->route(in, loads).view_age_ns == 4'900'000'000);
+  r->on_refresh(5'300'000'000, v2);
+  d = r->route(in, loads);
+  CHECK(d.replica == 0);  // the bumps since 0.3 s were discarded: s = 0 again
+  CHECK(d.score == 0.0);
+}
+
+TEST_CASE("least_waiting before any refresh sees zeros, then the step-end queues", "[sim]") {
+  RouterConfig c;
+  c.policy = RouterPolicy::kLeastWaiting;
+  auto r = make_router(c, 3);
+  CHECK(r->refresh_interval_ns() == 50'000'000);
+  std::vector<ReplicaLoad> loads(3);
+  RouteInput in;
+  in.now_ns = 10'000'000;
+  RouteDecision d = r->route(in, loads);
+  CHECK(d.replica == 0);
+  CHECK(d.view_age_ns == 10'000'000);
+  const std::vector<ReplicaView> v = {{4, 1, 0.5}, {2, 9, 0.9}, {2, 0, 0.1}};
+  r->on_refresh(50'000'000, v);
+  in.now_ns = 60'000'000;
+  d = r->route(in, loads);
+  CHECK(d.replica == 1);  // 2 waiting, the lowest index of the two
+  CHECK(d.runner_up == 2);
+  CHECK(d.view_age_ns == 10'000'000);
+  d = r->route(in, loads);  // no local bump: the same view, the same pick
+  CHECK(d.replica == 1);
+}
