@@ -254,3 +254,30 @@ class OffschedGen(SchedGen):
             return False
         held = self.h.kvm.coordinator.single_type_managers[0].req_to_blocks
         return all(r.status.name == "RUNNING" or not held.get(rid) for rid, r in self.h.sched.requests.items())
+
+
+def valid_trace(ops, results):
+    """Whether ops is usable for minimization: vLLM answers no op with an error, and every abort and
+    reset_running_requests meets the generator's guards (the defects they avoid may raise only
+    after the ops that minimize keeps)."""
+    if any("error" in r for r in results):
+        return False
+    g = OffschedGen(0, 0, 1)
+    h = g.h
+    inflight, asyn = 0, False
+    for op in ops:
+        name = op.get("op")
+        if name == "sched_init":
+            inflight, asyn = 0, bool(op.get("async_scheduling"))
+        elif name == "schedule":
+            inflight += 1
+        elif name == "update":
+            inflight -= 1
+        elif h.off is not None and name == "abort":
+            if not all(g.abortable(i) for i in op["ids"]):
+                return False
+        elif h.off is not None and name == "reset_prefix_cache" and op.get("reset_running_requests"):
+            if not g.can_reset_running(asyn, inflight):
+                return False
+        h.run_op(dict(op))
+    return True

@@ -39,7 +39,7 @@ def load_vllm(scratch):
     return {"kvm": (kvm_harness.KvmHarness, kvm_gen.KvmGen, kvm_harness.valid_trace),
             "sched": (sched_harness.SchedHarness, sched_gen.SchedGen, sched_harness.valid_trace),
             "offm": (offm_harness.OffmHarness, offm_harness.OffmGenerator, offm_harness.valid_trace),
-            "offsched": (offsched_harness.OffschedHarness, offsched_gen.OffschedGen, sched_harness.valid_trace)}
+            "offsched": (offsched_harness.OffschedHarness, offsched_gen.OffschedGen, offsched_gen.valid_trace)}
 
 
 def read_trace(path):
