@@ -226,7 +226,13 @@ KVSizingResult size_kv_pool_v020(const KVSizingInput& in) {
     if (need > memory[w]) {
       const std::int64_t est =
           estimate_max_model_len(limits.max_model_len, memory[w], need_at(projected[w]));
-      result.error = {"ValueError", check_message(limits.max_model_len, need, memory[w], est),
+      std::string message = check_message(limits.max_model_len, need, memory[w], est);
+      if (in.num_gpu_blocks_override && in.override_check_warns) {
+        log.warning("kvsim: vLLM v0.20.1 would refuse to start with this pool: ValueError: " +
+                    message);
+        continue;
+      }
+      result.error = {"ValueError", std::move(message),
                       kUtils + "714 _check_enough_kv_cache_memory"};
       return result;
     }

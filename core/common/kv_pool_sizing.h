@@ -51,6 +51,10 @@ struct KVSizingInput {
   bool auto_fit_max_model_len = false;               // --max-model-len auto (kV020Hybrid only)
   std::int64_t max_num_batched_tokens = 8192;
   std::optional<std::int64_t> num_gpu_blocks_override;
+  /// The pool is taken as the override gives it: the max_model_len check of
+  /// _check_enough_kv_cache_memory logs its refusal as a warning ("kvsim: vLLM ... would refuse
+  /// to start: ...") instead of refusing (kvsim's scenarios; vLLM itself refuses).
+  bool override_check_warns = false;
   bool disable_hybrid_kv_cache_manager = false;
   bool enable_prefix_caching = true;
   MambaCacheMode mamba_cache_mode = MambaCacheMode::kNone;

@@ -31,7 +31,7 @@ void OffloadWorker::finish_job(std::size_t i) {
 }
 
 void OffloadWorker::handle_preemptions(std::span<Request* const> flush) {
-  for (Job& j : jobs_) j.submitted = true;  // only deferred stores were unsubmitted
+  submit_deferred();
   for (Request* r : flush)
     for (std::size_t i = 0; i < jobs_.size();) {
       if (jobs_[i].store && jobs_[i].request == r) {
@@ -75,6 +75,25 @@ void OffloadWorker::complete_all() {
   for (const bool store : {false, true})
     for (std::size_t i = 0; i < jobs_.size();)
       if (jobs_[i].submitted && jobs_[i].store == store)
+        finish_job(i);
+      else
+        ++i;
+}
+
+std::int64_t OffloadWorker::flush_end(std::span<Request* const> flush) const {
+  std::int64_t end = -1;
+  for (const Job& j : jobs_)
+    if (j.store && j.submitted &&
+        std::find(flush.begin(), flush.end(), j.request) != flush.end())
+      end = std::max(end, j.end_ns);
+  return end;
+}
+
+void OffloadWorker::complete_ended_by(std::int64_t t_ns) {
+  for (const bool store : {false, true})
+    for (std::size_t i = 0; i < jobs_.size();)
+      if (jobs_[i].submitted && jobs_[i].store == store && jobs_[i].end_ns >= 0 &&
+          jobs_[i].end_ns <= t_ns)
         finish_job(i);
       else
         ++i;

@@ -25,17 +25,38 @@ class OffloadWorker {
     bool store = false;
     bool submitted = false;
     bool flushed = false;  // finished by a preemption flush
+    /// When the transfer ends on the caller's clock (-1: not timed; set_end_times).
+    std::int64_t end_ns = -1;
     std::vector<std::int64_t> gpu_block_ids, cpu_block_ids;
   };
 
-  /// handle_preemptions: submits the stores deferred by the previous step; the submitted store
-  /// jobs of the `flush` requests finish now (the worker waits for them).
+  /// handle_preemptions: submits the stores deferred by the previous step (submit_deferred);
+  /// the submitted store jobs of the `flush` requests finish now (the worker waits for them).
   void handle_preemptions(std::span<Request* const> flush);
+  /// The first half of handle_preemptions: the stores deferred by the previous step are
+  /// submitted. (A caller with a clock times them before the flush waits for them.)
+  void submit_deferred() {
+    for (Job& j : jobs_) j.submitted = true;  // only deferred stores were unsubmitted
+  }
   /// start_load_kv: one submitted job per load.
   void start_loads(std::span<const OffloadTransfer> loads);
   /// wait_for_save (only in a step that scheduled tokens): one job per store, submitted at the
   /// next step's handle_preemptions.
   void prepare_stores(std::span<const OffloadTransfer> stores);
+
+  // ---- a clock (the simulator's transfer clock: sim/engine/offload_tier.h) ----
+  /// Gives every submitted job without an end time `end_of(job)`, in submission order.
+  template <class F>
+  void set_end_times(F end_of) {
+    for (Job& j : jobs_)
+      if (j.submitted && j.end_ns < 0) j.end_ns = end_of(const_cast<const Job&>(j));
+  }
+  /// The latest end of the submitted store jobs of the `flush` requests (-1: none): when the
+  /// blocking wait of handle_preemptions returns.
+  std::int64_t flush_end(std::span<Request* const> flush) const;
+  /// The submitted jobs whose end time is at most `t_ns` finish (loads first, then stores, each
+  /// in submission order, as complete_all).
+  void complete_ended_by(std::int64_t t_ns);
 
   /// Transfers that finish now (submitted, unfinished ones): every one, or those of a request.
   void complete_all();

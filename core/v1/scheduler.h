@@ -111,10 +111,19 @@ class Scheduler final : public EngineCore {
 
   std::span<Request* const> running() const override { return running_; }
   const RingDeque<Request*>& waiting() const { return waiting_; }
-  std::int64_t num_waiting() const override { return static_cast<std::int64_t>(waiting_.size()); }
+  /// vLLM's waiting and skipped_waiting queues (the latter only with a KV connector).
+  std::int64_t num_waiting() const override {
+    return static_cast<std::int64_t>(waiting_.size() + skipped_waiting_.size());
+  }
+  /// The request the waiting loop looks at first.
   const Request* first_waiting() const override {
+    if (!skipped_waiting_.empty()) [[unlikely]]
+      return waiting_queue_to_schedule_front();
     return waiting_.empty() ? nullptr : waiting_.front();
   }
+  /// vLLM's has_finished_requests: requests finished since the last schedule() (which lists
+  /// them to the worker).
+  bool has_finished_requests() const { return !finished_ids_.empty(); }
   KVPoolStats pool_stats() const override;
   /// Walks the running requests' tables: a shared prefix (ref_cnt > 1) counts once as token
   /// states; a request's own blocks split into computed, still-to-fill and never-filled slots;
@@ -176,6 +185,19 @@ class Scheduler final : public EngineCore {
   /// _select_waiting_queue_for_scheduling: skipped_waiting first (FCFS), or the queue whose head
   /// runs first (priority).
   RingDeque<Request*>& waiting_queue_to_schedule();
+  /// f(const Request*) for every request whose tables hold blocks: the running ones, then (with
+  /// a KV connector) the finished ones held for it and the waiting ones holding blocks of a load.
+  template <class F>
+  void for_each_table_holder(F f) const {
+    for (const Request* r : running_) f(r);
+    if (connector_ == nullptr) [[likely]]
+      return;
+    for (const Request* r : held_) f(r);
+    for (const Request* r : skipped_waiting_)
+      if (!r->kv_groups.empty() && !r->kv_groups[0].blocks.empty()) f(r);
+  }
+  /// The front of waiting_queue_to_schedule() (skipped_waiting is not empty).
+  const Request* waiting_queue_to_schedule_front() const;
   /// _try_promote_blocked_waiting_request for a WAITING_FOR_REMOTE_KVS request: false while its
   /// load is not reported; else its blocks are cached and it becomes WAITING / PREEMPTED.
   bool try_promote(Request& request);

@@ -28,6 +28,13 @@ RingDeque<Request*>& Scheduler::waiting_queue_to_schedule() {
   return runs_first(*waiting_.front(), *skipped_waiting_.front()) ? waiting_ : skipped_waiting_;
 }
 
+const Request* Scheduler::waiting_queue_to_schedule_front() const {
+  if (waiting_.empty() || (!config_.priority_policy))
+    return skipped_waiting_.front();  // FCFS: skipped_waiting first
+  return runs_first(*waiting_.front(), *skipped_waiting_.front()) ? waiting_.front()
+                                                                  : skipped_waiting_.front();
+}
+
 void Scheduler::enqueue_skipped(Request& request) {
   skipped_waiting_.push_back(&request);
   for (std::size_t j = skipped_waiting_.size() - 1;

@@ -189,7 +189,7 @@ KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
     ++used_hashed;
   };
   const bool window = !group_tables && kv_.specialized_manager().skips_blocks();
-  for (const Request* r : running_) {
+  const auto walk = [&](const Request* r) {
     const std::vector<BlockId>& table = group_tables ? r->kv_groups[0].blocks : r->blocks;
     const auto nb = static_cast<std::int64_t>(table.size());
     const std::int64_t idx = r->index();
@@ -214,7 +214,7 @@ KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
         ++used_blocks;
         used_hashed += pool.block(blk).block_hash != kNoHash;
       }
-      continue;
+      return;
     }
     // Shared blocks (ref_cnt > 1) are a prefix of the table, full and computed: count each once.
     std::int64_t ks = 0;
@@ -237,7 +237,8 @@ KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
                                       : r->num_computed_tokens / bs;
       used_hashed += std::max<std::int64_t>(0, std::min(cached, nb) - ks);
     }
-  }
+  };
+  for_each_table_holder(walk);
   const std::int64_t num_free = pool.num_free_blocks();
   KVSIM_ASSERT(used_blocks == pool.num_blocks() - num_free,
                "KV breakdown: blocks in running tables disagree with the free count");
@@ -267,7 +268,7 @@ KVBreakdown Scheduler::kv_breakdown_groups(std::span<const std::int64_t> final_k
   const auto num_groups = static_cast<std::size_t>(c.num_groups());
   if (group_scratch_.size() != num_groups) group_scratch_.resize(num_groups);
   for (GroupTally& t : group_scratch_) t = GroupTally{};
-  for (const Request* r : running_) {
+  const auto walk = [&](const Request* r) {
     const std::int64_t idx = r->index();
     const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()
                                  ? final_kv_tokens[static_cast<std::size_t>(idx)]
@@ -298,7 +299,8 @@ KVBreakdown Scheduler::kv_breakdown_groups(std::span<const std::int64_t> final_k
         t.share.internal_fragmentation += big_b - fill_slots;
       }
     }
-  }
+  };
+  for_each_table_holder(walk);
   KVBreakdown b;
   b.internal_fragmentation += big_b;  // the null block: reserved, never filled
   std::int64_t used_blocks = 1, cached_free_blocks = 0;

@@ -70,9 +70,25 @@ TEST_CASE("vllm-0.7.2 refuses long_prefill_token_threshold at its line and colum
       "scheduler:\n"
       "  long_prefill_token_threshold: 64\n"
       "workload: {num_requests: 10, prompt_tokens: 100, output_tokens: 10}\n";
-  // No profile: the default, vllm-0.20, has the setting (and refuses 500 blocks for the model's
-  // 131,072-token requests); vllm-0.7.2 refuses the setting at its line and column.
-  CHECK_THAT(scenario_error(text), Catch::Contains("vLLM v0.20.1 refuses to start"));
+  // No profile: the default, vllm-0.20, has the setting. Its start-up check would refuse 500
+  // blocks for the model's 131,072-token requests; a pool given by num_gpu_blocks_override is
+  // taken as given, with that refusal as a warning. vllm-0.7.2 refuses the setting at its line
+  // and column.
+  CHECK_THAT(scenario_error(text), Catch::Equals(""));
+  {
+    const Scenario s = kvsim::test::parse_text(text);
+    REQUIRE(s.plan);
+    bool warned = false;
+    for (const std::string& line : s.plan->log)
+      warned = warned || line.find("warning: kvsim: vLLM v0.20.1 would refuse to start with this "
+                                   "pool: ValueError: To serve at least one request") == 0;
+    CHECK(warned);
+    CHECK(s.num_gpu_blocks == 500);
+  }
+  // Sized from memory, the refusal stands (vLLM v0.20.1's own start-up).
+  CHECK_THAT(scenario_error(text, {"cache.num_gpu_blocks_override=null",
+                                   "cache.kv_cache_memory_bytes=100000000"}),
+             Catch::Contains("vLLM v0.20.1 refuses to start"));
   CHECK_THAT(scenario_error(text, {"engine.profile=vllm-0.7.2"}), Catch::StartsWith("s.yaml:5:33:"));
   CHECK_THAT(scenario_error(text, {"engine.profile=vllm-0.8.5"}), Catch::Equals(""));
   CHECK_THAT(scenario_error(base("vllm-0.8.5"), {"scheduler.long_prefill_token_threshold=-1"}),
