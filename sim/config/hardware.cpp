@@ -146,6 +146,7 @@ HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx)
       get_double(hardware, "hbm_bytes_per_s", ctx, hw.gpu.hbm_bytes_per_s, 1.0);
   hw.gpu.host_link_bytes_per_s =
       get_double(hardware, "host_link_bytes_per_s", ctx, hw.gpu.host_link_bytes_per_s, 1.0);
+  hw.host_link_latency_us = get_double(hardware, "host_link_latency_us", ctx, 0.0, 0.0, 1e9);
   return hw;
 }
 
@@ -175,6 +176,7 @@ YAML::Node hardware_yaml(const HardwareConfig& hw) {
   n["peak_flops_per_s"] = number_node(hw.gpu.peak_flops_per_s);
   n["hbm_bytes_per_s"] = number_node(hw.gpu.hbm_bytes_per_s);
   n["host_link_bytes_per_s"] = number_node(hw.gpu.host_link_bytes_per_s);
+  if (hw.host_link_latency_us != 0) n["host_link_latency_us"] = number_node(hw.host_link_latency_us);
   return n;
 }
 
@@ -262,6 +264,7 @@ KVSizingInput kv_sizing_input(const ModelConfig& model, const HardwareConfig& hw
   in.auto_fit_max_model_len = request.auto_fit_max_model_len;
   in.max_num_batched_tokens = request.max_num_batched_tokens;
   in.num_gpu_blocks_override = cache.num_gpu_blocks_override;
+  in.override_check_warns = request.override_check_warns;
   in.disable_hybrid_kv_cache_manager =
       request.disable_hybrid_kv_cache_manager.value_or(hybrid_manager_off_by_default(model));
   in.enable_prefix_caching = mamba.enable_prefix_caching;

@@ -64,10 +64,13 @@ struct GpuWithCount {
 ///   gpu: NAME or NAMExN (default H100-80GB; xN sets tensor_parallel_size, which may then be given
 ///   only with the same value), tensor_parallel_size: 1,
 ///   gpu_memory_bytes / peak_flops_per_s / hbm_bytes_per_s / host_link_bytes_per_s: override
-///   the preset's figures.
+///   the preset's figures; host_link_latency_us: 0.
 struct HardwareConfig {
   GpuPreset gpu;
   std::int64_t tensor_parallel_size = 1;
+  /// The fixed cost of every transfer job between GPU and CPU memory, in microseconds (the CPU
+  /// tier's transfer clock: sim/engine/offload_tier.h). Written back only when not 0.
+  double host_link_latency_us = 0;
 };
 inline constexpr std::string_view kDefaultGpu = "H100-80GB";
 inline constexpr std::string_view kHardwareKeys[] = {"gpu",
@@ -75,7 +78,8 @@ inline constexpr std::string_view kHardwareKeys[] = {"gpu",
                                                      "gpu_memory_bytes",
                                                      "peak_flops_per_s",
                                                      "hbm_bytes_per_s",
-                                                     "host_link_bytes_per_s"};
+                                                     "host_link_bytes_per_s",
+                                                     "host_link_latency_us"};
 /// Reads and validates (all keys) the `hardware:` section; an absent section gives the defaults.
 [[nodiscard]] HardwareConfig load_hardware(const YAML::Node& hardware, const YamlContext& ctx);
 /// The resolved `hardware:` section: the preset's name and every figure used (load_hardware of
@@ -144,6 +148,10 @@ struct PoolRequest {
   std::optional<bool> disable_hybrid_kv_cache_manager;  // unset: vLLM's default for the model
   std::optional<bool> enable_prefix_caching;  // unset: on, off for models with mamba layers
   MambaCacheMode mamba_cache_mode = MambaCacheMode::kNone;  // as asked (sim/config/mamba_cache.h)
+  /// A pool given by num_gpu_blocks_override is taken as given: where one max_model_len request
+  /// does not fit it, vLLM's start-up refusal becomes a warning of the plan's log (kvsim runs;
+  /// such a request can never be scheduled). Scenarios set it; `kvsim kv-size` does not.
+  bool override_check_warns = false;
 };
 
 /// The sizing question plan_kv_pool asks: `model`'s layers on one worker, the budget's memory

@@ -40,6 +40,13 @@ void size_pool(Scenario& s, const YAML::Node& cache) {
     if (has_key(cache, "enable_prefix_caching"))
       request.enable_prefix_caching = s.cache.enable_prefix_caching;
     request.mamba_cache_mode = s.cache.mamba_cache_mode;
+    // An explicit pool is the pool (as the acceptance cases' engine loops take it).
+    request.override_check_warns = true;
+    // A KV connector (the CPU tier) turns the hybrid manager off unless the user said otherwise
+    // (vllm/config/vllm.py:1288-1305; an explicit false is refused: check_kv_offloading).
+    request.disable_hybrid_kv_cache_manager = s.cache.disable_hybrid_kv_cache_manager;
+    if (s.cache.kv_offloading && !request.disable_hybrid_kv_cache_manager)
+      request.disable_hybrid_kv_cache_manager = true;
     s.cache.enable_prefix_caching =
         choose_mamba_cache_mode(*s.model, request, rules).enable_prefix_caching;
     s.plan = plan_kv_pool(*s.model, s.hardware, sizing, request, rules, s.file);
@@ -68,6 +75,96 @@ void size_pool(Scenario& s, const YAML::Node& cache) {
                       s.file, s.cache.swap_space, blocks, kMaxGpuBlocks));
     s.num_cpu_blocks = static_cast<std::int64_t>(blocks);
   }
+}
+
+/// The node of the key that turned the CPU tier on (kv_offloading_size or
+/// kv_offloading_capacity_tokens), and its context.
+std::pair<YAML::Node, YamlContext> tier_key(const YAML::Node& root, const YamlContext& top) {
+  const YAML::Node cache = root["cache"];
+  const char* key =
+      has_key(cache, "kv_offloading_size") ? "kv_offloading_size" : "kv_offloading_capacity_tokens";
+  return {cache[key], top.child("cache").child(key)};
+}
+
+/// The CPU tier against the engine it plugs into, before the pool is sized: vLLM v0.20.1's
+/// refusal of the connector with the hybrid KV cache manager on, the release, the loop.
+void check_kv_offloading(const Scenario& s, const YAML::Node& root, const YamlContext& top) {
+  if (!s.cache.kv_offloading) return;
+  const auto [at, ctx] = tier_key(root, top);
+  const std::string key = ctx.path;
+  if (s.engine.profile != Profile::kVllm020)
+    throw yaml_error(at, ctx,
+                     fmt::format("{}: the CPU tier (vLLM's OffloadingConnector) is modelled for "
+                                 "vllm-0.20 only, not {}",
+                                 key, profile_name(s.engine.profile)));
+  if (s.cache.disable_hybrid_kv_cache_manager == false)
+    throw yaml_error(root["cache"]["disable_hybrid_kv_cache_manager"],
+                     top.child("cache").child("disable_hybrid_kv_cache_manager"),
+                     "cache.disable_hybrid_kv_cache_manager: vLLM v0.20.1 refuses to start: "
+                     "ValueError: Connector OffloadingConnector does not support HMA but HMA is "
+                     "enabled. Please set `--disable-hybrid-kv-cache-manager`. (set "
+                     "cache.disable_hybrid_kv_cache_manager: true, or leave it out: the CPU tier "
+                     "then turns it on, as --kv-transfer-config does)");
+  if (s.cache.kv_offloading->size_gib && !s.model)
+    throw yaml_error(at, ctx,
+                     fmt::format("{}: a tier in GiB needs a model (its blocks are the model's KV "
+                                 "bytes per block); without one give "
+                                 "cache.kv_offloading_capacity_tokens",
+                                 key));
+  if (s.engine.mode != EngineConfig::Mode::kTimed) return;
+  if (s.scheduler.async_scheduling) {
+    const YAML::Node sched = root["scheduler"];
+    const bool given = has_key(sched, "async_scheduling");
+    throw yaml_error(given ? sched["async_scheduling"] : at,
+                     given ? top.child("scheduler").child("async_scheduling") : ctx,
+                     fmt::format("{}: a timed run with the CPU tier needs "
+                                 "scheduler.async_scheduling: false (the asynchronous loop with "
+                                 "the OffloadingConnector is not modelled)",
+                                 given ? "scheduler.async_scheduling" : key));
+  }
+  if (!(s.hardware.gpu.host_link_bytes_per_s > 0))
+    throw yaml_error(at, ctx,
+                     fmt::format("{}: the CPU tier's transfers need hardware.host_link_bytes_per_s "
+                                 "> 0",
+                                 key));
+}
+
+/// The CPU tier's blocks (cpu/spec.py:28-42), once the pool is sized. One KV cache group: vLLM
+/// v0.20.1 asserts it for the connector (scheduler.py:2030-2036).
+void size_offload_tier(Scenario& s, const YAML::Node& root, const YamlContext& top) {
+  if (!s.cache.kv_offloading) return;
+  const KvOffloadingConfig& o = *s.cache.kv_offloading;
+  const auto [at, ctx] = tier_key(root, top);
+  OffloadTierPlan t;
+  t.block_size_factor = static_cast<std::int32_t>(o.block_size / s.cache.sizing.block_size);
+  if (s.plan && s.plan->layout) {
+    const KVPoolLayout& layout = *s.plan->layout;
+    if (layout.groups.size() != 1)
+      throw yaml_error(at, ctx,
+                       fmt::format("{}: the OffloadingConnector needs one KV cache group, and {} "
+                                   "has {} with the hybrid KV cache manager off (vLLM asserts "
+                                   "it)",
+                                   ctx.path, s.model->name, layout.groups.size()));
+    std::int64_t bytes = 0;
+    for (const KVCacheTensor& tensor : layout.tensors) bytes += tensor.size_bytes;
+    t.page_bytes = layout.num_blocks > 0 ? bytes / layout.num_blocks : 0;
+  } else if (s.plan) {
+    t.page_bytes = s.plan->spec.page_bytes_all_layers();
+  }
+  if (o.size_gib) {
+    const std::int64_t per_block =
+        t.page_bytes * s.hardware.tensor_parallel_size * t.block_size_factor;
+    // int(kv_offloading_size * (1 << 30)) as Python truncates the float.
+    const double bytes = std::trunc(*o.size_gib * static_cast<double>(std::int64_t{1} << 30));
+    t.num_cpu_blocks = per_block > 0 ? static_cast<std::int64_t>(bytes) / per_block : 0;
+  } else {
+    t.num_cpu_blocks = *o.capacity_tokens / o.block_size;
+  }
+  if (t.num_cpu_blocks > kMaxGpuBlocks)
+    throw yaml_error(at, ctx,
+                     fmt::format("{}: {} CPU blocks is more than the supported {}", ctx.path,
+                                 t.num_cpu_blocks, kMaxGpuBlocks));
+  s.offload = t;
 }
 
 /// vLLM v0.20.1's refusals of mamba_cache_mode 'align' (check_mamba_align), at the scheduler key
@@ -333,7 +430,9 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
   s.scheduler = parse_scheduler(root["scheduler"], top.child("scheduler"),
                                 s.model ? &*s.model : nullptr, s.engine.profile, defaults);
   s.scheduler_v0 = parse_scheduler_v0(root["scheduler"], top.child("scheduler"));
+  check_kv_offloading(s, root, top);
   size_pool(s, root["cache"]);
+  size_offload_tier(s, root, top);
   check_mamba_align_settings(s, root, top);
   if (const auto bad = check_engine_params(s.engine_params())) {
     // A setting the profile's release does not have: at the key where the scenario gives it.

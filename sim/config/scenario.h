@@ -22,7 +22,8 @@
 //   hardware:  gpu [H100-80GB; H100, H200, A100 and a count as H100x8 are understood],
 //              tensor_parallel_size [1, or gpu's count], gpu_memory_bytes, peak_flops_per_s,
 //              hbm_bytes_per_s, host_link_bytes_per_s (PCIe, one direction: vllm-0.7.2-v0's
-//              swaps) (HardwareConfig, sim/config/hardware.h)
+//              swaps, the CPU tier's transfers), host_link_latency_us [0: the fixed cost of a
+//              CPU tier transfer job] (HardwareConfig, sim/config/hardware.h)
 //   cache:     block_size [16], gpu_memory_utilization [vllm-0.20 0.92, else 0.9: the
 //              release's, serve_defaults of scenario_sections.h], kv_cache_memory_bytes,
 //              num_gpu_blocks_override, capacity_tokens (num_gpu_blocks = capacity / block_size;
@@ -31,7 +32,12 @@
 //              mamba_cache_mode [none; vllm-0.20 picks all or align with prefix caching on:
 //              sim/config/mamba_cache.h], num_preallocate_tokens [64; 0 in cache_only],
 //              swap_space [4: GiB per GPU, vllm-0.7.2-v0's CPU pool; other profiles refuse
-//              another value]
+//              another value], disable_hybrid_kv_cache_manager [null: vLLM's choice; true with
+//              the CPU tier], the CPU tier (vllm-0.20; timed runs with async_scheduling false):
+//              kv_offloading_size (GiB, vLLM's --kv-offloading-size) or
+//              kv_offloading_capacity_tokens, kv_offloading_backend [native],
+//              kv_offloading_block_size [block_size; a multiple of it],
+//              kv_offloading_eviction_policy [lru] | arc, kv_offloading_store_threshold [0]
 //              (CacheConfig, scenario_sections.h; sizing keys in sim/config/hardware.h)
 //   scheduler: max_num_seqs [256; vllm-0.20 on a >= 70 GiB GPU but an A100: 1024],
 //              max_num_batched_tokens [8192; vllm-0.20 on the other GPUs: 2048],
@@ -100,6 +106,18 @@ struct SweepAxis {
   std::vector<YAML::Node> values;
 };
 
+/// The CPU tier as a run uses it (cache.kv_offloading, sized).
+struct OffloadTierPlan {
+  /// vLLM's num_blocks of the tier: int(kv_offloading_size * 2**30) // (kv_bytes_per_block *
+  /// factor), kv_bytes_per_block the KV bytes of one GPU block on every worker (cpu/spec.py);
+  /// kv_offloading_capacity_tokens: capacity / (factor * block_size).
+  std::int64_t num_cpu_blocks = 0;
+  /// One GPU block over all layers on one GPU (0 without a model): what a transfer moves per
+  /// GPU block on each GPU's link.
+  std::int64_t page_bytes = 0;
+  std::int32_t block_size_factor = 1;  // offloaded block = factor GPU blocks
+};
+
 struct Scenario {
   std::string file;  // the YAML file (for messages and relative paths)
   std::string name;
@@ -124,6 +142,7 @@ struct Scenario {
   /// the other profiles and without a model (cache_only).
   std::int64_t num_cpu_blocks = 0;
   std::optional<KVCachePlan> plan;  // when sized from a model: plan_kv_pool by the profile's rules
+  std::optional<OffloadTierPlan> offload;  // the CPU tier (cache.kv_offloading); null: none
 
   /// The core's cache configuration.
   [[nodiscard]] KVCacheConfig kv_cache_config() const;

@@ -56,6 +56,64 @@ YAML::Node engine_yaml(const EngineConfig& c) {
   return n;
 }
 
+namespace {
+
+constexpr std::string_view kEvictionPolicies[] = {"lru", "arc"};
+
+/// The kv_offloading keys of `cache:` (null when the tier is off).
+std::optional<KvOffloadingConfig> parse_kv_offloading(const YAML::Node& cache,
+                                                      const YamlContext& ctx,
+                                                      std::int64_t block_size) {
+  const bool gib = has_key(cache, "kv_offloading_size");
+  const bool tokens = has_key(cache, "kv_offloading_capacity_tokens");
+  if (!gib && !tokens) {
+    for (const char* key : {"kv_offloading_backend", "kv_offloading_block_size",
+                            "kv_offloading_eviction_policy", "kv_offloading_store_threshold"})
+      if (has_key(cache, key))
+        throw yaml_error(cache[key], ctx.child(key),
+                         fmt::format("cache.{}: the CPU tier is off -- give its size with "
+                                     "cache.kv_offloading_size (GiB, as vLLM's "
+                                     "--kv-offloading-size) or cache.kv_offloading_capacity_tokens",
+                                     key));
+    return std::nullopt;
+  }
+  if (gib && tokens)
+    throw yaml_error(cache["kv_offloading_capacity_tokens"],
+                     ctx.child("kv_offloading_capacity_tokens"),
+                     "cache.kv_offloading_capacity_tokens: give either kv_offloading_size (GiB) or "
+                     "kv_offloading_capacity_tokens, not both");
+  KvOffloadingConfig o;
+  if (gib) {
+    o.size_gib = get_double(cache, "kv_offloading_size", ctx, 0.0, 0.0, 1 << 24);
+    if (!(*o.size_gib > 0))
+      throw yaml_error(cache["kv_offloading_size"], ctx.child("kv_offloading_size"),
+                       "cache.kv_offloading_size: must be > 0 GiB (vLLM v0.20.1 refuses 0: "
+                       "cpu_bytes_to_use must be specified in kv_connector_extra_config)");
+  } else {
+    o.capacity_tokens =
+        get_int(cache, "kv_offloading_capacity_tokens", ctx, 0, 1, std::int64_t{1} << 40);
+  }
+  const std::string backend =
+      get_choice(cache, "kv_offloading_backend", ctx, "native", {"native", "lmcache"});
+  if (backend != "native")
+    throw yaml_error(cache["kv_offloading_backend"], ctx.child("kv_offloading_backend"),
+                     "cache.kv_offloading_backend: lmcache (LMCacheConnectorV1) is not modelled; "
+                     "native is vLLM's own OffloadingConnector");
+  o.block_size = get_int(cache, "kv_offloading_block_size", ctx, block_size, 1, 1 << 24);
+  if (o.block_size % block_size != 0)
+    throw yaml_error(cache["kv_offloading_block_size"], ctx.child("kv_offloading_block_size"),
+                     fmt::format("cache.kv_offloading_block_size: {} is not a multiple of "
+                                 "cache.block_size {} (vLLM: the offloaded block size must be a "
+                                 "multiple of the GPU block size)",
+                                 o.block_size, block_size));
+  o.eviction_policy = static_cast<EvictionPolicy>(
+      get_choice_index(cache, "kv_offloading_eviction_policy", ctx, "lru", kEvictionPolicies));
+  o.store_threshold = get_int(cache, "kv_offloading_store_threshold", ctx, 0, 0, 1 << 30);
+  return o;
+}
+
+}  // namespace
+
 CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool timed,
                         const ServeDefaults& defaults) {
   check_keys(cache, std::span<const std::string_view>(kCacheKeys), ctx);
@@ -68,6 +126,10 @@ CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool ti
       get_int(cache, "num_preallocate_tokens", ctx, timed ? 64 : 0, 0, 1 << 24);
   c.capacity_tokens = get_optional_int(cache, "capacity_tokens", ctx, 1);
   c.swap_space = get_double(cache, "swap_space", ctx, 4.0, 0.0, 1 << 20);
+  if (has_key(cache, "disable_hybrid_kv_cache_manager"))
+    c.disable_hybrid_kv_cache_manager =
+        get_bool(cache, "disable_hybrid_kv_cache_manager", ctx, false);
+  c.kv_offloading = parse_kv_offloading(cache, ctx, c.sizing.block_size);
   if (c.capacity_tokens) {
     const YamlContext at = ctx.child("capacity_tokens");
     if (c.sizing.num_gpu_blocks_override)
@@ -90,6 +152,17 @@ YAML::Node cache_yaml(const CacheConfig& c, bool mamba) {
   n["num_preallocate_tokens"] = c.num_preallocate_tokens;
   n["capacity_tokens"] = optional_node(c.capacity_tokens);
   n["swap_space"] = number_node(c.swap_space);
+  if (c.disable_hybrid_kv_cache_manager)
+    n["disable_hybrid_kv_cache_manager"] = *c.disable_hybrid_kv_cache_manager;
+  if (const auto& o = c.kv_offloading) {
+    if (o->size_gib) n["kv_offloading_size"] = number_node(*o->size_gib);
+    if (o->capacity_tokens) n["kv_offloading_capacity_tokens"] = *o->capacity_tokens;
+    n["kv_offloading_backend"] = "native";
+    n["kv_offloading_block_size"] = o->block_size;
+    n["kv_offloading_eviction_policy"] =
+        std::string(kEvictionPolicies[static_cast<std::size_t>(o->eviction_policy)]);
+    n["kv_offloading_store_threshold"] = o->store_threshold;
+  }
   return n;
 }
 

@@ -17,6 +17,7 @@
 #include "core/common/engine_config.h"
 #include "core/engine_api.h"
 #include "core/engine_factory.h"
+#include "core/offload/cpu_offload_manager.h"
 #include "sim/common/yaml_util.h"
 #include "sim/config/hardware.h"
 #include "sim/config/model_config.h"
@@ -47,6 +48,18 @@ inline constexpr std::string_view kEngineKeys[] = {"profile", "mode", "contiguou
 [[nodiscard]] EngineConfig parse_engine(const YAML::Node& engine, const YamlContext& ctx);
 [[nodiscard]] YAML::Node engine_yaml(const EngineConfig& c);
 
+/// The CPU tier of the KV cache (cache.kv_offloading_*): vLLM v0.20.1's `--kv-offloading-size N`
+/// with the native backend, the OffloadingConnector (shared/spec/vllm-0.20-offload-semantics.md
+/// §0). The tier's size is given in GiB as vLLM takes it (its blocks then depend on the model's
+/// page size) or, for hit-rate studies without a model, in tokens.
+struct KvOffloadingConfig {
+  std::optional<double> size_gib;               // kv_offloading_size: CacheConfig.kv_offloading_size
+  std::optional<std::int64_t> capacity_tokens;  // kv_offloading_capacity_tokens (kvsim's)
+  std::int64_t block_size = 16;  // kv_offloading_block_size: extra_config block_size [block_size]
+  EvictionPolicy eviction_policy = EvictionPolicy::kLru;  // extra_config eviction_policy
+  std::int64_t store_threshold = 0;  // extra_config store_threshold (>= 2: the reuse filter)
+};
+
 /// `cache:` -- the KV cache (vLLM's CacheConfig plus the sizing keys of sim/config/hardware.h).
 struct CacheConfig {
   CacheSizingConfig sizing;  // block_size, gpu_memory_utilization, ...
@@ -61,6 +74,10 @@ struct CacheConfig {
   /// vLLM V0's CPU swap space, GiB per GPU (vLLM's default 4): num_cpu_blocks = swap bytes /
   /// the bytes of one block over all layers. Other profiles refuse another value.
   double swap_space = 4;
+  /// vLLM's --disable-hybrid-kv-cache-manager; null: vLLM's choice (off, unless a KV connector is
+  /// configured: then on -- the CPU tier turns it on).
+  std::optional<bool> disable_hybrid_kv_cache_manager;
+  std::optional<KvOffloadingConfig> kv_offloading;  // the CPU tier; null: none
 };
 inline constexpr std::string_view kCacheKeys[] = {"block_size",
                                                   "gpu_memory_utilization",
@@ -72,13 +89,22 @@ inline constexpr std::string_view kCacheKeys[] = {"block_size",
                                                   "mamba_cache_mode",
                                                   "num_preallocate_tokens",
                                                   "capacity_tokens",
-                                                  "swap_space"};
+                                                  "swap_space",
+                                                  "disable_hybrid_kv_cache_manager",
+                                                  "kv_offloading_size",
+                                                  "kv_offloading_capacity_tokens",
+                                                  "kv_offloading_backend",
+                                                  "kv_offloading_block_size",
+                                                  "kv_offloading_eviction_policy",
+                                                  "kv_offloading_store_threshold"};
 /// Reads `cache:`; `timed` picks num_preallocate_tokens' default (64 timed, 0 cache_only),
-/// `defaults` gpu_memory_utilization's.
+/// `defaults` gpu_memory_utilization's. The kv_offloading keys are checked against each other
+/// here and against the engine in parse_scenario (check_kv_offloading).
 [[nodiscard]] CacheConfig parse_cache(const YAML::Node& cache, const YamlContext& ctx, bool timed,
                                       const ServeDefaults& defaults);
 /// `mamba`: the model has mamba layers; mamba_cache_mode is written for such a model or when not
 /// 'none' (vLLM's align checks apply to any model), so other resolved files keep their keys.
+/// disable_hybrid_kv_cache_manager and the kv_offloading keys likewise only when set.
 [[nodiscard]] YAML::Node cache_yaml(const CacheConfig& c, bool mamba);
 
 inline constexpr std::string_view kSchedulerKeys[] = {

@@ -86,6 +86,12 @@ class Engine {
   }
 
   bool empty() const { return heap_.empty(); }
+  /// Whether an event of `kind` is queued. O(n).
+  bool contains_kind(EventKind kind) const {
+    for (const Event& e : heap_)
+      if (e.kind == kind) return true;
+    return false;
+  }
   std::size_t size() const { return heap_.size(); }
   /// The first queued event (precondition: !empty()).
   const Event& peek() const { return heap_.front(); }

@@ -12,6 +12,8 @@
 
 namespace kvsim {
 
+struct OffloadTierStats;
+
 /// One step of the engine. References are valid only during the call.
 struct StepView {
   std::int64_t step = 0;                 // 0-based index of non-empty steps
@@ -36,6 +38,8 @@ struct StepView {
   /// Requests waiting (vLLM's num_requests_waiting): the scheduler's waiting queue and arrivals
   /// behind it that the simulator has not handed to the scheduler yet.
   std::int64_t num_waiting = 0;
+  /// The CPU tier's running totals (sim/engine/offload_tier.h), or nullptr without a tier.
+  const OffloadTierStats* offload = nullptr;
 };
 
 /// How a request left the system.
@@ -67,6 +71,9 @@ class StepObserver {
   virtual void on_step(const StepView&) {}
   /// A request finished, was aborted or was rejected at arrival.
   virtual void on_request_done(const RequestRecord&) {}
+  /// A step that scheduled nothing (the CPU tier's loop: requests waiting for loads, the idle
+  /// step that flushes finished ids); its lookups count (StepView::out), it is no step.
+  virtual void on_empty_step(const StepView&) {}
   /// cache_only mode: one prefix-cache lookup of `query_tokens` that hit `hit_tokens`.
   virtual void on_lookup(std::int64_t /*query_tokens*/, std::int64_t /*hit_tokens*/) {}
   /// The run is over at simulated time `end_ns`.

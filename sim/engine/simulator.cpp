@@ -10,6 +10,11 @@
 
 namespace kvsim {
 
+namespace {
+/// EngineCore's sleep after a step that ran no model while requests are unfinished (1 ms).
+constexpr SimTimeNs kPollIntervalNs = 1'000'000;
+}  // namespace
+
 Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn step_time)
     : scenario_(scenario),
       admission_(server_admission(scenario.engine.profile)),
@@ -17,6 +22,14 @@ Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn
       step_time_(std::move(step_time)),
       vocab_size_(scenario_vocab_size(scenario)) {
   core_ = make_engine(scenario.engine_params());
+  if (scenario.offload) {
+    auto* sched = dynamic_cast<Scheduler*>(core_.get());
+    const bool timed = scenario.engine.mode == EngineConfig::Mode::kTimed;
+    KVSIM_ASSERT(sched != nullptr && !(timed && scenario.scheduler.async_scheduling),
+                 "the CPU tier runs on vllm-0.20's synchronous loop (the scenario checks it)");
+    tier_ = std::make_unique<OffloadTier>(scenario, *sched, /*instant=*/!timed);
+    view_.offload = &tier_->stats();
+  }
   view_.engine = core_.get();
   view_.out = &out_;
   view_.final_kv_tokens = &final_kv_tokens_;
@@ -64,6 +77,7 @@ std::uint64_t Simulator::advance_to(SimTimeNs t_ns) {
 
 void Simulator::finish() {
   if (scenario_.engine.mode == EngineConfig::Mode::kTimed) {
+    if (tier_) tier_->reap(free_slots_);
     KVSIM_ASSERT(unadmitted_.empty(), "arrivals left unadmitted after the last step");
     if (core_->num_unfinished_requests() > 0) {
       const Request* r =
@@ -138,6 +152,7 @@ void Simulator::start_step() {
   if (step_in_flight_) return;
   EngineCore& eng = *core_;
   admit_waiting();
+  if (tier_) return start_step_tier();
   if (eng.num_unfinished_requests() == 0) return;
   schedule_engine();
   if (out_.scheduled.empty()) {
@@ -163,6 +178,7 @@ void Simulator::start_step() {
 
 void Simulator::end_step() {
   if (async_) return end_step_async();
+  if (tier_) return end_step_tier();
   EngineCore& eng = *core_;
   eng.update_from_output(outputs_);
   check_step_error("update_from_output()");
@@ -215,7 +231,12 @@ void Simulator::finish_delivered(const std::vector<RequestOutput>& delivered) {
     release_slot(slot, true);
   }
   pending_aborts_.clear();
-  if (check_invariants_) core_->check_invariants();
+  if (check_invariants_) {
+    core_->check_invariants();
+    if (tier_)
+      if (const std::string v = tier_->find_violation(); !v.empty())
+        throw RunError("CPU tier invariant violated: " + v);
+  }
 }
 
 void Simulator::next_step_after_end() {
@@ -228,6 +249,78 @@ void Simulator::next_step_after_end() {
   }
   schedule_queued_ = true;
   engine_.schedule(now, kPriorityScheduleStep, EventKind::kScheduleStep);
+}
+
+// ---- the synchronous loop with the CPU tier --------------------------------------------------
+
+void Simulator::start_step_tier() {
+  // EngineCore steps while the scheduler has unfinished requests or finished ids to flush
+  // (has_requests); otherwise it blocks on its input queue until the next arrival.
+  const auto& sched = static_cast<const Scheduler&>(*core_);
+  if (core_->num_unfinished_requests() == 0 && !sched.has_finished_requests()) return;
+  schedule_engine();
+  const SimTimeNs now = engine_.now();
+  step_executed_ = out_.total_num_scheduled_tokens > 0;
+  const SimTimeNs start = tier_->begin_step(now, out_);
+  StepView& v = view_;
+  describe_step(v, out_, now);
+  SimTimeNs dur = 0;  // a step that schedules nothing runs no forward pass
+  if (step_executed_) {
+    dur = step_time_ ? step_time_(v) : 1;
+    if (dur < 1) dur = 1;
+  }
+  tier_->report(start, step_executed_, out_);
+  v.end_ns = start + dur;
+  step_start_ns_ = now;
+  if (step_executed_)
+    for (StepObserver* o : observers_) o->on_step_begin(v);
+  step_in_flight_ = true;
+  engine_.schedule(v.end_ns, kPriorityStepEnd, EventKind::kStepEnd);
+}
+
+void Simulator::end_step_tier() {
+  EngineCore& eng = *core_;
+  eng.update_from_output(outputs_);
+  check_step_error("update_from_output()");
+  const std::vector<RequestOutput>& delivered = deliver_outputs(view_, step_executed_);
+  if (!step_executed_)
+    for (StepObserver* o : observers_) o->on_empty_step(view_);
+  step_in_flight_ = false;
+  finish_delivered(delivered);
+  tier_->reap(free_slots_);
+  if (step_executed_) return next_step_after_end();
+  // A step that scheduled nothing: EngineCore sleeps 1 ms while requests are unfinished
+  // (core.py:1220-1221); arrivals in between join the next step.
+  const bool polling = eng.num_unfinished_requests() > 0;
+  tier_->count_empty_step(polling);
+  if (!polling) return next_step_after_end();
+  check_tier_progress();
+  schedule_queued_ = true;
+  engine_.schedule(engine_.now() + kPollIntervalNs, kPriorityScheduleStep,
+                   EventKind::kScheduleStep);
+}
+
+void Simulator::check_tier_progress() {
+  // Nothing runs, no transfer is unfinished and the worker reported nothing: every later step
+  // sees the same queues (an arrival joins behind the request the waiting loop stops at), so
+  // only a client's abort can change anything.
+  if (!core_->running().empty() || tier_->transfers_pending() || tier_->reported_anything())
+    return;
+  if (engine_.contains_kind(EventKind::kClientAbort)) return;
+  const auto& sched = static_cast<const Scheduler&>(*core_);
+  const Request* head = core_->first_waiting();
+  std::int64_t loaded = 0;  // requests behind it holding blocks of a finished load
+  for (const Request* r : sched.skipped_waiting()) loaded += r != head && !r->kv_groups[0].blocks.empty();
+  if (loaded == 0) fail_cannot_fit(*head);
+  throw RunError(fmt::format(
+      "step {} at {:.6f} s: no step can make progress: request {} (at the head of the waiting "
+      "loop) cannot fit its sequence next to the blocks of the {} requests behind it that "
+      "loaded from the CPU tier, and nothing runs to free blocks -- vLLM v0.20.1's livelock of "
+      "loaded requests (its waiting loop stops at the first request it cannot allocate; the "
+      "engine polls forever); a larger GPU pool (cache.num_gpu_blocks_override, "
+      "gpu_memory_utilization) avoids it",
+      step_, static_cast<double>(engine_.now()) / 1e9,
+      request_ids_[static_cast<std::size_t>(head->index())], loaded));
 }
 
 // ---- async scheduling (vLLM v0.20's default) -----------------------------------------------
@@ -358,11 +451,23 @@ bool Simulator::serve_cache_only(RequestSpec& spec, std::vector<std::int32_t>& o
   }
   spec.materialize_prompt();
   SamplingLimits limits = sampling_limits(spec, *plan);
+  if (tier_) {  // its prompt pass, then it finishes
+    limits = SamplingLimits{};
+    limits.max_tokens = 1;
+  }
   Request req(0, std::move(spec.prompt), std::move(limits), {},
               /*output_capacity=*/0);  // never decodes
-  const std::int64_t computed = core_->cache_only_request(req);
-  for (StepObserver* o : observers_) o->on_lookup(req.num_tokens(), computed);
-  spec.prompt = req.take_token_ids();  // nothing was generated: the prompt
+  const std::int64_t num_prompt = req.num_prompt_tokens();
+  std::int64_t computed = 0;
+  if (tier_) {
+    computed = tier_->serve_cache_only(req, engine_.now());
+    check_step_error("a cache_only step with the CPU tier");
+  } else {
+    computed = core_->cache_only_request(req);
+  }
+  for (StepObserver* o : observers_) o->on_lookup(num_prompt, computed);
+  spec.prompt = req.take_token_ids();  // the prompt (and with the tier its one sampled token)
+  spec.prompt.resize(static_cast<std::size_t>(num_prompt));
   RequestRecord rec;
   rec.request_id = spec.id;
   rec.arrival_ns = spec.arrival_ns;

@@ -45,6 +45,7 @@
 #include "sim/config/scenario.h"
 #include "sim/engine/engine.h"
 #include "sim/engine/observer.h"
+#include "sim/engine/offload_tier.h"
 #include "sim/engine/pending_arrivals.h"
 #include "sim/engine/server_admission.h"
 #include "sim/workload/workload.h"
@@ -138,6 +139,8 @@ class Simulator {
   bool serve_cache_only(RequestSpec& spec, std::vector<std::int32_t>& outputs);
 
   const EngineCore& engine() const { return *core_; }
+  /// The CPU tier (cache.kv_offloading in a timed run), or nullptr.
+  const OffloadTier* offload_tier() const { return tier_.get(); }
   SimTimeNs now() const { return engine_.now(); }
   std::int64_t num_steps() const { return step_; }
   std::int64_t requests_done() const { return requests_done_; }
@@ -184,6 +187,13 @@ class Simulator {
   std::int64_t num_waiting() const;
   void start_step();
   void end_step();
+  /// The synchronous loop's step with the CPU tier (sim/engine/offload_tier.h): the worker's
+  /// transfers around the forward pass, steps that schedule nothing (0 ns, then EngineCore's
+  /// 1 ms sleep while requests are unfinished), the idle step that flushes finished ids.
+  void start_step_tier();
+  void end_step_tier();
+  /// Ends the run when an empty step left nothing that could ever change (vLLM polls forever).
+  void check_tier_progress();
   /// Fills `v` with the batch features of `out` (scheduled at `now`). The tokens the model samples
   /// are not written here: every engine reads them from Request::planned_outputs.
   void describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs now);
@@ -248,6 +258,8 @@ class Simulator {
 
   Engine engine_;
   std::unique_ptr<EngineCore> core_;  // the engine family's state machines
+  std::unique_ptr<OffloadTier> tier_;  // the CPU tier (timed runs with cache.kv_offloading)
+  bool step_executed_ = false;         // the step in flight has a forward pass (tier loop)
   SchedulerOutput out_;
   std::vector<RequestOutput> outputs_;
   std::vector<SimTimeNs> prev_token_ns_;

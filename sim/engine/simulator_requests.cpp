@@ -193,9 +193,14 @@ void Simulator::admit_waiting() {
   // before looking at one more once running reaches max_num_seqs, and at the first that does not
   // fit (which is then within that count too). Arrivals beyond those wait here, in arrival order,
   // with their prompts unmade.
+  // With the CPU tier the loop goes on past requests that start a load (they do not run), so it
+  // may look at any of them: every arrival is handed over.
   const EngineCore& eng = *core_;
-  const std::int64_t examined = std::max<std::int64_t>(
-      scenario_.scheduler.max_num_seqs - static_cast<std::int64_t>(eng.running().size()), 0);
+  const std::int64_t examined =
+      tier_ ? std::numeric_limits<std::int64_t>::max()
+            : std::max<std::int64_t>(
+                  scenario_.scheduler.max_num_seqs - static_cast<std::int64_t>(eng.running().size()),
+                  0);
   while (!unadmitted_.empty()) {
     const std::int64_t slot = unadmitted_.front();
     if (unadmitted_gone_ > 0 && live_[static_cast<std::size_t>(slot)].client_gone) {
@@ -264,14 +269,19 @@ RequestRecord Simulator::record_of(std::int64_t slot, FinishReason reason) const
 void Simulator::release_slot(std::int64_t slot, bool dropped) {
   Live& l = live_[static_cast<std::size_t>(slot)];
   if (dropped && l.sample == 0) source_.on_dropped(l.spec);
-  if (async_count_ > 0 && l.request)
+  // A request whose blocks the scheduler holds for the CPU tier (a delayed free) keeps its
+  // object and its slot (the connector and the worker know it by both) until it is let go.
+  const bool parked = tier_ && l.request && tier_->holds(*l.request);
+  if (parked)
+    tier_->park(std::move(l.request), slot);
+  else if (async_count_ > 0 && l.request)
     retired_.push_back(std::move(l.request));  // a step in flight may still name it
   else
     l.request.reset();
   l.spec = RequestSpec{};
   l.client_gone = false;
   ++l.generation;  // a pending timeout of the request that held it no longer matches
-  free_slots_.push_back(slot);
+  if (!parked) free_slots_.push_back(slot);
 }
 
 void Simulator::finish_request(std::int64_t slot, FinishReason reason) {

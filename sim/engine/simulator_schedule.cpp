@@ -51,6 +51,11 @@ void Simulator::check_step_error(const char* where) const {
           ? " (vLLM v0.20.1's sliding-window admission-cap defect, upstream PR #40027: a pool "
             "nearly full while a request longer than the window + max_num_batched_tokens grows; "
             "a larger pool or max_num_batched_tokens >= max_model_len - window + 1 avoids it)"
+      : std::string_view(e).find("group_sizes") != std::string_view::npos
+          ? " (vLLM v0.20.1's CPU tier defect with a sliding window and offloaded blocks of "
+            "several GPU blocks: a key whose first GPU block left the window is stored, the null "
+            "block skipped in the block list but counted in group_sizes; "
+            "kv_offloading_block_size equal to cache.block_size avoids it)"
           : ""));
 }
 

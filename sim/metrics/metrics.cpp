@@ -192,6 +192,7 @@ void MetricsCollector::on_step(const StepView& v) {
   }
   add_itl_run();
 
+  if (offload_ != nullptr) take_offload_deltas();
   StepRecord& r = pending_;
   r.step = v.step;
   r.time_ns = v.start_ns;
@@ -297,8 +298,10 @@ void MetricsCollector::on_lookup(std::int64_t prompt_tokens, std::int64_t hit_to
 }
 
 void MetricsCollector::on_simulation_end(SimTimeNs, const EngineCore& e) {
-  // The last step is always recorded, so the rows' counters add up to the run's totals. Nothing
-  // changes the cache after the last step's update, so its breakdown is computed now.
+  // The last step is always recorded, so the rows' counters add up to the run's totals (the CPU
+  // tier's too: the idle steps after it count in its row). Nothing changes the cache after the
+  // last step's update, so its breakdown is computed now.
+  if (offload_ != nullptr && pending_.step >= 0) take_offload_deltas();
   if (pending_.step >= 0) record_pending(e);
   const KVPoolStats pool = e.pool_stats();
   num_evictions_ = pool.evictions;
@@ -392,6 +395,7 @@ std::string MetricsCollector::summary_json(const std::string& header) {
   i64("max_batch_size", max_batch_size_);
   f6("mean_batch_tokens", sum_batch_tokens_ / steps);
   if (v0_) summary_v0(o);
+  if (offload_ != nullptr) summary_offload(o);
   if (!group_labels_.empty()) summary_groups(o);
   const char* names[6] = {"token_states",           "reservation", "internal_fragmentation",
                           "external_fragmentation", "cached_free", "free"};
@@ -468,6 +472,7 @@ std::string MetricsCollector::prometheus_text(const std::string& model_name) {
          static_cast<double>(prefix_hits_));
   scalar("vllm:request_success_total", "counter", "Count of successfully processed requests.",
          static_cast<double>(completed_));
+  if (offload_ != nullptr) prometheus_offload(o, label);
   hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", h_ttft_);
   hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.",
        h_tpot_);

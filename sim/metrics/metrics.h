@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sim/engine/observer.h"
+#include "sim/engine/offload_tier.h"
 #include "sim/metrics/overload.h"
 
 namespace kvsim {
@@ -81,6 +82,11 @@ struct StepRecord {
   // Several KV cache groups (MetricsCollector::enable_kv_groups): each group's share of the pool
   // at the row's step (valid until the next record).
   std::span<const KVGroupShare> groups;
+  // The CPU tier (MetricsCollector::enable_offload): its blocks in use at the row's step, then
+  // counters summed since the previous row (empty steps' included).
+  std::int64_t cpu_tier_blocks_used = 0;
+  std::int64_t cpu_tier_hit_tokens = 0, cpu_tier_loaded_blocks = 0, cpu_tier_stored_blocks = 0,
+               cpu_tier_evicted_blocks = 0, bytes_gpu_to_cpu = 0, bytes_cpu_to_gpu = 0;
 };
 
 /// What a run's KV cache group is (summary.json names it so).
@@ -111,6 +117,7 @@ class MetricsCollector : public StepObserver {
   void on_simulation_end(SimTimeNs end_ns, const EngineCore& e) override;
 
   void on_lookup(std::int64_t query_tokens, std::int64_t hit_tokens) override;
+  void on_empty_step(const StepView& v) override;
   /// A cluster run's end, for a collector fed by every replica (sim/cluster/): the pool counters
   /// (evictions, blocks allocated) and the final queue lengths are summed over `engines`, the
   /// final KV usage is their mean. Used instead of on_simulation_end.
@@ -132,6 +139,10 @@ class MetricsCollector : public StepObserver {
   /// g<k>_* columns) and its means in summary.json (`kv_cache_groups`): for an engine of several
   /// groups (vLLM v0.20 with a hybrid model), one label per group in the engine's order.
   void enable_kv_groups(std::vector<KVGroupLabel> labels);
+  /// The CPU tier's figures (`stats`: the tier's running totals, which must outlive the
+  /// collector): steps.csv's cpu_tier columns, summary.json's empty_steps and kv_offload, and
+  /// vLLM's connector series in the Prometheus text.
+  void enable_offload(const OffloadTierStats* stats) { offload_ = stats; }
   /// metrics.prom text with vLLM's metric names; `model_name` labels the series.
   std::string prometheus_text(const std::string& model_name);
   /// The number of requests completed so far (for progress).
@@ -196,6 +207,12 @@ class MetricsCollector : public StepObserver {
   double sum_table_blocks_ = 0, sum_used_blocks_ = 0;
   void on_step_v0(const StepView& v, const KVPoolStats& pool);
   void summary_v0(std::string& o) const;
+  // The CPU tier (enable_offload): its totals, and their values at the previous on_step.
+  const OffloadTierStats* offload_ = nullptr;
+  OffloadTierStats offload_seen_;
+  void take_offload_deltas();
+  void summary_offload(std::string& o) const;
+  void prometheus_offload(std::string& o, const std::string& label) const;
 };
 
 }  // namespace kvsim

@@ -142,10 +142,11 @@ void write_text_file(const fs::path& path, std::string_view text) {
 
 CsvRecordWriter::CsvRecordWriter(const fs::path& requests_csv, const fs::path& steps_csv,
                                  bool v0_columns, std::int32_t num_kv_groups,
-                                 const std::int32_t* replica)
+                                 const std::int32_t* replica, bool offload_columns)
     : requests_(requests_csv),
       steps_(steps_csv),
       v0_columns_(v0_columns),
+      offload_columns_(offload_columns),
       num_kv_groups_(num_kv_groups),
       replica_(replica) {
   requests_.write(
@@ -165,6 +166,10 @@ CsvRecordWriter::CsvRecordWriter(const fs::path& requests_csv, const fs::path& s
       ",g{0}_blocks,g{0}_token_states,g{0}_reservation,g{0}_internal_fragmentation,"
       "g{0}_cached_free";
   for (std::int32_t g = 0; g < num_kv_groups_; ++g) steps_.write(fmt::format(kGroupColumns, g));
+  if (offload_columns_)
+    steps_.write(
+        ",cpu_tier_blocks_used,cpu_tier_hit_tokens,cpu_tier_loaded_blocks,cpu_tier_stored_blocks,"
+        "cpu_tier_evicted_blocks,bytes_gpu_to_cpu,bytes_cpu_to_gpu");
   steps_.write("\n");
   line_.reserve(512);
 }
@@ -256,6 +261,13 @@ void CsvRecordWriter::on_step_record(const StepRecord& r) {
       append_int(l, v);
     }
   }
+  if (offload_columns_)
+    for (std::int64_t v : {r.cpu_tier_blocks_used, r.cpu_tier_hit_tokens, r.cpu_tier_loaded_blocks,
+                           r.cpu_tier_stored_blocks, r.cpu_tier_evicted_blocks, r.bytes_gpu_to_cpu,
+                           r.bytes_cpu_to_gpu}) {
+      l += ',';
+      append_int(l, v);
+    }
   l += '\n';
   steps_.write(l);
 }

@@ -60,14 +60,14 @@ void write_text_file(const std::filesystem::path& path, std::string_view text);
 
 /// requests.csv and steps.csv, streamed (either may be disabled by passing an empty path).
 /// `v0_columns` appends vLLM V0's columns to steps.csv, `num_kv_groups` > 0 each KV cache group's
-/// (g0_blocks, g0_token_states, ...; sim/OUTPUTS.md).
+/// (g0_blocks, g0_token_states, ...), `offload_columns` the CPU tier's (sim/OUTPUTS.md).
 class CsvRecordWriter : public RecordSink {
  public:
   /// `replica` (a cluster run): requests.csv ends with a `replica` column holding *replica when
   /// a row is written (empty when negative: a request refused before routing).
   CsvRecordWriter(const std::filesystem::path& requests_csv, const std::filesystem::path& steps_csv,
                   bool v0_columns = false, std::int32_t num_kv_groups = 0,
-                  const std::int32_t* replica = nullptr);
+                  const std::int32_t* replica = nullptr, bool offload_columns = false);
   void on_step_record(const StepRecord& r) override;
   void on_request_record(const RequestRecord& r) override;
   void close();
@@ -76,6 +76,7 @@ class CsvRecordWriter : public RecordSink {
   OutFile requests_, steps_;
   std::string line_;
   bool v0_columns_ = false;
+  bool offload_columns_ = false;
   std::int32_t num_kv_groups_ = 0;
   const std::int32_t* replica_ = nullptr;
 };

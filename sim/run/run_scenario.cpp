@@ -106,9 +106,10 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
   write_text_file(folder.file("config.resolved.yaml"), resolved_yaml(scenario));
   const bool v0 = profile_info(scenario.engine.profile).family == EngineFamily::kV0;
   std::vector<KVGroupLabel> groups = kv_group_labels(scenario);
-  CsvRecordWriter csv(folder.file("requests.csv"), folder.file("steps.csv"), v0,
-                      static_cast<std::int32_t>(groups.size()));
   Simulator sim(scenario, *source, std::move(step_time));
+  CsvRecordWriter csv(folder.file("requests.csv"), folder.file("steps.csv"), v0,
+                      static_cast<std::int32_t>(groups.size()), nullptr,
+                      sim.offload_tier() != nullptr);
   KVSIM_ASSERT(groups.empty() ||
                    static_cast<std::size_t>(sim.engine().num_kv_cache_groups()) == groups.size(),
                "the engine's KV cache groups are the scenario's");
@@ -117,6 +118,7 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
   metrics.enable_prometheus(scenario.outputs.metrics_prom);
   if (!groups.empty()) metrics.enable_kv_groups(std::move(groups));
   if (v0) metrics.enable_v0(scenario.plan ? scenario.plan->spec.page_bytes_all_layers() : 0);
+  if (const OffloadTier* tier = sim.offload_tier()) metrics.enable_offload(&tier->stats());
   sim.attach(&metrics);
   std::unique_ptr<TraceJsonWriter> trace;
   if (scenario.outputs.trace_json) {
@@ -145,6 +147,10 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
   result.end_ns = sim.now();
   if (const OverloadDetector::Verdict ov = metrics.overload(); ov.overloaded)
     result.warnings.push_back(overload_warning(scenario.name, ov));
+  if (scenario.plan)  // a pool given by num_gpu_blocks_override that vLLM would refuse
+    for (const std::string& line : scenario.plan->log)
+      if (line.find("would refuse to start") != std::string::npos)
+        result.warnings.push_back(fmt::format("{}: {}", scenario.name, line));
   return result;
 }
 

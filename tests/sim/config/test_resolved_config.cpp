@@ -389,8 +389,13 @@ TEST_CASE("a scenario that sets no key resolves to every key of every section", 
   // A run is one point of a sweep; cluster is written only for a cluster of several replicas.
   CHECK(keys_of(r) == keys_of(kScenarioKeys, {"sweep", "cluster"}));
   CHECK(keys_of(r["engine"]) == keys_of(kEngineKeys));
-  CHECK(keys_of(r["hardware"]) == keys_of(kHardwareKeys));
-  CHECK(keys_of(r["cache"]) == keys_of(kCacheKeys, {"mamba_cache_mode"}));
+  // A link latency of 0, no hybrid-manager choice and no CPU tier are not written.
+  CHECK(keys_of(r["hardware"]) == keys_of(kHardwareKeys, {"host_link_latency_us"}));
+  CHECK(keys_of(r["cache"]) ==
+        keys_of(kCacheKeys, {"mamba_cache_mode", "disable_hybrid_kv_cache_manager",
+                             "kv_offloading_size", "kv_offloading_capacity_tokens",
+                             "kv_offloading_backend", "kv_offloading_block_size",
+                             "kv_offloading_eviction_policy", "kv_offloading_store_threshold"}));
   // The default profile, vllm-0.20, has every scheduler key.
   CHECK(keys_of(r["scheduler"]) == keys_of(kSchedulerKeys));
   CHECK(keys_of(r["validate"]) == keys_of(kValidateKeys));
@@ -602,6 +607,25 @@ TEST_CASE("a non-default value of every key round-trips through config.resolved.
         {"scheduler.async_scheduling", "false"},  // vLLM v0.20's defaults are true
         {"scheduler.scheduler_reserve_full_isl", "false"},
         {"cache.mamba_cache_mode", "align"}}},  // kept as given: the model has no mamba layers
+      {"vllm-0.20-cpu-tier",
+       timed_base,
+       {{"engine.profile", "vllm-0.20"},
+        {"scheduler.async_scheduling", "false"},  // the tier's loop
+        {"hardware.host_link_latency_us", "5"},
+        {"cache.disable_hybrid_kv_cache_manager", "true"},
+        {"cache.kv_offloading_size", "0.5"},
+        {"cache.kv_offloading_backend", "native"},
+        {"cache.kv_offloading_block_size", "32"},
+        {"cache.kv_offloading_eviction_policy", "arc"},
+        {"cache.kv_offloading_store_threshold", "2"}}},
+      {"cache-only-cpu-tier",
+       cache_only_base,
+       {{"engine.mode", "cache_only"},
+        {"engine.profile", "vllm-0.20"},
+        {"cache.num_gpu_blocks_override", "400"},
+        {"cache.kv_offloading_capacity_tokens", "4096"},
+        {"workload.trace.format", "csv"},
+        {"workload.trace.path", "t.csv", "", dir + "t.csv"}}},
       {"joint-lengths",
        "model: {config: " + kModel + "}\nworkload: {num_requests: 4}\n",
        {{"workload.lengths", "lens.csv", "", dir + "lens.csv"}}},
