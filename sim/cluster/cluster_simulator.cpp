@@ -84,8 +84,11 @@ ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& sour
   loads_.assign(static_cast<std::size_t>(n), ReplicaLoad{});
   step_end_.assign(static_cast<std::size_t>(n), ReplicaView{});
   samples_per_request_ = scenario.workload.per_request.n;
-  const bool moe_model = scenario.model && scenario.model->num_experts > 0;
-  router_ = make_router(scenario.cluster.router, n, moe_model);
+  RouterEnv env;
+  env.moe_model = scenario.model && scenario.model->num_experts > 0;
+  env.block_size = scenario.cache.sizing.block_size;
+  env.num_gpu_blocks = scenario.num_gpu_blocks;
+  router_ = make_router(scenario.cluster.router, n, env);
 }
 
 void ClusterSimulator::set_check_invariants(bool on) {

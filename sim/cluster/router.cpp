@@ -1,6 +1,7 @@
 #include "sim/cluster/router.h"
 
 #include "core/common/assert.h"
+#include "sim/cluster/llm_d.h"
 
 namespace kvsim {
 namespace {
@@ -23,7 +24,7 @@ std::uint64_t uniform_below(RngStream& rng, std::uint64_t n) {
 }
 
 std::unique_ptr<Router> make_router(const RouterConfig& config, std::int32_t num_replicas,
-                                    bool moe_model) {
+                                    const RouterEnv& env) {
   KVSIM_ASSERT(num_replicas >= 1);
   switch (config.policy) {
     case RouterPolicy::kRoundRobin:
@@ -41,11 +42,23 @@ std::unique_ptr<Router> make_router(const RouterConfig& config, std::int32_t num
           num_replicas, config.refresh_interval_ns >= 0 ? config.refresh_interval_ns : 50'000'000,
           config.phase_ns);
     case RouterPolicy::kVllmDp: {
-      const bool moe = config.moe >= 0 ? config.moe == 1 : moe_model;
+      const bool moe = config.moe >= 0 ? config.moe == 1 : env.moe_model;
       const SimTimeNs dflt = moe ? 100'000'000 : 5'000'000'000;
       return make_vllm_dp_router(num_replicas, config.api_servers, moe,
                                  config.refresh_interval_ns >= 0 ? config.refresh_interval_ns : dflt,
                                  config.phase_ns);
+    }
+    case RouterPolicy::kLlmD: {
+      LlmDParams p;
+      p.weights = LlmDWeights{config.w_queue, config.w_kv_usage, config.w_prefix, 0,
+                              config.w_load_aware, config.w_active_request};
+      const std::int64_t cap = config.lru_capacity_per_server > 0 ? config.lru_capacity_per_server
+                               : env.num_gpu_blocks > 0          ? env.num_gpu_blocks
+                                                                 : 31'250;
+      return make_llm_d_router(
+          num_replicas, p, config.seed,
+          config.refresh_interval_ns >= 0 ? config.refresh_interval_ns : 50'000'000,
+          config.phase_ns, cap, env.block_size);
     }
     default:
       KVSIM_ASSERT(false, "router policy not implemented");

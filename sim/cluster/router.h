@@ -79,10 +79,15 @@ class Router {
 
 /// The router `config` names, for `num_replicas` replicas. Precondition: the policy is
 /// implemented (the config parser refuses the others).
-/// `moe_model`: the scenario's model is a mixture of experts (vllm_dp's default `moe`).
+/// What some routers take from the scenario.
+struct RouterEnv {
+  bool moe_model = false;           // the model is a mixture of experts (vllm_dp's `moe`)
+  std::int64_t block_size = 16;     // the engines' block size (prefix indexes)
+  std::int64_t num_gpu_blocks = 0;  // a replica's pool (llm_d's autoTune LRU capacity)
+};
 [[nodiscard]] std::unique_ptr<Router> make_router(const RouterConfig& config,
                                                   std::int32_t num_replicas,
-                                                  bool moe_model = false);
+                                                  const RouterEnv& env = {});
 
 // The policies (one file each).
 [[nodiscard]] std::unique_ptr<Router> make_round_robin_router(std::int64_t start);
@@ -99,6 +104,16 @@ class Router {
                                                           std::int32_t api_servers, bool moe,
                                                           SimTimeNs refresh_interval_ns,
                                                           SimTimeNs phase_ns);
+struct LlmDParams;
+/// llm_d (llm_d_router.cpp): the picker over the polled view and the approximate prefix index.
+/// Precondition: 1 <= num_replicas <= 64.
+[[nodiscard]] std::unique_ptr<Router> make_llm_d_router(std::int32_t num_replicas,
+                                                        const LlmDParams& params,
+                                                        std::uint64_t seed,
+                                                        SimTimeNs refresh_interval_ns,
+                                                        SimTimeNs phase_ns,
+                                                        std::int64_t lru_capacity_blocks,
+                                                        std::int64_t block_size);
 
 /// A uniform integer in [0, n) from `rng` (Lemire's multiply-shift with rejection: exact, and the
 /// same on every platform). Precondition: n >= 1.

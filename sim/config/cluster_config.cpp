@@ -24,7 +24,10 @@ const PolicyParams kPolicyParams[] = {
     {RouterPolicy::kPrefixHash, {"k"}},
     {RouterPolicy::kLeastWaiting, {"view"}},
     {RouterPolicy::kVllmDp, {"view", "api_servers", "moe"}},
+    {RouterPolicy::kLlmD, {"scorers", "lru_capacity_per_server"}},
 };
+constexpr std::string_view kScorerKeys[] = {"queue", "kv_usage", "prefix", "precise_prefix",
+                                            "load_aware", "active_request"};
 constexpr std::string_view kViewKeys[] = {"refresh_interval_ms", "phase_s"};
 
 std::span<const std::string_view> own_keys(RouterPolicy p) {
@@ -60,7 +63,7 @@ RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx) {
     throw yaml_error(router["policy"], ctx.child("policy"),
                      fmt::format("{}: '{}' is not implemented yet in kvsim (implemented: "
                                  "round_robin, random, least_requests, least_waiting, power_of_two, "
-                                 "vllm_dp, prefix_hash)",
+                                 "vllm_dp, llm_d, prefix_hash)",
                                  ctx.child("policy").path, kRouterPolicyNames[i]));
   // Keys: the common ones and the policy's own; another policy's parameter says whose it is.
   std::vector<std::string_view> allowed(std::begin(kCommonRouterKeys),
@@ -93,6 +96,22 @@ RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx) {
   c.api_servers = static_cast<std::int32_t>(get_int(router, "api_servers", ctx, 1, 1, 1024));
   if (router.IsDefined() && router.IsMap() && router["moe"].IsDefined())
     c.moe = get_bool(router, "moe", ctx, false) ? 1 : 0;
+  c.lru_capacity_per_server = get_int(router, "lru_capacity_per_server", ctx, -1, 1, 1LL << 40);
+  if (router.IsDefined() && router.IsMap() && router["scorers"].IsDefined()) {
+    const YAML::Node sc = router["scorers"];
+    const YamlContext sctx = ctx.child("scorers");
+    check_keys(sc, std::span<const std::string_view>(kScorerKeys), sctx);
+    if (sc["precise_prefix"].IsDefined() && get_double(sc, "precise_prefix", sctx, 0, 0, 1e6) != 0)
+      throw yaml_error(sc["precise_prefix"], sctx.child("precise_prefix"),
+                       fmt::format("{}: the precise prefix scorer (KV events) is not implemented "
+                                   "yet in kvsim",
+                                   sctx.child("precise_prefix").path));
+    c.w_queue = get_double(sc, "queue", sctx, 0, 0, 1e6);
+    c.w_kv_usage = get_double(sc, "kv_usage", sctx, 0, 0, 1e6);
+    c.w_prefix = get_double(sc, "prefix", sctx, 0, 0, 1e6);
+    c.w_load_aware = get_double(sc, "load_aware", sctx, 0, 0, 1e6);
+    c.w_active_request = get_double(sc, "active_request", sctx, 0, 0, 1e6);
+  }
   if (router.IsDefined() && router.IsMap() && router["view"].IsDefined()) {
     const YAML::Node view = router["view"];
     const YamlContext vctx = ctx.child("view");
@@ -121,6 +140,7 @@ bool router_policy_implemented(RouterPolicy p) {
     case RouterPolicy::kPrefixHash:
     case RouterPolicy::kLeastWaiting:
     case RouterPolicy::kVllmDp:
+    case RouterPolicy::kLlmD:
       return true;
     default:
       return false;
@@ -128,7 +148,8 @@ bool router_policy_implemented(RouterPolicy p) {
 }
 
 bool router_policy_timed_only(RouterPolicy p) {
-  return p == RouterPolicy::kLeastWaiting || p == RouterPolicy::kVllmDp;
+  return p == RouterPolicy::kLeastWaiting || p == RouterPolicy::kVllmDp ||
+         p == RouterPolicy::kLlmD;
 }
 
 ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx, bool cache_only) {
@@ -143,6 +164,10 @@ ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx, b
                      fmt::format("{}: {} is not a replica of {} (expected 0 .. {})",
                                  ctx.child("router").child("start").path, c.router.start,
                                  c.replicas, c.replicas - 1));
+  if (c.router.policy == RouterPolicy::kLlmD && c.replicas > 64)
+    throw yaml_error(cluster["replicas"], ctx.child("replicas"),
+                     fmt::format("{}: the llm_d router takes at most 64 replicas in kvsim",
+                                 ctx.child("replicas").path));
   if (c.enabled() && cache_only && router_policy_timed_only(c.router.policy))
     throw yaml_error(router["policy"], ctx.child("router").child("policy"),
                      fmt::format("{}: the {} router reads the replicas' queues, which a "
@@ -164,6 +189,17 @@ YAML::Node cluster_yaml(const ClusterConfig& c) {
     if (k == "k") r["k"] = c.router.k;
     if (k == "api_servers") r["api_servers"] = c.router.api_servers;
     if (k == "moe" && c.router.moe >= 0) r["moe"] = c.router.moe == 1;
+    if (k == "lru_capacity_per_server" && c.router.lru_capacity_per_server > 0)
+      r["lru_capacity_per_server"] = c.router.lru_capacity_per_server;
+    if (k == "scorers") {
+      YAML::Node w(YAML::NodeType::Map);
+      w["queue"] = number_node(c.router.w_queue);
+      w["kv_usage"] = number_node(c.router.w_kv_usage);
+      w["prefix"] = number_node(c.router.w_prefix);
+      w["load_aware"] = number_node(c.router.w_load_aware);
+      w["active_request"] = number_node(c.router.w_active_request);
+      r["scorers"] = w;
+    }
     if (k == "view") {
       YAML::Node v(YAML::NodeType::Map);
       if (c.router.refresh_interval_ns >= 0)

@@ -18,7 +18,10 @@
 //           coordinator's (dense: zeros every 5 s; MoE: every 100 ms while counts change, else
 //           every 5 s), refresh_interval_ms overriding the 5 s (dense) or the 100 ms (MoE)
 //         vllm_dp: api_servers [1] (client_count), moe [from the model: num_experts > 0]
-// Timed routers (least_waiting, vllm_dp) need engine.mode: timed; the others run in both modes.
+//         llm_d: scorers: {queue [2], kv_usage [2], prefix [3], load_aware [0], active_request [0]}
+//           (weights; GIE's default set; a weight of 0 leaves the scorer out), view (50 ms),
+//           lru_capacity_per_server [the replica's GPU blocks: autoTune]
+// Timed routers (least_waiting, vllm_dp, llm_d) need engine.mode: timed; the others run in both.
 // Every key is settable with --set cluster.router.KEY=VALUE. A parameter of another policy, an
 // unknown key or policy, or a bad value is a one-line ConfigError at file:line:col.
 
@@ -68,6 +71,10 @@ struct RouterConfig {
   std::int64_t phase_ns = 0;     // refresh instants phase + k T, k >= 1
   std::int32_t api_servers = 1;  // vllm_dp: client_count
   std::int8_t moe = -1;          // vllm_dp: 1 MoE, 0 dense, -1 from the model
+  // llm_d: the scorers' weights (GIE's default: queue 2, kv-cache-utilization 2, prefix 3) and
+  // the approximate prefix index's LRU capacity per pod in blocks (-1: the pod's GPU blocks).
+  double w_queue = 2, w_kv_usage = 2, w_prefix = 3, w_load_aware = 0, w_active_request = 0;
+  std::int64_t lru_capacity_per_server = -1;
 };
 /// Whether `p` reads replica state that only a timed run has (steps, queues).
 [[nodiscard]] bool router_policy_timed_only(RouterPolicy p);

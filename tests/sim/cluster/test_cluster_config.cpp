@@ -78,7 +78,7 @@ TEST_CASE("bad cluster settings are one-line errors at file:line:col", "[sim]") 
   CHECK_THAT(e, Catch::Contains("s.yaml:7:20"));
   CHECK_THAT(e, Catch::Contains("did you mean 'round_robin'"));
   // A router of the spec not implemented yet.
-  e = err("cluster:\n  replicas: 2\n  router: {policy: llm_d}\n");
+  e = err("cluster:\n  replicas: 2\n  router: {policy: dynamo_kv}\n");
   CHECK_THAT(e, Catch::Contains("s.yaml:7:20"));
   CHECK_THAT(e, Catch::Contains("not implemented yet"));
   // A router that reads the replicas' queues needs a timed run.

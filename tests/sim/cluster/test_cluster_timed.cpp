@@ -305,3 +305,78 @@ TEST_CASE("least_waiting before any refresh sees zeros, then the step-end queues
   d = r->route(in, loads);  // no local bump: the same view, the same pick
   CHECK(d.replica == 1);
 }
+
+TEST_CASE("llm_d's approximate prefix index counts the pods holding each block until none does",
+          "[sim]") {
+  RouterConfig c;
+  c.policy = RouterPolicy::kLlmD;
+  c.w_queue = 10;
+  c.w_kv_usage = 0;
+  c.w_prefix = 1;
+  c.lru_capacity_per_server = 4;
+  RouterEnv env;
+  env.block_size = 16;
+  auto r = make_router(c, 3, env);
+  CHECK(r->refresh_interval_ns() == 50'000'000);
+  std::vector<ReplicaLoad> loads(3);
+  const auto route = [&](std::vector<std::uint64_t> ids) {
+    RouteInput in;
+    in.now_ns = 60'000'000;
+    in.prompt_tokens = 16 * static_cast<std::int64_t>(ids.size());
+    in.block_ids = ids;
+    return r->route(in, loads);
+  };
+  const std::vector<ReplicaView> p0_idle = {{0, 0, 0.0}, {5, 0, 0.0}, {5, 0, 0.0}};
+  const std::vector<ReplicaView> p1_idle = {{5, 0, 0.0}, {0, 0, 0.0}, {5, 0, 0.0}};
+  const std::vector<ReplicaView> all_idle(3);
+  r->on_refresh(50'000'000, p0_idle);
+  RouteDecision d = route({1, 2, 3});  // the queue scorer decides: 10 + 0
+  CHECK(d.replica == 0);
+  CHECK(d.score == 10.0);
+  CHECK(d.matched_blocks == 0);
+  CHECK(d.view_age_ns == 10'000'000);
+  r->on_refresh(50'000'000, p1_idle);
+  d = route({7, 2, 3});  // block 7 is nowhere: the match stops at once
+  CHECK(d.replica == 1);
+  CHECK(d.matched_blocks == 0);
+  r->on_refresh(50'000'000, all_idle);
+  // Block 1: {0}; block 2: {0, 1}; block 3: {0, 1}: pod 0 counts 3, pod 1 counts 2 (GIE's count
+  // of the blocks held among the first k, not pod 1's own leading run of 0).
+  d = route({1, 2, 3});
+  CHECK(d.replica == 0);
+  CHECK(d.branch == "score");
+  CHECK(d.matched_blocks == 3);
+  CHECK(d.score == Approx(11.0));
+  CHECK(d.runner_up == 1);
+  CHECK(d.runner_up_score == Approx(10.0 + 2.0 / 3.0));
+  // Pod 1's LRU (capacity 4) holds 3, 2, 7; two new blocks evict 7, its least recently used.
+  r->on_refresh(50'000'000, p1_idle);
+  CHECK(route({20, 21}).replica == 1);
+  r->on_refresh(50'000'000, all_idle);
+  d = route({7, 2});
+  CHECK(d.matched_blocks == 0);
+  CHECK(d.branch == "tie_random");
+}
+
+TEST_CASE("a timed llm_d cluster routes by queue, KV usage and the approximate prefix", "[sim]") {
+  TempDir tmp("cluster-llmd");
+  kvsim::test::write_file(tmp.path / "t.jsonl", trace_rows(200, 1));
+  const std::string text = trace_scenario((tmp.path / "t.jsonl").string(),
+                                          "cluster: {replicas: 4, router: {policy: llm_d, seed: "
+                                          "2}}\n");
+  const fs::path a = run_scenario(parse_text(text), tmp.path / "a").folder;
+  const auto routing = read_csv(a / "routing.csv");
+  REQUIRE(routing.size() == 201);
+  std::int64_t matched = 0;
+  for (std::size_t i = 1; i < routing.size(); ++i) {
+    CHECK((routing[i][4] == "score" || routing[i][4] == "tie_random"));
+    CHECK(std::stod(routing[i][5]) >= std::stod(routing[i][7]));  // the highest total
+    CHECK(std::stod(routing[i][5]) <= 7.0 + 1e-9);                // weights 2 + 2 + 3
+    matched += std::stoll(routing[i][8]);
+  }
+  CHECK(matched > 0);  // the shared prefixes were found
+  const nlohmann::json s = read_json(a / "summary.json");
+  CHECK(s["completed"] == 200);
+  const fs::path b = run_scenario(parse_text(text), tmp.path / "b").folder;
+  CHECK(slurp(a / "routing.csv") == slurp(b / "routing.csv"));
+}

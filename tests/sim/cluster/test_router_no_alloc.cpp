@@ -22,9 +22,11 @@ TEST_CASE("no routing decision allocates once warm", "[sim]") {
   std::vector<std::uint64_t> ids = {11, 22, 33};
   for (RouterPolicy p : {RouterPolicy::kRoundRobin, RouterPolicy::kRandom,
                          RouterPolicy::kLeastRequests, RouterPolicy::kPowerOfTwo,
-                         RouterPolicy::kPrefixHash}) {
+                         RouterPolicy::kPrefixHash, RouterPolicy::kLeastWaiting,
+                         RouterPolicy::kVllmDp, RouterPolicy::kLlmD}) {
     RouterConfig c;
     c.policy = p;
+    c.w_prefix = 0;  // llm_d's approximate index learns new blocks (bookkeeping, below)
     auto r = make_router(c, n);
     RouteInput in;
     in.block_ids = ids;
@@ -36,6 +38,20 @@ TEST_CASE("no routing decision allocates once warm", "[sim]") {
       const RouteDecision d = r->route(in, loads);
       ++loads[static_cast<std::size_t>(d.replica)].in_flight;
     }
+    CHECK(w.count() == 0);
+  }
+  {
+    // llm_d with its prefix index: a prompt whose blocks the index holds allocates nothing.
+    RouterConfig c;
+    c.policy = RouterPolicy::kLlmD;
+    auto r = make_router(c, n);
+    const std::vector<std::uint64_t> prompt = {5, 6, 7, 8};
+    RouteInput in;
+    in.prompt_tokens = 64;
+    in.block_ids = prompt;
+    for (int i = 0; i < 2 * n; ++i) (void)r->route(in, loads);  // every pod has seen it
+    AllocationWindow w;
+    for (int i = 0; i < 1000; ++i) (void)r->route(in, loads);
     CHECK(w.count() == 0);
   }
   std::vector<ReplicaView> views(n);
