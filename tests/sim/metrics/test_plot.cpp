@@ -286,3 +286,49 @@ TEST_CASE("the shipped V0-against-V1 sweep runs its listed points and plots them
     v0_figures += e.path().filename() == "v0_swap_sharing.png";
   CHECK(v0_figures == 2);  // the two V0 runs
 }
+
+TEST_CASE("the shipped CPU tier sweep runs its points and plots hit rate, TTFT and the timeline",
+          "[sim][offload]") {
+  // scenarios/cpu-offload.yaml: no tier, LRU and ARC tiers of 8 ... 128 GiB, and slower links.
+  // Fewer sessions here; the tier still raises the hit rate over the run without one.
+  const kvsim::test::TempDir dir("plot-cpu-offload");
+  const fs::path scenario = kSource / "scenarios/cpu-offload.yaml";
+  REQUIRE(shell(kvsim::test::kvsim_exe() + " sweep " + scenario.string() + " -o " +
+                dir.path.string() + " --set workload.num_requests=80 > " +
+                (dir.path / "log.txt").string() + " 2>&1") == 0);
+  const fs::path sweep = dir.path / "cpu-offload";
+  const auto summary = [&](const std::string& point) {
+    INFO(point);
+    return kvsim::test::read_json(sweep / point / "summary.json");
+  };
+  const nlohmann::json none = summary("cache.kv_offloading_size=~");
+  const nlohmann::json lru = summary(
+      "cache.kv_offloading_size=64,cache.kv_offloading_eviction_policy=lru");
+  const nlohmann::json slow =
+      summary("cache.kv_offloading_size=32,hardware.host_link_bytes_per_s=4.0e9");
+  CHECK_FALSE(none.contains("kv_offload"));
+  CHECK(lru.at("kv_offload").at("num_cpu_blocks") == 32768);  // 64 GiB of 2 MiB blocks
+  CHECK(lru.at("first_lookup_hit_rate").get<double>() >
+        none.at("first_lookup_hit_rate").get<double>() + 0.1);
+  CHECK(lru.at("mean_ttft_ms").get<double>() < none.at("mean_ttft_ms").get<double>());
+  CHECK(slow.at("kv_offload").at("polling_steps").get<std::int64_t>() >
+        lru.at("kv_offload").at("polling_steps").get<std::int64_t>());
+
+  REQUIRE(have_matplotlib());
+  const std::string script = kPython + " " + (kSource / "plots/cpu_offload.py").string() + " ";
+  const fs::path out = dir.path / "plots";
+  const fs::path log = dir.path / "plot-log.txt";
+  const int rc = shell(script + sweep.string() + " -o " + out.string() + " --format png > " +
+                       log.string() + " 2>&1");
+  INFO(kvsim::test::slurp(log));
+  REQUIRE(rc == 0);
+  for (const char* stem : {"cpu_offload.png", "cpu_offload_timeline.png"}) {
+    INFO(stem);
+    REQUIRE(fs::exists(out / stem));
+    CHECK(fs::file_size(out / stem) > 10000);
+  }
+  // A folder that is not a sweep: one line, status 2.
+  CHECK(shell(script + (sweep / "cache.kv_offloading_size=~").string() + " > " + log.string() +
+              " 2>&1") == 2);
+  CHECK(kvsim::test::slurp(log).find("cpu_offload.py: ") == 0);
+}
