@@ -2,6 +2,7 @@
 
 #include "core/common/assert.h"
 #include "sim/cluster/llm_d.h"
+#include "sim/cluster/sglang_cache_aware.h"
 
 namespace kvsim {
 namespace {
@@ -59,6 +60,13 @@ std::unique_ptr<Router> make_router(const RouterConfig& config, std::int32_t num
           num_replicas, p, config.seed,
           config.refresh_interval_ns >= 0 ? config.refresh_interval_ns : 50'000'000,
           config.phase_ns, cap, env.block_size);
+    }
+    case RouterPolicy::kSglangCacheAware: {
+      SglangParams p;
+      p.cache_threshold = config.cache_threshold;
+      p.balance_abs_threshold = config.balance_abs_threshold;
+      p.balance_rel_threshold = config.balance_rel_threshold;
+      return make_sglang_router(num_replicas, p, env.block_size);
     }
     default:
       KVSIM_ASSERT(false, "router policy not implemented");

@@ -115,6 +115,13 @@ struct LlmDParams;
                                                         std::int64_t lru_capacity_blocks,
                                                         std::int64_t block_size);
 
+struct SglangParams;
+/// sglang_cache_aware (sglang_router.cpp): the decision over the router's in-flight counts and its
+/// own approximate tree. Precondition: 1 <= num_replicas <= 64.
+[[nodiscard]] std::unique_ptr<Router> make_sglang_router(std::int32_t num_replicas,
+                                                         const SglangParams& params,
+                                                         std::int64_t block_size);
+
 /// A uniform integer in [0, n) from `rng` (Lemire's multiply-shift with rejection: exact, and the
 /// same on every platform). Precondition: n >= 1.
 std::uint64_t uniform_below(RngStream& rng, std::uint64_t n);

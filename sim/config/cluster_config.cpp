@@ -25,6 +25,8 @@ const PolicyParams kPolicyParams[] = {
     {RouterPolicy::kLeastWaiting, {"view"}},
     {RouterPolicy::kVllmDp, {"view", "api_servers", "moe"}},
     {RouterPolicy::kLlmD, {"scorers", "lru_capacity_per_server"}},
+    {RouterPolicy::kSglangCacheAware,
+     {"cache_threshold", "balance_abs_threshold", "balance_rel_threshold"}},
 };
 constexpr std::string_view kScorerKeys[] = {"queue", "kv_usage", "prefix", "precise_prefix",
                                             "load_aware", "active_request"};
@@ -63,7 +65,7 @@ RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx) {
     throw yaml_error(router["policy"], ctx.child("policy"),
                      fmt::format("{}: '{}' is not implemented yet in kvsim (implemented: "
                                  "round_robin, random, least_requests, least_waiting, power_of_two, "
-                                 "vllm_dp, llm_d, prefix_hash)",
+                                 "vllm_dp, llm_d, sglang_cache_aware, prefix_hash)",
                                  ctx.child("policy").path, kRouterPolicyNames[i]));
   // Keys: the common ones and the policy's own; another policy's parameter says whose it is.
   std::vector<std::string_view> allowed(std::begin(kCommonRouterKeys),
@@ -96,6 +98,9 @@ RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx) {
   c.api_servers = static_cast<std::int32_t>(get_int(router, "api_servers", ctx, 1, 1, 1024));
   if (router.IsDefined() && router.IsMap() && router["moe"].IsDefined())
     c.moe = get_bool(router, "moe", ctx, false) ? 1 : 0;
+  c.cache_threshold = get_double(router, "cache_threshold", ctx, 0.3, 0.0, 1.0);
+  c.balance_abs_threshold = get_int(router, "balance_abs_threshold", ctx, 64, 0, 1LL << 40);
+  c.balance_rel_threshold = get_double(router, "balance_rel_threshold", ctx, 1.5, 0.0, 1e9);
   c.lru_capacity_per_server = get_int(router, "lru_capacity_per_server", ctx, -1, 1, 1LL << 40);
   if (router.IsDefined() && router.IsMap() && router["scorers"].IsDefined()) {
     const YAML::Node sc = router["scorers"];
@@ -141,6 +146,7 @@ bool router_policy_implemented(RouterPolicy p) {
     case RouterPolicy::kLeastWaiting:
     case RouterPolicy::kVllmDp:
     case RouterPolicy::kLlmD:
+    case RouterPolicy::kSglangCacheAware:
       return true;
     default:
       return false;
@@ -164,10 +170,12 @@ ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx, b
                      fmt::format("{}: {} is not a replica of {} (expected 0 .. {})",
                                  ctx.child("router").child("start").path, c.router.start,
                                  c.replicas, c.replicas - 1));
-  if (c.router.policy == RouterPolicy::kLlmD && c.replicas > 64)
+  if ((c.router.policy == RouterPolicy::kLlmD ||
+       c.router.policy == RouterPolicy::kSglangCacheAware) &&
+      c.replicas > 64)
     throw yaml_error(cluster["replicas"], ctx.child("replicas"),
-                     fmt::format("{}: the llm_d router takes at most 64 replicas in kvsim",
-                                 ctx.child("replicas").path));
+                     fmt::format("{}: the {} router takes at most 64 replicas in kvsim",
+                                 ctx.child("replicas").path, router_policy_name(c.router.policy)));
   if (c.enabled() && cache_only && router_policy_timed_only(c.router.policy))
     throw yaml_error(router["policy"], ctx.child("router").child("policy"),
                      fmt::format("{}: the {} router reads the replicas' queues, which a "
@@ -191,6 +199,10 @@ YAML::Node cluster_yaml(const ClusterConfig& c) {
     if (k == "moe" && c.router.moe >= 0) r["moe"] = c.router.moe == 1;
     if (k == "lru_capacity_per_server" && c.router.lru_capacity_per_server > 0)
       r["lru_capacity_per_server"] = c.router.lru_capacity_per_server;
+    if (k == "cache_threshold") r["cache_threshold"] = number_node(c.router.cache_threshold);
+    if (k == "balance_abs_threshold") r["balance_abs_threshold"] = c.router.balance_abs_threshold;
+    if (k == "balance_rel_threshold")
+      r["balance_rel_threshold"] = number_node(c.router.balance_rel_threshold);
     if (k == "scorers") {
       YAML::Node w(YAML::NodeType::Map);
       w["queue"] = number_node(c.router.w_queue);

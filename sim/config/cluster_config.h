@@ -21,6 +21,8 @@
 //         llm_d: scorers: {queue [2], kv_usage [2], prefix [3], load_aware [0], active_request [0]}
 //           (weights; GIE's default set; a weight of 0 leaves the scorer out), view (50 ms),
 //           lru_capacity_per_server [the replica's GPU blocks: autoTune]
+//         sglang_cache_aware: cache_threshold [0.3], balance_abs_threshold [64],
+//           balance_rel_threshold [1.5] (the command line's defaults)
 // Timed routers (least_waiting, vllm_dp, llm_d) need engine.mode: timed; the others run in both.
 // Every key is settable with --set cluster.router.KEY=VALUE. A parameter of another policy, an
 // unknown key or policy, or a bad value is a one-line ConfigError at file:line:col.
@@ -75,6 +77,10 @@ struct RouterConfig {
   // the approximate prefix index's LRU capacity per pod in blocks (-1: the pod's GPU blocks).
   double w_queue = 2, w_kv_usage = 2, w_prefix = 3, w_load_aware = 0, w_active_request = 0;
   std::int64_t lru_capacity_per_server = -1;
+  // sglang_cache_aware
+  double cache_threshold = 0.3;
+  std::int64_t balance_abs_threshold = 64;
+  double balance_rel_threshold = 1.5;
 };
 /// Whether `p` reads replica state that only a timed run has (steps, queues).
 [[nodiscard]] bool router_policy_timed_only(RouterPolicy p);
