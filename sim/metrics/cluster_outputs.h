@@ -71,6 +71,13 @@ class ReplicaStats : public StepObserver {
                                                const std::map<std::string, std::int64_t>& branches,
                                                double duration_s);
 
+/// A cluster's metrics.prom (spec §10): the texts each replica's MetricsCollector::prometheus_text
+/// writes (`engine_texts[r]`, all with the same families and buckets), merged family by family:
+/// each family's HELP and TYPE once, then its series of every replica in replica order, labelled
+/// `engine="<r>"` after `model_name` (vLLM's per-engine labels, vllm/v1/metrics/loggers.py).
+[[nodiscard]] std::string prometheus_by_engine(std::span<const std::string> engine_texts,
+                                               const std::string& model_name);
+
 /// Inserts `keys` (lines as cluster_summary_keys writes them) before the closing brace of
 /// summary.json text `summary` (MetricsCollector::summary_json's).
 [[nodiscard]] std::string insert_summary_keys(const std::string& summary, const std::string& keys);
