@@ -22,7 +22,7 @@ import sys
 from matplotlib.ticker import FuncFormatter
 
 from common import plt, save
-from rundata import DataError, collect
+from rundata import DataError, one_sweep
 
 DEFAULT_LINK = 64e9  # the H100 preset's host_link_bytes_per_s
 
@@ -179,12 +179,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     try:
-        _, sweeps = collect([args.sweep])
-        if len(sweeps) != 1:
-            raise DataError("%s: not a sweep folder" % args.sweep)
+        sweep = one_sweep(args.sweep)
         out = args.out or os.path.join(args.sweep, "plots")
-        path = draw(sweeps[0], out, formats)
-        timeline = draw_timeline(sweeps[0], out, formats, args.run)
+        path = draw(sweep, out, formats)
+        timeline = draw_timeline(sweep, out, formats, args.run)
     except DataError as e:
         print("cpu_offload.py: %s" % e, file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 from common import BREAKDOWN, percent_axis, plt, save
-from rundata import DataError, collect, fmt_value, short_key, sort_key
+from rundata import DataError, fmt_value, one_sweep, short_key, sort_key
 from sweep_lines import loaded_breakdown, pretty
 
 # Kwon et al., SOSP'23, Fig. 2 (OPT-13B, ShareGPT): % of the KV memory as token states,
@@ -149,10 +149,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     try:
-        _, sweeps = collect([args.sweep])
-        if len(sweeps) != 1:
-            raise DataError("%s: not a sweep folder" % args.sweep)
-        path = draw(sweeps[0], args.out or os.path.join(args.sweep, "plots"), formats, args.at)
+        sweep = one_sweep(args.sweep)
+        path = draw(sweep, args.out or os.path.join(args.sweep, "plots"), formats, args.at)
     except DataError as e:
         print("fragmentation_study.py: %s" % e, file=sys.stderr)
         return 2

@@ -349,3 +349,11 @@ def collect(paths):
         else:
             raise DataError("%s: not a run folder (no summary.json) nor a sweep folder" % p)
     return runs, sweeps
+
+
+def one_sweep(path):
+    """The sweep folder `path` (a study script's one argument); DataError when it is not one."""
+    _, sweeps = collect([path])
+    if len(sweeps) != 1:
+        raise DataError("%s: not a sweep folder" % path)
+    return sweeps[0]
