@@ -137,7 +137,7 @@ def replica_kv_usage(run, out, formats, max_points):
                   "(replicas/<r>/steps.csv)")
 
 
-def _x_label_pairs(run, x_key, line_keys):
+def _x_label_pairs(run, line_keys):
     x = run.summary.get("num_replicas")
     label = ", ".join(
         [str(run.summary.get("router_policy", "?"))] +
@@ -155,7 +155,7 @@ def sweep_hit_rate(sweep, out, formats, prefix=""):
                     if k not in ("cluster.replicas", "cluster.router.policy")})
     lines = {}
     for r in runs:
-        x, label = _x_label_pairs(r, "num_replicas", other)
+        x, label = _x_label_pairs(r, other)
         lines.setdefault(label, []).append((int(x), r.summary))
     xs = sorted({x for pts in lines.values() for x, _ in pts})
     if len(xs) < 2:
