@@ -45,6 +45,7 @@ const Expect kExpect[] = {
     {"qwen2.5-7b", "vllm-0.20", kMem / page(1, 128) / 28, 128},
     {"qwen3-8b", "vllm-0.7.2", kMem / page(1, 128) / 36, 128},
     {"qwen3-8b", "vllm-0.20", kMem / page(1, 128) / 36, 128},
+    {"qwen3-32b", "vllm-0.20", kMem / page(1, 128) / 64, 128},
     {"qwen3-30b-a3b", "vllm-0.8.5", kMem / page(1, 128) / 48, 128},
     {"qwen3-30b-a3b", "vllm-0.20", kMem / page(1, 128) / 48, 128},
     {"opt-125m", "vllm-0.7.2", kMem / page(1, 64) / 12, 128},  // 12 heads / 8 = 1
@@ -135,6 +136,7 @@ TEST_CASE("kv-size of every shipped model with no --profile, on GPUs that serve 
       {"qwen2.5-7b", "H200", 1},
       {"qwen3-30b-a3b", "H100", 1},
       {"qwen3-8b", "h100-sxm", 1},
+      {"qwen3-32b", "H100x2", 2},  // llm-d's setting (scenarios/cluster-llm-d-prefix.yaml)
       {"qwen3-next-80b-a3b", "H100x4", 4},
   };
   const std::string exe = kvsim::test::kvsim_exe();
