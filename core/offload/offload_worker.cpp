@@ -30,6 +30,18 @@ void OffloadWorker::finish_job(std::size_t i) {
   jobs_.erase(jobs_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
+OffloadWorker::Job& OffloadWorker::new_job() {
+  if (spare_.empty()) return jobs_.emplace_back();
+  jobs_.push_back(std::move(spare_.back()));
+  spare_.pop_back();
+  Job& j = jobs_.back();
+  j.store = j.submitted = j.flushed = false;
+  j.end_ns = -1;
+  j.gpu_block_ids.clear();
+  j.cpu_block_ids.clear();
+  return j;
+}
+
 void OffloadWorker::handle_preemptions(std::span<Request* const> flush) {
   submit_deferred();
   for (Request* r : flush)
@@ -45,23 +57,23 @@ void OffloadWorker::handle_preemptions(std::span<Request* const> flush) {
 
 void OffloadWorker::start_loads(std::span<const OffloadTransfer> loads) {
   for (const OffloadTransfer& t : loads) {
-    Job& j = jobs_.emplace_back();
+    Job& j = new_job();
     j.id = next_job_id_++;
     j.request = t.request;
     j.submitted = true;
-    j.gpu_block_ids = t.gpu_block_ids;
-    j.cpu_block_ids = t.cpu_block_ids;
+    j.gpu_block_ids.assign(t.gpu_block_ids.begin(), t.gpu_block_ids.end());
+    j.cpu_block_ids.assign(t.cpu_block_ids.begin(), t.cpu_block_ids.end());
   }
 }
 
 void OffloadWorker::prepare_stores(std::span<const OffloadTransfer> stores) {
   for (const OffloadTransfer& t : stores) {
-    Job& j = jobs_.emplace_back();
+    Job& j = new_job();
     j.id = next_job_id_++;
     j.request = t.request;
     j.store = true;
-    j.gpu_block_ids = t.gpu_block_ids;
-    j.cpu_block_ids = t.cpu_block_ids;
+    j.gpu_block_ids.assign(t.gpu_block_ids.begin(), t.gpu_block_ids.end());
+    j.cpu_block_ids.assign(t.cpu_block_ids.begin(), t.cpu_block_ids.end());
     if (StoreCount* c = store_count(*t.request))
       ++c->pending;
     else
@@ -83,8 +95,7 @@ void OffloadWorker::complete_all() {
 std::int64_t OffloadWorker::flush_end(std::span<Request* const> flush) const {
   std::int64_t end = -1;
   for (const Job& j : jobs_)
-    if (j.store && j.submitted &&
-        std::find(flush.begin(), flush.end(), j.request) != flush.end())
+    if (j.store && j.submitted && std::find(flush.begin(), flush.end(), j.request) != flush.end())
       end = std::max(end, j.end_ns);
   return end;
 }
@@ -154,9 +165,12 @@ void OffloadWorker::get_finished(std::span<const std::int64_t> finished,
       drop_count(r);
     }
   }
+  for (Job& j : done_) spare_.push_back(std::move(j));  // the previous report's jobs
+  done_.clear();
   done_.swap(finished_);
-  finished_.clear();
-  const auto by_id = [](const Request* a, const Request* b) { return a->request_id < b->request_id; };
+  const auto by_id = [](const Request* a, const Request* b) {
+    return a->request_id < b->request_id;
+  };
   std::sort(finished_sending.begin(), finished_sending.end(), by_id);
   std::sort(finished_recving.begin(), finished_recving.end(), by_id);
 }

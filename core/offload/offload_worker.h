@@ -68,8 +68,7 @@ class OffloadWorker {
   /// and those finished (`finished`: since the previous step) or finished earlier whose store
   /// jobs are all done (finished_sending). Both sorted by request_id.
   /// (`finished`: request indices.)
-  void get_finished(std::span<const std::int64_t> finished,
-                    std::vector<Request*>& finished_sending,
+  void get_finished(std::span<const std::int64_t> finished, std::vector<Request*>& finished_sending,
                     std::vector<Request*>& finished_recving);
   /// The jobs the last get_finished took, in the order they finished.
   std::span<const Job> done() const { return done_; }
@@ -92,11 +91,15 @@ class OffloadWorker {
   };
   StoreCount* store_count(const Request& r);
   void finish_job(std::size_t i);
+  /// A new job at the end of jobs_, from spare_ when it has one (its block lists keep their
+  /// capacity: a warm worker allocates nothing per job).
+  Job& new_job();
 
   std::int64_t next_job_id_ = 0;
   std::vector<Job> jobs_;      // unfinished, in creation order
   std::vector<Job> finished_;  // finished, not yet reported, in finishing order
   std::vector<Job> done_;
+  std::vector<Job> spare_;  // reported jobs, kept for their capacity
   // vLLM's _store_jobs: requests that ever created a store job and were not reported yet.
   std::vector<StoreCount> store_counts_;
   std::vector<Request*> finished_waiting_;  // _finished_reqs_waiting_for_store

@@ -418,3 +418,46 @@ TEST_CASE("mutated sizing questions parse and answer, or throw ConfigError", "[s
   }
   CHECK(answered > 60);
 }
+
+TEST_CASE("a mutated CPU tier scenario that loads resolves to a fixed point with the same tier",
+          "[sim][offload]") {
+  // The tier's keys (size in GiB or tokens, backend, offloaded block size, policy, threshold, the
+  // hybrid-manager flag, the link's latency), mutated: ConfigError, or a scenario whose resolved
+  // text is a fixed point with the same tier, and whose engine and tier build.
+  RngStream r = make_stream(2041, "fuzz.offload");
+  const std::string model = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/qwen2-1.5b.json";
+  int ok = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    const std::string text =
+        "name: f\nseed: 3\nengine: {profile: vllm-0.20, mode: timed}\n"
+        "model: {config: '" +
+        model +
+        "', num_hidden_layers: 4}\n"
+        "hardware: {gpu: H100, host_link_bytes_per_s: 2.5e10, host_link_latency_us: 8}\n"
+        "cache: {block_size: 16, num_gpu_blocks_override: 300, kv_offloading_size: 0.25, "
+        "kv_offloading_block_size: 32, kv_offloading_eviction_policy: arc, "
+        "kv_offloading_store_threshold: 2, disable_hybrid_kv_cache_manager: true}\n"
+        "scheduler: {max_num_seqs: 8, max_model_len: 4096, async_scheduling: false}\n"
+        "workload: {num_requests: 4, prompt_tokens: 64, output_tokens: 4}\n"
+        "latency: {model: constant, step_time_us: 1000}\n";
+    const std::string input = mutate(text, r);
+    if (!only_config_errors(input, [&] {
+          const Scenario s = parse_scenario(load_yaml_string(input, "fuzz.yaml"), "fuzz.yaml");
+          const std::string resolved = resolved_yaml(s);
+          INFO("resolved:\n" << resolved);
+          const Scenario again = parse_scenario(load_yaml_string(resolved, "r.yaml"), "r.yaml");
+          REQUIRE(resolved_yaml(again) == resolved);
+          REQUIRE(again.offload.has_value() == s.offload.has_value());
+          if (s.offload) {
+            REQUIRE(again.offload->num_cpu_blocks == s.offload->num_cpu_blocks);
+            REQUIRE(again.offload->block_size_factor == s.offload->block_size_factor);
+          }
+          const auto source = make_request_source(s.workload, s.seed, 32000);
+          Simulator sim(s, *source, nullptr);
+          REQUIRE((sim.offload_tier() != nullptr) == s.offload.has_value());
+          ++ok;
+        }))
+      break;
+  }
+  CHECK(ok > 0);
+}

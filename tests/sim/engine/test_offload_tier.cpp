@@ -56,17 +56,19 @@ TEST_CASE("the CPU tier holds int(GiB * 2^30) // (KV bytes per block * workers *
   CHECK(s.offload->num_cpu_blocks == 32212254 / 16384);  // 1966
   CHECK(s.offload->block_size_factor == 1);
   // Offloaded blocks of 32 tokens: two GPU blocks each.
-  const Scenario f2 = parse_text(scenario("kv_offloading_size: 0.03, kv_offloading_block_size: 32"));
+  const Scenario f2 =
+      parse_text(scenario("kv_offloading_size: 0.03, kv_offloading_block_size: 32"));
   CHECK(f2.offload->block_size_factor == 2);
   CHECK(f2.offload->num_cpu_blocks == 32212254 / 32768);  // 983
   // Two GPUs: each holds one head (8 KiB per block), and the tier's budget covers both workers.
-  const Scenario tp2 = parse_text(scenario("kv_offloading_size: 0.03"),
-                                  {"hardware.tensor_parallel_size=2"});
+  const Scenario tp2 =
+      parse_text(scenario("kv_offloading_size: 0.03"), {"hardware.tensor_parallel_size=2"});
   CHECK(tp2.offload->page_bytes == 8192);
   CHECK(tp2.offload->num_cpu_blocks == 32212254 / (8192 * 2));
   // A tier in tokens (no model needed): capacity / offloaded block size.
-  const Scenario tok = parse_text(scenario("kv_offloading_capacity_tokens: 1600, "
-                                           "kv_offloading_block_size: 32"));
+  const Scenario tok =
+      parse_text(scenario("kv_offloading_capacity_tokens: 1600, "
+                          "kv_offloading_block_size: 32"));
   CHECK(tok.offload->num_cpu_blocks == 50);
   // A budget under one block: a tier of 0 blocks (every store then fails), as vLLM sizes it.
   CHECK(parse_text(scenario("kv_offloading_size: 0.00001")).offload->num_cpu_blocks == 0);
@@ -77,8 +79,8 @@ TEST_CASE("the CPU tier holds int(GiB * 2^30) // (KV bytes per block * workers *
   const std::string resolved = resolved_yaml(f2);
   CHECK(resolved.find("kv_offloading_block_size: 32") != std::string::npos);
   CHECK(resolved.find("host_link_latency_us: 10") != std::string::npos);
-  CHECK(resolved_yaml(parse_text(scenario("enable_prefix_caching: true")))
-            .find("kv_offloading") == std::string::npos);
+  CHECK(resolved_yaml(parse_text(scenario("enable_prefix_caching: true"))).find("kv_offloading") ==
+        std::string::npos);
   const Scenario again = parse_text(resolved);
   CHECK(again.offload->num_cpu_blocks == f2.offload->num_cpu_blocks);
   CHECK(again.hardware.host_link_latency_us == 10);
@@ -108,15 +110,16 @@ TEST_CASE("bad CPU tier settings are one positioned line", "[sim][offload]") {
   CHECK(scenario_error(scenario("kv_offloading_size: 0.1, disable_hybrid_kv_cache_manager: true"))
             .empty());
   // The release and the loop the tier is modelled for.
-  CHECK_THAT(scenario_error(scenario("kv_offloading_size: 0.1"), {"engine.profile=vllm-0.7.2",
-                                                                  "scheduler.async_scheduling=null"}),
-             Catch::Contains("vllm-0.20 only, not vllm-0.7.2"));
-  CHECK_THAT(scenario_error(scenario("kv_offloading_size: 0.1"), {"scheduler.async_scheduling=true"}),
-             Catch::Contains("scheduler.async_scheduling: a timed run with the CPU tier needs "
-                             "scheduler.async_scheduling: false"));
   CHECK_THAT(scenario_error(scenario("kv_offloading_size: 0.1"),
-                            {"hardware.host_link_latency_us=-1"}),
-             Catch::Contains("host_link_latency_us"));
+                            {"engine.profile=vllm-0.7.2", "scheduler.async_scheduling=null"}),
+             Catch::Contains("vllm-0.20 only, not vllm-0.7.2"));
+  CHECK_THAT(
+      scenario_error(scenario("kv_offloading_size: 0.1"), {"scheduler.async_scheduling=true"}),
+      Catch::Contains("scheduler.async_scheduling: a timed run with the CPU tier needs "
+                      "scheduler.async_scheduling: false"));
+  CHECK_THAT(
+      scenario_error(scenario("kv_offloading_size: 0.1"), {"hardware.host_link_latency_us=-1"}),
+      Catch::Contains("host_link_latency_us"));
 }
 
 TEST_CASE("the worker's jobs end on the caller's clock: FIFO per channel, flushes wait",
@@ -159,12 +162,12 @@ TEST_CASE("the worker's jobs end on the caller's clock: FIFO per channel, flushe
 
 TEST_CASE("a timed run with a CPU tier hits it, and its outputs add up", "[sim][offload]") {
   kvsim::test::TempDir tmp("offload-tier-run");
-  const RunResult off = run_scenario(parse_text(scenario("enable_prefix_caching: true")),
-                                     tmp.path / "off");
-  const RunResult on =
-      run_scenario(parse_text(scenario("kv_offloading_size: 0.02", "outputs: {steps_every: 1, "
-                                                                   "metrics_prom: true}\n")),
-                   tmp.path / "on");
+  const RunResult off =
+      run_scenario(parse_text(scenario("enable_prefix_caching: true")), tmp.path / "off");
+  const RunResult on = run_scenario(parse_text(scenario("kv_offloading_size: 0.02",
+                                                        "outputs: {steps_every: 1, "
+                                                        "metrics_prom: true}\n")),
+                                    tmp.path / "on");
   const nlohmann::json a = nlohmann::json::parse(off.summary_json);
   const nlohmann::json b = nlohmann::json::parse(on.summary_json);
   CHECK(a.at("completed") == 60);
@@ -208,10 +211,10 @@ TEST_CASE("a timed run with a CPU tier hits it, and its outputs add up", "[sim][
   CHECK(prom.find("vllm:kv_offload_total_bytes_total{model_name=\"tiny\",transfer_type=\"GPU_to_"
                   "CPU\"} ") != std::string::npos);
   // The same scenario and seed give the same bytes.
-  const RunResult again =
-      run_scenario(parse_text(scenario("kv_offloading_size: 0.02", "outputs: {steps_every: 1, "
-                                                                   "metrics_prom: true}\n")),
-                   tmp.path / "again");
+  const RunResult again = run_scenario(parse_text(scenario("kv_offloading_size: 0.02",
+                                                           "outputs: {steps_every: 1, "
+                                                           "metrics_prom: true}\n")),
+                                       tmp.path / "again");
   CHECK(kvsim::test::slurp(again.folder / "steps.csv") ==
         kvsim::test::slurp(on.folder / "steps.csv"));
   CHECK(again.summary_json == on.summary_json);
@@ -231,13 +234,73 @@ TEST_CASE("a sliding window with offloaded blocks of two GPU blocks ends on vLLM
     (void)run_scenario(s, tmp.path);
     FAIL("the run did not end on vLLM's assertion");
   } catch (const RunError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("the engine raised out of schedule()") &&
-                             Catch::Contains("AssertionError: sum(group_sizes) == len(block_ids)") &&
-                             Catch::Contains("kv_offloading_block_size equal to cache.block_size"));
+    CHECK_THAT(e.what(),
+               Catch::Contains("the engine raised out of schedule()") &&
+                   Catch::Contains("AssertionError: sum(group_sizes) == len(block_ids)") &&
+                   Catch::Contains("kv_offloading_block_size equal to cache.block_size"));
   }
   // With offloaded blocks of one GPU block the same run completes.
   std::string ok = scenario("kv_offloading_size: 0.001");
   ok.replace(ok.find("torch_dtype"), 0, "sliding_window: 16, ");
   const RunResult r = run_scenario(parse_text(ok), tmp.path / "ok");
   CHECK(nlohmann::json::parse(r.summary_json).at("completed") == 60);
+}
+
+TEST_CASE("loaded requests that block their own head end the run on vLLM's livelock",
+          "[sim][offload]") {
+  // vLLM v0.20.1 defect (semantics §9.3). Three 480-token prefixes are stored in the tier, two
+  // long prompts evict them from the 100-block GPU pool, then three requests with those prefixes
+  // arrive at once: each loads its 30 blocks from the tier, and the head of the waiting loop
+  // then needs 33 blocks for the rest of its prompt beside the 90 the loads hold. Nothing runs,
+  // nothing frees a block, and vLLM's engine polls forever: kvsim ends the run with that line.
+  kvsim::test::TempDir tmp("offload-livelock");
+  kvsim::test::write_file(
+      tmp.path / "trace.jsonl",
+      "{\"arrival_s\":0.0,\"prompt_tokens\":500,\"output_tokens\":2,\"prefix_group\":1,"
+      "\"prefix_tokens\":480}\n"
+      "{\"arrival_s\":0.1,\"prompt_tokens\":500,\"output_tokens\":2,\"prefix_group\":2,"
+      "\"prefix_tokens\":480}\n"
+      "{\"arrival_s\":0.2,\"prompt_tokens\":500,\"output_tokens\":2,\"prefix_group\":3,"
+      "\"prefix_tokens\":480}\n"
+      "{\"arrival_s\":0.3,\"prompt_tokens\":1400,\"output_tokens\":2}\n"
+      "{\"arrival_s\":0.4,\"prompt_tokens\":1400,\"output_tokens\":2}\n"
+      "{\"arrival_s\":1.0,\"prompt_tokens\":1000,\"output_tokens\":40,\"prefix_group\":1,"
+      "\"prefix_tokens\":480}\n"
+      "{\"arrival_s\":1.0,\"prompt_tokens\":1000,\"output_tokens\":40,\"prefix_group\":2,"
+      "\"prefix_tokens\":480}\n"
+      "{\"arrival_s\":1.0,\"prompt_tokens\":1000,\"output_tokens\":40,\"prefix_group\":3,"
+      "\"prefix_tokens\":480}\n");
+  const std::string text =
+      "name: ll\nseed: 1\nengine: {profile: vllm-0.20, mode: timed}\n" + kTinyModel +
+      "hardware: {gpu: H100, host_link_bytes_per_s: 32000000000}\n"
+      "cache: {block_size: 16, num_gpu_blocks_override: 100, kv_offloading_size: 0.02}\n"
+      "scheduler: {max_num_seqs: 16, max_num_batched_tokens: 2048, max_model_len: 1600, "
+      "async_scheduling: false, scheduler_reserve_full_isl: false}\n"
+      "workload:\n  trace: {format: jsonl, path: " +
+      (tmp.path / "trace.jsonl").string() + "}\nlatency: {model: constant, step_time_us: 2000}\n";
+  try {
+    (void)run_scenario(parse_text(text), tmp.path / "out");
+    FAIL("the run did not end on the livelock");
+  } catch (const RunError& e) {
+    CHECK_THAT(e.what(), Catch::StartsWith("step 10 at 1.002000 s: no step can make progress: "
+                                           "request 5 ") &&
+                             Catch::Contains("the 2 requests behind it that loaded from the CPU "
+                                             "tier") &&
+                             Catch::Contains("vLLM v0.20.1's livelock of loaded requests"));
+  }
+  // vLLM v0.20's default, a request admitted only when its whole sequence fits, never gets
+  // there: the three load and run one after another.
+  const RunResult r = run_scenario(parse_text(text, {"scheduler.scheduler_reserve_full_isl=true"}),
+                                   tmp.path / "full-isl");
+  const auto rows = read_csv(r.folder / "requests.csv");
+  REQUIRE(rows.size() == 9);
+  for (std::size_t i = 6; i < 9; ++i) {
+    INFO(rows[i][0]);
+    CHECK(rows[i][11] == "480");  // first_lookup_hit_tokens: the prefix, loaded from the tier
+    CHECK(rows[i][13] == "length");
+  }
+  const nlohmann::json s = nlohmann::json::parse(r.summary_json);
+  CHECK(s.at("kv_offload").at("load_jobs") == 3);
+  CHECK(s.at("kv_offload").at("load_gpu_blocks") == 90);
+  CHECK(s.at("kv_offload").at("finished_recving") == 3);
 }
