@@ -27,8 +27,8 @@ ServeDefaults serve_defaults(Profile profile, const GpuPreset& gpu) {
   if (profile != Profile::kVllm020) return {};
   std::string name = gpu.name;
   for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  const bool large = gpu.memory_bytes >= (std::int64_t{70} << 30) &&
-                     name.find("a100") == std::string::npos;
+  const bool large =
+      gpu.memory_bytes >= (std::int64_t{70} << 30) && name.find("a100") == std::string::npos;
   return {0.92, large ? 1024 : 256, large ? 8192 : 2048};
 }
 

@@ -43,7 +43,8 @@ OffloadTier::~OffloadTier() { scheduler_.set_connector(nullptr); }
 SimTimeNs OffloadTier::job_ns(std::size_t num_gpu_blocks) const {
   if (instant_) return 0;
   // llround(n * page_bytes / bandwidth * 1e9), in that order (the bytes are exact integers).
-  const auto bytes = static_cast<double>(static_cast<std::int64_t>(num_gpu_blocks) * stats_.page_bytes);
+  const auto bytes =
+      static_cast<double>(static_cast<std::int64_t>(num_gpu_blocks) * stats_.page_bytes);
   return latency_ns_ + std::llround(bytes / link_bytes_per_s_ * 1e9);
 }
 
@@ -87,7 +88,8 @@ void OffloadTier::report(SimTimeNs start_ns, bool executed, const SchedulerOutpu
   worker_.complete_ended_by(start_ns);
   worker_.get_finished(out.finished, sending_, recving_);
   for (const OffloadWorker::Job& j : worker_.done()) {
-    const std::int64_t bytes = static_cast<std::int64_t>(j.gpu_block_ids.size()) * stats_.page_bytes;
+    const std::int64_t bytes =
+        static_cast<std::int64_t>(j.gpu_block_ids.size()) * stats_.page_bytes;
     (j.store ? stats_.bytes_gpu_to_cpu : stats_.bytes_cpu_to_gpu) += bytes;
     (j.store ? stats_.transfer_ns_gpu_to_cpu : stats_.transfer_ns_cpu_to_gpu) +=
         job_ns(j.gpu_block_ids.size());

@@ -39,11 +39,11 @@ struct OffloadTierStats {
   std::int64_t cpu_evicted_blocks = 0;
   // The connector's prefix-cache stats (vLLM's connector_prefix_cache_stats), every lookup.
   std::int64_t cpu_hit_queries = 0, cpu_hit_tokens = 0, cpu_hit_requests = 0;
-  std::int64_t finished_sending = 0, finished_recving = 0;  // request ids reported
-  std::int64_t bytes_gpu_to_cpu = 0, bytes_cpu_to_gpu = 0;  // of the jobs reported done
+  std::int64_t finished_sending = 0, finished_recving = 0;           // request ids reported
+  std::int64_t bytes_gpu_to_cpu = 0, bytes_cpu_to_gpu = 0;           // of the jobs reported done
   SimTimeNs transfer_ns_gpu_to_cpu = 0, transfer_ns_cpu_to_gpu = 0;  // their transfer times
-  std::int64_t empty_steps = 0;    // steps that scheduled nothing
-  std::int64_t polling_steps = 0;  // of those, followed by EngineCore's 1 ms sleep
+  std::int64_t empty_steps = 0;                                      // steps that scheduled nothing
+  std::int64_t polling_steps = 0;    // of those, followed by EngineCore's 1 ms sleep
   std::int64_t cpu_blocks_used = 0;  // the tier's blocks holding a key, now
 };
 
@@ -107,8 +107,8 @@ class OffloadTier {
   OffloadWorker worker_;
   SimTimeNs latency_ns_ = 0;
   double link_bytes_per_s_ = 1;  // hardware.host_link_bytes_per_s
-  bool instant_ = false;          // cache_only: transfers take no time
-  SchedulerOutput scratch_out_;   // serve_cache_only's steps
+  bool instant_ = false;         // cache_only: transfers take no time
+  SchedulerOutput scratch_out_;  // serve_cache_only's steps
   std::vector<RequestOutput> scratch_outputs_;
   SimTimeNs store_free_ns_ = 0, load_free_ns_ = 0;  // when each channel's last job ends
   std::vector<Request*> sending_, recving_;

@@ -304,13 +304,13 @@ void Simulator::check_tier_progress() {
   // Nothing runs, no transfer is unfinished and the worker reported nothing: every later step
   // sees the same queues (an arrival joins behind the request the waiting loop stops at), so
   // only a client's abort can change anything.
-  if (!core_->running().empty() || tier_->transfers_pending() || tier_->reported_anything())
-    return;
+  if (!core_->running().empty() || tier_->transfers_pending() || tier_->reported_anything()) return;
   if (engine_.contains_kind(EventKind::kClientAbort)) return;
   const auto& sched = static_cast<const Scheduler&>(*core_);
   const Request* head = core_->first_waiting();
   std::int64_t loaded = 0;  // requests behind it holding blocks of a finished load
-  for (const Request* r : sched.skipped_waiting()) loaded += r != head && !r->kv_groups[0].blocks.empty();
+  for (const Request* r : sched.skipped_waiting())
+    loaded += r != head && !r->kv_groups[0].blocks.empty();
   if (loaded == 0) fail_cannot_fit(*head);
   throw RunError(fmt::format(
       "step {} at {:.6f} s: no step can make progress: request {} (at the head of the waiting "

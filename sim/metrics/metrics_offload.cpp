@@ -1,5 +1,6 @@
-// MetricsCollector's CPU tier figures (enable_offload): steps.csv's cpu_tier columns, summary.json's
-// empty_steps and kv_offload, vLLM's connector series in metrics.prom (sim/OUTPUTS.md).
+// MetricsCollector's CPU tier figures (enable_offload): steps.csv's cpu_tier columns,
+// summary.json's empty_steps and kv_offload, vLLM's connector series in metrics.prom
+// (sim/OUTPUTS.md).
 
 #include <fmt/format.h>
 
@@ -71,8 +72,7 @@ void MetricsCollector::prometheus_offload(std::string& o, const std::string& lab
   };
   by_type("vllm:kv_offload_total_bytes_total", "Number of bytes offloaded by KV connector",
           static_cast<double>(t.bytes_gpu_to_cpu), static_cast<double>(t.bytes_cpu_to_gpu));
-  by_type("vllm:kv_offload_total_time_total",
-          "Total time measured by all KV offloading operations",
+  by_type("vllm:kv_offload_total_time_total", "Total time measured by all KV offloading operations",
           static_cast<double>(t.transfer_ns_gpu_to_cpu) / 1e9,
           static_cast<double>(t.transfer_ns_cpu_to_gpu) / 1e9);
   o += fmt::format(
