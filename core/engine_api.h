@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/common/kv_event.h"
 #include "core/common/request.h"
 #include "core/common/types.h"
 
@@ -295,6 +296,15 @@ class EngineCore {
   /// The GPU blocks that hold a cached prefix, into `out` (replaced): the free ones in eviction
   /// order first, then those in use, by id. Empty for a family without a prefix cache.
   virtual void cached_blocks(std::vector<BlockId>& out) const { out.clear(); }
+  /// KV events (vLLM v0.20's `--kv-events-config enable_kv_cache_events`): from now on the GPU
+  /// prefix cache appends its events to `*log` (core/common/kv_event.h) as they happen in
+  /// schedule() and update_from_output(); the caller takes them after update_from_output, as
+  /// vLLM's scheduler publishes one batch per step. nullptr stops. Returns false (and does
+  /// nothing) for a family that publishes none (vLLM V0, the contiguous baselines).
+  virtual bool set_kv_event_log(std::vector<KvEvent>* log) {
+    (void)log;
+    return false;
+  }
 
   /// The first broken invariant of the whole engine ("" if none).
   virtual std::string find_violation() const = 0;

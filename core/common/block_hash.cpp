@@ -9,21 +9,17 @@
 #include "core/common/hot.h"
 
 namespace kvsim {
-namespace {
 
-std::uint64_t default_bucket_hash(std::uint64_t parent_hash, std::span<const Token> tokens,
-                                  std::int32_t extra) {
+std::uint64_t block_content_hash(std::uint64_t parent_hash, std::span<const Token> tokens,
+                                 std::int32_t extra) {
   const std::uint64_t seed =
       parent_hash * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(extra);
   return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), seed);
 }
 
-constexpr std::uint64_t kRootHash = 0x6a09e667f3bcc908ull;  // the parent "hash" of a first block
-
-}  // namespace
 
 BlockHashTable::BlockHashTable(std::int32_t block_size, BucketHashFn hash_fn)
-    : block_(block_size), hash_fn_(hash_fn ? hash_fn : &default_bucket_hash) {
+    : block_(block_size), hash_fn_(hash_fn ? hash_fn : &block_content_hash) {
   KVSIM_ASSERT(block_size > 0);
   buckets_.assign(1024, Bucket{});
   bucket_mask_ = buckets_.size() - 1;
@@ -37,7 +33,7 @@ std::span<const Token> BlockHashTable::tokens(HashId h) const {
 
 KVSIM_HOT std::uint64_t BlockHashTable::hash_of(HashId parent, std::span<const Token> tokens,
                                                 ExtraKeysId extra) const {
-  const std::uint64_t ph = parent == kNoHash ? kRootHash : nodes_[slot(parent)].hash;
+  const std::uint64_t ph = parent == kNoHash ? kRootContentHash : nodes_[slot(parent)].hash;
   return hash_fn_(ph, tokens, static_cast<std::int32_t>(extra));
 }
 
@@ -63,7 +59,7 @@ KVSIM_HOT void BlockHashTable::intern_chain(HashId parent, std::span<const Token
   chain_hashes_.resize(n);
   // A node's hash is a function of its parent's hash and its own key, so the whole chain's
   // hashes are known before any node is looked up.
-  std::uint64_t ph = parent == kNoHash ? kRootHash : nodes_[slot(parent)].hash;
+  std::uint64_t ph = parent == kNoHash ? kRootContentHash : nodes_[slot(parent)].hash;
   for (std::size_t i = 0; i < n; ++i) {
     ph = hash_fn_(ph, tokens.subspan(i * bs, bs), static_cast<std::int32_t>(extra));
     chain_hashes_[i] = ph;

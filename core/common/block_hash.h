@@ -21,6 +21,14 @@
 
 namespace kvsim {
 
+/// The parent hash of a sequence's first block in BlockHashTable::content_hash.
+inline constexpr std::uint64_t kRootContentHash = 0x6a09e667f3bcc908ull;
+/// The default hash function of BlockHashTable: xxh3-64 of the block's tokens, seeded with the
+/// parent's hash and the extra keys' id. A prompt's content hashes are the chain
+/// h_j = block_content_hash(h_{j-1}, block j, extra), h_{-1} = kRootContentHash.
+std::uint64_t block_content_hash(std::uint64_t parent_hash, std::span<const Token> tokens,
+                                 std::int32_t extra);
+
 class BlockHashTable {
  public:
   /// Hash function of the bucket index. Injectable so tests can force every key to collide.
@@ -55,6 +63,11 @@ class BlockHashTable {
   void release(HashId h);
 
   HashId parent(HashId h) const { return nodes_[slot(h)].parent; }
+  /// The node's 64-bit chained content hash: block_content_hash(parent's, tokens, extra), the
+  /// first block's parent being kRootContentHash. With the default hash function it depends on
+  /// the content only (and the extra keys' interned id), so two tables give equal content equal
+  /// values: the identity KV events carry across engines.
+  std::uint64_t content_hash(HashId h) const { return nodes_[slot(h)].hash; }
   ExtraKeysId extra(HashId h) const { return nodes_[slot(h)].extra; }
   std::span<const Token> tokens(HashId h) const;
   std::int32_t ref_count(HashId h) const { return nodes_[slot(h)].refs; }

@@ -107,6 +107,9 @@ KVSIM_HOT void BlockPool::cache_block(BlockId b, HashId key) {
   hash_tail_[s] = b;
   ++num_cached_blocks_;
   ++cached_by_group_[static_cast<std::size_t>(group_of_key(key))];
+  if (events_ != nullptr) [[unlikely]]
+    events_->push_back(KvEvent{KvEvent::Kind::kStored, group_of_key(key),
+                               hashes_.content_hash(hash_of_key(key))});
 }
 
 // vLLM's _maybe_evict_cached_block: the block leaves its hash group; an emptied group is deleted.
@@ -125,6 +128,9 @@ KVSIM_HOT void BlockPool::evict(KVCacheBlock& blk) {
   --cached_by_group_[static_cast<std::size_t>(group_of_key(blk.block_hash))];
   blk.hash_prev = blk.hash_next = kNoBlock;
   const HashId h = hash_of_key(blk.block_hash);
+  if (events_ != nullptr) [[unlikely]]
+    events_->push_back(
+        KvEvent{KvEvent::Kind::kRemoved, group_of_key(blk.block_hash), hashes_.content_hash(h)});
   blk.block_hash = kNoHash;
   hashes_.release(h);
   ++stats_.evictions;
@@ -144,6 +150,7 @@ bool BlockPool::reset_prefix_cache() {
   num_cached_hashes_ = 0;
   num_cached_blocks_ = 0;
   std::fill(cached_by_group_.begin(), cached_by_group_.end(), 0);
+  if (events_ != nullptr) events_->push_back(KvEvent{KvEvent::Kind::kAllCleared, 0, 0});
   return true;
 }
 

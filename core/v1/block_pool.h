@@ -11,6 +11,7 @@
 
 #include "core/common/assert.h"
 #include "core/common/block_hash.h"
+#include "core/common/kv_event.h"
 #include "core/common/types.h"
 
 namespace kvsim {
@@ -138,6 +139,12 @@ class BlockPool {
   /// else every hash is dropped and the free-queue order is kept.
   bool reset_prefix_cache();
 
+  /// KV events (vLLM's enable_kv_cache_events): from now on every block cached (cache_block) is
+  /// appended to `*log` as kStored, every cached block evicted as kRemoved, and a successful
+  /// reset_prefix_cache as kAllCleared; nullptr stops. The caller drains the log; it keeps its
+  /// capacity, so a warm log allocates nothing.
+  void set_event_log(std::vector<KvEvent>* log) { events_ = log; }
+
   /// Number of distinct hashes in the index, and of blocks in it (>= hashes when duplicated).
   std::int64_t num_cached_hashes() const { return num_cached_hashes_; }
   std::int64_t num_cached_blocks() const { return num_cached_blocks_; }
@@ -172,6 +179,7 @@ class BlockPool {
   std::int64_t num_cached_hashes_ = 0;
   std::int64_t num_cached_blocks_ = 0;
   std::vector<std::int64_t> cached_by_group_;  // num_cached_blocks_ by the keys' group
+  std::vector<KvEvent>* events_ = nullptr;      // set_event_log
   Stats stats_;
 };
 

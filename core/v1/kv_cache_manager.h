@@ -166,6 +166,8 @@ class KVCacheManager {
   std::int32_t get_num_common_prefix_blocks(const Request& request, std::int64_t num_running) const;
 
   const BlockPool& pool() const { return pool_; }
+  /// BlockPool::set_event_log of the one pool (every KV cache group's blocks are in it).
+  void set_kv_event_log(std::vector<KvEvent>* log) { pool_.set_event_log(log); }
   const BlockHashTable& hashes() const { return hashes_; }
   BlockHashTable& hashes() { return hashes_; }
 

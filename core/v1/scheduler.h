@@ -142,6 +142,10 @@ class Scheduler final : public EngineCore {
   std::span<const BlockId> group_block_table(const Request& request,
                                              std::int32_t group) const override;
   void cached_blocks(std::vector<BlockId>& out) const override;
+  bool set_kv_event_log(std::vector<KvEvent>* log) override {
+    kv_.set_kv_event_log(log);
+    return true;
+  }
   KVCacheManager& kv_cache_manager() { return kv_; }
   const KVCacheManager& kv_cache_manager() const { return kv_; }
   const SchedulerConfig& config() const { return config_; }
