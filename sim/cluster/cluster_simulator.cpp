@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "core/common/assert.h"
 #include "sim/engine/parallel_sampling.h"
@@ -42,10 +43,23 @@ class ClusterSimulator::Tap final : public StepObserver {
   void on_request_done(const RequestRecord& rec) override {
     c_.current_ = r_;
     ++c_.requests_done_;
-    if (c_.timed_) --c_.loads_[static_cast<std::size_t>(r_)].in_flight;
+    if (c_.timed_) {
+      --c_.loads_[static_cast<std::size_t>(r_)].in_flight;
+      if (c_.books_)
+        c_.router_->on_finished(
+            r_, rec.request_id / static_cast<std::uint64_t>(c_.samples_per_request_));
+    }
     for (StepObserver* o : c_.cluster_observers_) o->on_request_done(rec);
   }
   void on_step(const StepView& v) override {
+    // vLLM publishes the step's KV events at its end (Scheduler.update_from_output).
+    if (c_.kv_index_) c_.take_kv_events(r_, v.end_ns);
+    if (c_.books_)
+      for (std::size_t i = 0; i < v.outputs.size(); ++i)
+        if (v.prev_token_ns[i] < 0)  // the request's first token
+          c_.router_->on_first_token(
+              r_, v.request_id_of_index[static_cast<std::size_t>(v.outputs[i].request->index())] /
+                      static_cast<std::uint64_t>(c_.samples_per_request_));
     ReplicaView& s = c_.step_end_[static_cast<std::size_t>(r_)];
     s.num_waiting = v.num_waiting;
     s.num_running = static_cast<std::int64_t>(v.engine->running().size());
@@ -77,8 +91,8 @@ ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& sour
   RequestSource& replica_source =
       timed_ ? static_cast<RequestSource&>(*forward_source_) : *empty_source_;
   for (std::int32_t r = 0; r < n; ++r) {
-    replicas_.push_back(std::make_unique<Simulator>(scenario, replica_source,
-                                                    timed_ ? step_time : StepTimeFn{}));
+    replicas_.push_back(
+        std::make_unique<Simulator>(scenario, replica_source, timed_ ? step_time : StepTimeFn{}));
     taps_.push_back(std::make_unique<Tap>(*this, r));
   }
   loads_.assign(static_cast<std::size_t>(n), ReplicaLoad{});
@@ -88,7 +102,50 @@ ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& sour
   env.moe_model = scenario.model && scenario.model->num_experts > 0;
   env.block_size = scenario.cache.sizing.block_size;
   env.num_gpu_blocks = scenario.num_gpu_blocks;
+  env.samples_per_request = timed_ ? samples_per_request_ : 1;  // cache_only serves one
   router_ = make_router(scenario.cluster.router, n, env);
+  books_ = router_->books_requests();
+  KVSIM_ASSERT(router_->kv_index_removal().has_value() ==
+               router_reads_kv_events(scenario.cluster.router));
+  if (const std::optional<KvBlockIndex::Removal> removal = router_->kv_index_removal()) {
+    kv_index_ = std::make_unique<KvBlockIndex>(n, *removal);
+    kv_logs_.resize(static_cast<std::size_t>(n));
+    kv_delay_ns_ = timed_ ? scenario.cluster.router.kv_event_delay_ns : 0;
+    for (std::int32_t r = 0; r < n; ++r) {
+      // (The parser refuses such a router for a family without KV events.)
+      const bool publishes = replicas_[static_cast<std::size_t>(r)]->set_kv_event_log(
+          &kv_logs_[static_cast<std::size_t>(r)]);
+      KVSIM_ASSERT(publishes, "a router that reads KV events over an engine without them");
+    }
+  }
+}
+
+void ClusterSimulator::take_kv_events(std::int32_t r, SimTimeNs now_ns) {
+  std::vector<KvEvent>& log = kv_logs_[static_cast<std::size_t>(r)];
+  if (log.empty()) return;
+  if (kv_delay_ns_ == 0) {
+    kv_index_->apply(r, log);
+    log.clear();
+    return;
+  }
+  KvBatch& b = kv_in_transit_.emplace_back();
+  b.due_ns = now_ns + kv_delay_ns_;
+  b.replica = r;
+  if (!kv_spare_.empty()) {
+    b.events.swap(kv_spare_.back());
+    kv_spare_.pop_back();
+  }
+  b.events.swap(log);  // the log takes the spare (empty) buffer
+}
+
+void ClusterSimulator::apply_due_kv_events() {
+  while (!kv_in_transit_.empty() && kv_in_transit_.front().due_ns <= now_ns_) {
+    KvBatch& b = kv_in_transit_.front();
+    kv_index_->apply(b.replica, b.events);
+    b.events.clear();
+    kv_spare_.push_back(std::move(b.events));
+    kv_in_transit_.pop_front();
+  }
 }
 
 void ClusterSimulator::set_check_invariants(bool on) {
@@ -174,9 +231,17 @@ std::int32_t ClusterSimulator::route(RequestSpec& spec) {
   in.index = routed_;
   in.prompt_tokens = prompt_tokens;
   in.prompt_blocks = (prompt_tokens + bs - 1) / bs;
+  in.request_id = spec.id;
   if (const std::int64_t k = router_->block_ids_needed(); k > 0) {
     block_ids(spec.prompt, bs, k, ids_);
     in.block_ids = ids_;
+  }
+  if (kv_index_) {
+    apply_due_kv_events();
+    prompt_content_hashes(spec.prompt, bs, std::numeric_limits<std::int64_t>::max(),
+                          content_hashes_);
+    in.content_hashes = content_hashes_;
+    in.kv_index = kv_index_.get();
   }
   const RouteDecision d = router_->route(in, loads_);
   KVSIM_ASSERT(d.replica >= 0 && d.replica < num_replicas(), "router picked no replica");
@@ -212,9 +277,15 @@ std::int32_t ClusterSimulator::route(RequestSpec& spec) {
 void ClusterSimulator::route_and_serve(RequestSpec& spec) {
   const std::int32_t r = route(spec);
   current_ = r;
-  const bool served =
-      replicas_[static_cast<std::size_t>(r)]->serve_cache_only(spec, outputs_);
+  const bool served = replicas_[static_cast<std::size_t>(r)]->serve_cache_only(spec, outputs_);
   KVSIM_ASSERT(served, "a replica refused a request the server admitted");
+  // One request at a time: it is served whole before the next is routed (its events are in the
+  // index, and the router learns that it ended).
+  if (kv_index_) take_kv_events(r, now_ns_);
+  if (books_) {
+    router_->on_first_token(r, spec.id);
+    router_->on_finished(r, spec.id);
+  }
 }
 
 void ClusterSimulator::run() {

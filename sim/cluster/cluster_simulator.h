@@ -22,8 +22,9 @@
 // advance_before, inject_arrival, serve_cache_only, finish): a replica handles an event only when
 // it is the next one of the whole cluster. One routing decision allocates nothing once warm.
 
-#include <cstdint>
 #include <csignal>
+#include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <span>
@@ -93,6 +94,11 @@ class ClusterSimulator {
   /// timed: the refresh of the routers' polled view due now.
   void refresh_view();
   void check_interrupt() const;
+  /// Replica r's KV events since its last batch go to the index now (or, with a delay, at
+  /// `now_ns` + delay: spec §1.3).
+  void take_kv_events(std::int32_t r, SimTimeNs now_ns);
+  /// The delayed batches due by now, into the index.
+  void apply_due_kv_events();
 
   const Scenario& scenario_;
   RequestSource& source_;
@@ -109,15 +115,29 @@ class ClusterSimulator {
   const volatile std::sig_atomic_t* interrupt_ = nullptr;
 
   bool timed_ = false;
-  Engine arrivals_;  // the cluster's events: arrivals (kArrival), view refreshes (kUser)
+  bool books_ = false;       // the router keeps books of its requests (Router::books_requests)
+  Engine arrivals_;          // the cluster's events: arrivals (kArrival), view refreshes (kUser)
   PendingArrivals pending_;  // arrivals not yet happened
   bool open_loop_done_ = false;
 
   std::vector<ReplicaLoad> loads_;
   std::vector<std::pair<std::string_view, std::int64_t>> branches_;  // in first-seen order
-  std::vector<std::uint64_t> ids_;           // scratch: the routed request's block ids
-  std::vector<std::int32_t> outputs_;        // scratch: its generated tokens
+  std::vector<std::uint64_t> ids_;     // scratch: the routed request's block ids
+  std::vector<std::int32_t> outputs_;  // scratch: its generated tokens
   std::vector<ReplicaView> step_end_;  // timed: each replica's figures at its last step end
+  // Routers that read the replicas' caches: the index of their KV events, each replica's log of
+  // events not yet taken, the batches on their way (kv_events.delay_ms), spare event buffers.
+  std::unique_ptr<KvBlockIndex> kv_index_;
+  std::vector<std::vector<KvEvent>> kv_logs_;
+  struct KvBatch {
+    SimTimeNs due_ns = 0;
+    std::int32_t replica = 0;
+    std::vector<KvEvent> events;
+  };
+  std::deque<KvBatch> kv_in_transit_;
+  std::vector<std::vector<KvEvent>> kv_spare_;
+  SimTimeNs kv_delay_ns_ = 0;
+  std::vector<std::uint64_t> content_hashes_;  // scratch: the routed prompt's full blocks
   std::int64_t samples_per_request_ = 1;
   SimTimeNs now_ns_ = 0;
   std::int64_t routed_ = 0;

@@ -8,6 +8,10 @@
 //     pod's LRU (most recent first); a pod's LRU holds at most `capacity` blocks and an eviction
 //     drops the pod from that block's set. It never learns of the engines' own evictions.
 // Modelled over the engine's token blocks (the real scorer hashes 4 characters per token).
+// The precise prefix scorer (weight precise_prefix) reads the cluster's index of the pods' KV
+// events (KvBlockIndex, a BlockRemoved dropping the pod, as llm-d's kvblock index does): each
+// pod's longest leading run of the prompt's full blocks. Its speculative entries (added at
+// dispatch with a 2 s TTL) are not modelled.
 #include <bit>
 #include <list>
 #include <unordered_map>
@@ -76,32 +80,41 @@ class LlmDRouter final : public Router {
         view_(static_cast<std::size_t>(n)),
         endpoints_(static_cast<std::size_t>(n)),
         matched_(static_cast<std::size_t>(n)),
+        precise_(static_cast<std::size_t>(n)),
         interval_(interval),
         phase_(phase),
         block_size_(block_size),
-        uses_prefix_(params.weights.prefix != 0) {}
+        uses_prefix_(params.weights.prefix != 0),
+        uses_precise_(params.weights.precise_prefix != 0) {}
 
   RouteDecision route(const RouteInput& in, std::span<const ReplicaLoad> loads) override {
     // Full blocks only, at most maxPrefixBlocksToMatch.
     const std::int64_t full = std::min<std::int64_t>(in.prompt_tokens / block_size_, kMaxBlocks);
-    const std::span<const std::uint64_t> ids =
-        in.block_ids.first(static_cast<std::size_t>(std::min<std::int64_t>(
-            full, static_cast<std::int64_t>(in.block_ids.size()))));
+    const std::span<const std::uint64_t> ids = in.block_ids.first(static_cast<std::size_t>(
+        std::min<std::int64_t>(full, static_cast<std::int64_t>(in.block_ids.size()))));
     if (uses_prefix_) index_.match(ids, matched_);
+    if (uses_precise_) in.kv_index->longest_prefix(in.content_hashes, precise_);
     for (std::size_t i = 0; i < endpoints_.size(); ++i) {
       LlmDEndpoint& e = endpoints_[i];
       e.num_waiting = view_[i].num_waiting;
       e.kv_usage = view_[i].kv_usage;
       e.matched_blocks = uses_prefix_ ? matched_[i] : 0;
+      // A pod holding not even the first block has no entry in the scorer's map.
+      e.precise_raw = uses_precise_ && precise_[i] > 0 ? precise_[i] : -1;
       e.active = loads[i].in_flight;
     }
     RouteDecision d = picker_.pick(endpoints_, static_cast<std::int64_t>(ids.size()));
-    if (!uses_prefix_) d.matched_blocks = -1;
+    if (!uses_prefix_)
+      d.matched_blocks = uses_precise_ ? precise_[static_cast<std::size_t>(d.replica)] : -1;
     if (uses_prefix_) index_.add(d.replica, ids);  // PreRequest
     d.view_age_ns = in.now_ns - refreshed_ns_;
     return d;
   }
   std::int64_t block_ids_needed() const override { return uses_prefix_ ? kMaxBlocks : 0; }
+  std::optional<KvBlockIndex::Removal> kv_index_removal() const override {
+    if (!uses_precise_) return std::nullopt;
+    return KvBlockIndex::Removal::kDrop;
+  }
   SimTimeNs refresh_interval_ns() const override { return interval_; }
   SimTimeNs refresh_phase_ns() const override { return phase_; }
   void on_refresh(SimTimeNs now_ns, std::span<const ReplicaView> step_end) override {
@@ -116,9 +129,11 @@ class LlmDRouter final : public Router {
   std::vector<ReplicaView> view_;
   std::vector<LlmDEndpoint> endpoints_;
   std::vector<std::int64_t> matched_;
+  std::vector<std::int64_t> precise_;  // the precise scorer's longest runs (KV events)
   SimTimeNs interval_, phase_;
   std::int64_t block_size_;
   bool uses_prefix_;
+  bool uses_precise_;
   SimTimeNs refreshed_ns_ = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "sim/cluster/router.h"
 
 #include "core/common/assert.h"
+#include "sim/cluster/dynamo_kv.h"
 #include "sim/cluster/llm_d.h"
 #include "sim/cluster/sglang_cache_aware.h"
 
@@ -45,17 +46,18 @@ std::unique_ptr<Router> make_router(const RouterConfig& config, std::int32_t num
     case RouterPolicy::kVllmDp: {
       const bool moe = config.moe >= 0 ? config.moe == 1 : env.moe_model;
       const SimTimeNs dflt = moe ? 100'000'000 : 5'000'000'000;
-      return make_vllm_dp_router(num_replicas, config.api_servers, moe,
-                                 config.refresh_interval_ns >= 0 ? config.refresh_interval_ns : dflt,
-                                 config.phase_ns);
+      return make_vllm_dp_router(
+          num_replicas, config.api_servers, moe,
+          config.refresh_interval_ns >= 0 ? config.refresh_interval_ns : dflt, config.phase_ns);
     }
     case RouterPolicy::kLlmD: {
       LlmDParams p;
-      p.weights = LlmDWeights{config.w_queue, config.w_kv_usage, config.w_prefix, 0,
-                              config.w_load_aware, config.w_active_request};
+      p.weights =
+          LlmDWeights{config.w_queue,          config.w_kv_usage,   config.w_prefix,
+                      config.w_precise_prefix, config.w_load_aware, config.w_active_request};
       const std::int64_t cap = config.lru_capacity_per_server > 0 ? config.lru_capacity_per_server
-                               : env.num_gpu_blocks > 0          ? env.num_gpu_blocks
-                                                                 : 31'250;
+                               : env.num_gpu_blocks > 0           ? env.num_gpu_blocks
+                                                                  : 31'250;
       return make_llm_d_router(
           num_replicas, p, config.seed,
           config.refresh_interval_ns >= 0 ? config.refresh_interval_ns : 50'000'000,
@@ -68,9 +70,16 @@ std::unique_ptr<Router> make_router(const RouterConfig& config, std::int32_t num
       p.balance_rel_threshold = config.balance_rel_threshold;
       return make_sglang_router(num_replicas, p, env.block_size);
     }
-    default:
-      KVSIM_ASSERT(false, "router policy not implemented");
+    case RouterPolicy::kPrefixIdeal:
+      return make_prefix_ideal_router(num_replicas, env.block_size);
+    case RouterPolicy::kPrefixBounded:
+      return make_prefix_bounded_router(num_replicas, env.block_size, config.eps);
+    case RouterPolicy::kDynamoKv:
+      return make_dynamo_router(
+          num_replicas, DynamoParams{config.overlap_score_weight, config.router_temperature},
+          config.track_active_blocks, config.seed, env.block_size, env.samples_per_request);
   }
+  KVSIM_ASSERT(false, "unknown router policy");
   return nullptr;
 }
 

@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
+#include "sim/cluster/kv_block_index.h"
 #include "sim/common/rng.h"
 #include "sim/common/sim_types.h"
 #include "sim/config/cluster_config.h"
@@ -34,26 +36,32 @@ struct ReplicaView {
 
 /// The request being routed.
 struct RouteInput {
-  SimTimeNs now_ns = 0;            // the decision instant (timed runs; 0 in cache_only)
-  std::int64_t index = 0;          // 0-based position in routing order (refused requests skipped)
+  SimTimeNs now_ns = 0;    // the decision instant (timed runs; 0 in cache_only)
+  std::int64_t index = 0;  // 0-based position in routing order (refused requests skipped)
   std::int64_t prompt_tokens = 0;
   std::int64_t prompt_blocks = 0;  // ceil(prompt_tokens / block_size)
   /// Stable ids of the prompt's leading blocks in order (full blocks, a partial last one
   /// included), as many as the router's block_ids_needed() (fewer for a shorter prompt): equal
   /// leading content gives equal ids (ClusterSimulator::block_ids).
   std::span<const std::uint64_t> block_ids;
+  /// Routers that read the replicas' caches (Router::kv_index_removal): the content hashes of the
+  /// prompt's full blocks as the engines name them (prompt_content_hashes), and the cluster's
+  /// index of the replicas' KV events as the router's view has them (§1.3).
+  std::span<const std::uint64_t> content_hashes;
+  const KvBlockIndex* kv_index = nullptr;
+  std::uint64_t request_id = 0;  // the routed request's id (router-local bookkeeping)
 };
 
 /// A decision, with what routing.csv records of it.
 struct RouteDecision {
   std::int32_t replica = 0;
-  std::string_view branch;     // the rule that decided (a static string)
-  bool has_score = false;      // score / runner_up columns are empty without one
-  double score = 0;            // the chosen replica's score under the rule
+  std::string_view branch;      // the rule that decided (a static string)
+  bool has_score = false;       // score / runner_up columns are empty without one
+  double score = 0;             // the chosen replica's score under the rule
   std::int32_t runner_up = -1;  // the best other replica, -1 none
   double runner_up_score = 0;
   std::int64_t matched_blocks = -1;  // prefix routers: blocks the chosen replica matches; -1 none
-  SimTimeNs view_age_ns = -1;  // how old the polled state read was; -1: none read
+  SimTimeNs view_age_ns = -1;        // how old the polled state read was; -1: none read
 };
 
 class Router {
@@ -63,6 +71,23 @@ class Router {
   virtual RouteDecision route(const RouteInput& in, std::span<const ReplicaLoad> loads) = 0;
   /// How many leading block ids route() reads (RouteInput::block_ids); 0: none.
   virtual std::int64_t block_ids_needed() const { return 0; }
+  /// Whether route() reads the replicas' KV events (RouteInput::kv_index), and how the index
+  /// reads a removal (kv_block_index.h); nullopt: it reads none.
+  virtual std::optional<KvBlockIndex::Removal> kv_index_removal() const { return std::nullopt; }
+  /// Whether the router keeps router-local books of its requests (on_first_token, on_finished).
+  virtual bool books_requests() const { return false; }
+  /// Router-local bookkeeping of the requests it routed: the first token of request
+  /// `request_id` (RouteInput::request_id) came back from `replica`; the request finished there
+  /// (completed, aborted; once per sample: workload n). In cache_only mode both come right after
+  /// the request is served (one request at a time).
+  virtual void on_first_token(std::int32_t replica, std::uint64_t request_id) {
+    (void)replica;
+    (void)request_id;
+  }
+  virtual void on_finished(std::int32_t replica, std::uint64_t request_id) {
+    (void)replica;
+    (void)request_id;
+  }
 
   // A router with a polled view (timed runs, spec §1.3): the cluster calls on_refresh at
   // refresh_phase_ns() + k refresh_interval_ns(), k >= 1, with each replica's figures at its last
@@ -81,9 +106,10 @@ class Router {
 /// implemented (the config parser refuses the others).
 /// What some routers take from the scenario.
 struct RouterEnv {
-  bool moe_model = false;           // the model is a mixture of experts (vllm_dp's `moe`)
-  std::int64_t block_size = 16;     // the engines' block size (prefix indexes)
-  std::int64_t num_gpu_blocks = 0;  // a replica's pool (llm_d's autoTune LRU capacity)
+  bool moe_model = false;                // the model is a mixture of experts (vllm_dp's `moe`)
+  std::int64_t block_size = 16;          // the engines' block size (prefix indexes)
+  std::int64_t num_gpu_blocks = 0;       // a replica's pool (llm_d's autoTune LRU capacity)
+  std::int64_t samples_per_request = 1;  // workload n: on_finished comes once per sample
 };
 [[nodiscard]] std::unique_ptr<Router> make_router(const RouterConfig& config,
                                                   std::int32_t num_replicas,
@@ -95,6 +121,17 @@ struct RouterEnv {
 [[nodiscard]] std::unique_ptr<Router> make_least_requests_router();
 [[nodiscard]] std::unique_ptr<Router> make_power_of_two_router(std::uint64_t seed);
 [[nodiscard]] std::unique_ptr<Router> make_prefix_hash_router(std::int64_t k);
+/// prefix_ideal / prefix_bounded (prefix_ideal.cpp). Precondition: 1 <= num_replicas <= 64.
+[[nodiscard]] std::unique_ptr<Router> make_prefix_ideal_router(std::int32_t num_replicas,
+                                                               std::int64_t block_size);
+[[nodiscard]] std::unique_ptr<Router> make_prefix_bounded_router(std::int32_t num_replicas,
+                                                                 std::int64_t block_size,
+                                                                 double eps);
+struct DynamoParams;
+/// dynamo_kv (dynamo_router.cpp). Precondition: 1 <= num_replicas <= 64.
+[[nodiscard]] std::unique_ptr<Router> make_dynamo_router(
+    std::int32_t num_replicas, const DynamoParams& params, bool track_active_blocks,
+    std::uint64_t seed, std::int64_t block_size, std::int64_t samples_per_request);
 [[nodiscard]] std::unique_ptr<Router> make_least_waiting_router(std::int32_t num_replicas,
                                                                 SimTimeNs refresh_interval_ns,
                                                                 SimTimeNs phase_ns);
@@ -107,13 +144,10 @@ struct RouterEnv {
 struct LlmDParams;
 /// llm_d (llm_d_router.cpp): the picker over the polled view and the approximate prefix index.
 /// Precondition: 1 <= num_replicas <= 64.
-[[nodiscard]] std::unique_ptr<Router> make_llm_d_router(std::int32_t num_replicas,
-                                                        const LlmDParams& params,
-                                                        std::uint64_t seed,
-                                                        SimTimeNs refresh_interval_ns,
-                                                        SimTimeNs phase_ns,
-                                                        std::int64_t lru_capacity_blocks,
-                                                        std::int64_t block_size);
+[[nodiscard]] std::unique_ptr<Router> make_llm_d_router(
+    std::int32_t num_replicas, const LlmDParams& params, std::uint64_t seed,
+    SimTimeNs refresh_interval_ns, SimTimeNs phase_ns, std::int64_t lru_capacity_blocks,
+    std::int64_t block_size);
 
 struct SglangParams;
 /// sglang_cache_aware (sglang_router.cpp): the decision over the router's in-flight counts and its

@@ -24,13 +24,26 @@ const PolicyParams kPolicyParams[] = {
     {RouterPolicy::kPrefixHash, {"k"}},
     {RouterPolicy::kLeastWaiting, {"view"}},
     {RouterPolicy::kVllmDp, {"view", "api_servers", "moe"}},
-    {RouterPolicy::kLlmD, {"scorers", "lru_capacity_per_server"}},
+    {RouterPolicy::kLlmD, {"scorers", "lru_capacity_per_server", "kv_events"}},
+    {RouterPolicy::kDynamoKv,
+     {"overlap_score_weight", "router_temperature", "router_track_active_blocks", "kv_events"}},
     {RouterPolicy::kSglangCacheAware,
      {"cache_threshold", "balance_abs_threshold", "balance_rel_threshold"}},
 };
-constexpr std::string_view kScorerKeys[] = {"queue", "kv_usage", "prefix", "precise_prefix",
-                                            "load_aware", "active_request"};
+constexpr std::string_view kScorerKeys[] = {"queue",          "kv_usage",   "prefix",
+                                            "precise_prefix", "load_aware", "active_request"};
 constexpr std::string_view kViewKeys[] = {"refresh_interval_ms", "phase_s"};
+constexpr std::string_view kKvEventKeys[] = {"delay_ms"};
+/// llm_d's named scorer sets (`scorers: NAME`), in LlmDWeights' order: queue, kv_usage, prefix,
+/// precise_prefix, load_aware, active_request (sim/cluster/llm_d.h has their sources).
+constexpr std::string_view kScorerPresetNames[] = {
+    "gie_default",     // GIE without a config file
+    "llm_d_epp",       // llm-d v0.8.0 deploy/config/epp-config.yaml
+    "llm_d_precise",   // epp-precise-prefix-cache-config.yaml
+    "llm_d_estimate",  // epp-estimate-prefix-cache-config.yaml
+};
+constexpr double kScorerPresetWeights[][6] = {
+    {2, 2, 3, 0, 0, 0}, {0, 0, 2, 0, 0, 0}, {1, 1, 0, 2, 0, 0}, {0, 0, 1, 0, 1, 0}};
 
 std::span<const std::string_view> own_keys(RouterPolicy p) {
   for (const PolicyParams& pp : kPolicyParams)
@@ -61,15 +74,8 @@ RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx) {
   const std::size_t i = get_choice_index(router, "policy", ctx, "round_robin",
                                          std::span<const std::string_view>(kRouterPolicyNames));
   c.policy = static_cast<RouterPolicy>(i);
-  if (!router_policy_implemented(c.policy))
-    throw yaml_error(router["policy"], ctx.child("policy"),
-                     fmt::format("{}: '{}' is not implemented yet in kvsim (implemented: "
-                                 "round_robin, random, least_requests, least_waiting, power_of_two, "
-                                 "vllm_dp, llm_d, sglang_cache_aware, prefix_hash)",
-                                 ctx.child("policy").path, kRouterPolicyNames[i]));
   // Keys: the common ones and the policy's own; another policy's parameter says whose it is.
-  std::vector<std::string_view> allowed(std::begin(kCommonRouterKeys),
-                                        std::end(kCommonRouterKeys));
+  std::vector<std::string_view> allowed(std::begin(kCommonRouterKeys), std::end(kCommonRouterKeys));
   for (std::string_view k : own_keys(c.policy)) allowed.push_back(k);
   if (router.IsDefined() && router.IsMap()) {
     for (auto it = router.begin(); it != router.end(); ++it) {
@@ -77,18 +83,18 @@ RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx) {
       if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
       const YamlContext kctx = ctx.child(key);
       if (const std::optional<RouterPolicy> owner = owner_of(key))
-        throw yaml_error(it->first, kctx,
-                         fmt::format("{}: a parameter of the {} router, not of {} ({} takes: {})",
-                                     kctx.path, router_policy_name(*owner),
-                                     router_policy_name(c.policy), router_policy_name(c.policy),
-                                     join_keys(allowed)));
+        throw yaml_error(
+            it->first, kctx,
+            fmt::format("{}: a parameter of the {} router, not of {} ({} takes: {})", kctx.path,
+                        router_policy_name(*owner), router_policy_name(c.policy),
+                        router_policy_name(c.policy), join_keys(allowed)));
       std::vector<std::string_view> every(allowed);
       for (const PolicyParams& pp : kPolicyParams)
         for (std::string_view k : pp.keys)
           if (std::find(every.begin(), every.end(), k) == every.end()) every.push_back(k);
-      throw yaml_error(it->first, kctx,
-                       fmt::format("unknown key '{}' in {}{}", key, ctx.path,
-                                   suggestion_suffix(key, every)));
+      throw yaml_error(
+          it->first, kctx,
+          fmt::format("unknown key '{}' in {}{}", key, ctx.path, suggestion_suffix(key, every)));
     }
   }
   c.seed = static_cast<std::uint64_t>(get_int(router, "seed", ctx, 0, 0));
@@ -102,20 +108,38 @@ RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx) {
   c.balance_abs_threshold = get_int(router, "balance_abs_threshold", ctx, 64, 0, 1LL << 40);
   c.balance_rel_threshold = get_double(router, "balance_rel_threshold", ctx, 1.5, 0.0, 1e9);
   c.lru_capacity_per_server = get_int(router, "lru_capacity_per_server", ctx, -1, 1, 1LL << 40);
+  c.overlap_score_weight = get_double(router, "overlap_score_weight", ctx, 1.0, 0.0, 1e6);
+  c.router_temperature = get_double(router, "router_temperature", ctx, 0.0, 0.0, 1e6);
+  c.track_active_blocks = get_bool(router, "router_track_active_blocks", ctx, true);
   if (router.IsDefined() && router.IsMap() && router["scorers"].IsDefined()) {
     const YAML::Node sc = router["scorers"];
     const YamlContext sctx = ctx.child("scorers");
-    check_keys(sc, std::span<const std::string_view>(kScorerKeys), sctx);
-    if (sc["precise_prefix"].IsDefined() && get_double(sc, "precise_prefix", sctx, 0, 0, 1e6) != 0)
-      throw yaml_error(sc["precise_prefix"], sctx.child("precise_prefix"),
-                       fmt::format("{}: the precise prefix scorer (KV events) is not implemented "
-                                   "yet in kvsim",
-                                   sctx.child("precise_prefix").path));
-    c.w_queue = get_double(sc, "queue", sctx, 0, 0, 1e6);
-    c.w_kv_usage = get_double(sc, "kv_usage", sctx, 0, 0, 1e6);
-    c.w_prefix = get_double(sc, "prefix", sctx, 0, 0, 1e6);
-    c.w_load_aware = get_double(sc, "load_aware", sctx, 0, 0, 1e6);
-    c.w_active_request = get_double(sc, "active_request", sctx, 0, 0, 1e6);
+    if (sc.IsScalar()) {  // a named set
+      const std::size_t k = get_choice_index(router, "scorers", ctx, "gie_default",
+                                             std::span<const std::string_view>(kScorerPresetNames));
+      const double* w = kScorerPresetWeights[k];
+      c.w_queue = w[0];
+      c.w_kv_usage = w[1];
+      c.w_prefix = w[2];
+      c.w_precise_prefix = w[3];
+      c.w_load_aware = w[4];
+      c.w_active_request = w[5];
+    } else {
+      check_keys(sc, std::span<const std::string_view>(kScorerKeys), sctx);
+      c.w_queue = get_double(sc, "queue", sctx, 0, 0, 1e6);
+      c.w_kv_usage = get_double(sc, "kv_usage", sctx, 0, 0, 1e6);
+      c.w_prefix = get_double(sc, "prefix", sctx, 0, 0, 1e6);
+      c.w_precise_prefix = get_double(sc, "precise_prefix", sctx, 0, 0, 1e6);
+      c.w_load_aware = get_double(sc, "load_aware", sctx, 0, 0, 1e6);
+      c.w_active_request = get_double(sc, "active_request", sctx, 0, 0, 1e6);
+    }
+  }
+  if (router.IsDefined() && router.IsMap() && router["kv_events"].IsDefined()) {
+    const YAML::Node ev = router["kv_events"];
+    const YamlContext ectx = ctx.child("kv_events");
+    check_keys(ev, std::span<const std::string_view>(kKvEventKeys), ectx);
+    c.kv_event_delay_ns =
+        static_cast<std::int64_t>(get_double(ev, "delay_ms", ectx, 0.0, 0.0, 1e9) * 1e6 + 0.5);
   }
   if (router.IsDefined() && router.IsMap() && router["view"].IsDefined()) {
     const YAML::Node view = router["view"];
@@ -136,26 +160,14 @@ std::string_view router_policy_name(RouterPolicy p) {
   return kRouterPolicyNames[static_cast<std::size_t>(p)];
 }
 
-bool router_policy_implemented(RouterPolicy p) {
-  switch (p) {
-    case RouterPolicy::kRoundRobin:
-    case RouterPolicy::kRandom:
-    case RouterPolicy::kLeastRequests:
-    case RouterPolicy::kPowerOfTwo:
-    case RouterPolicy::kPrefixHash:
-    case RouterPolicy::kLeastWaiting:
-    case RouterPolicy::kVllmDp:
-    case RouterPolicy::kLlmD:
-    case RouterPolicy::kSglangCacheAware:
-      return true;
-    default:
-      return false;
-  }
+bool router_reads_kv_events(const RouterConfig& c) {
+  return c.policy == RouterPolicy::kDynamoKv || c.policy == RouterPolicy::kPrefixIdeal ||
+         c.policy == RouterPolicy::kPrefixBounded ||
+         (c.policy == RouterPolicy::kLlmD && c.w_precise_prefix != 0);
 }
 
 bool router_policy_timed_only(RouterPolicy p) {
-  return p == RouterPolicy::kLeastWaiting || p == RouterPolicy::kVllmDp ||
-         p == RouterPolicy::kLlmD;
+  return p == RouterPolicy::kLeastWaiting || p == RouterPolicy::kVllmDp || p == RouterPolicy::kLlmD;
 }
 
 ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx, bool cache_only) {
@@ -171,17 +183,20 @@ ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx, b
                                  ctx.child("router").child("start").path, c.router.start,
                                  c.replicas, c.replicas - 1));
   if ((c.router.policy == RouterPolicy::kLlmD ||
-       c.router.policy == RouterPolicy::kSglangCacheAware) &&
+       c.router.policy == RouterPolicy::kSglangCacheAware ||
+       c.router.policy == RouterPolicy::kDynamoKv ||
+       c.router.policy == RouterPolicy::kPrefixIdeal ||
+       c.router.policy == RouterPolicy::kPrefixBounded) &&
       c.replicas > 64)
     throw yaml_error(cluster["replicas"], ctx.child("replicas"),
                      fmt::format("{}: the {} router takes at most 64 replicas in kvsim",
                                  ctx.child("replicas").path, router_policy_name(c.router.policy)));
   if (c.enabled() && cache_only && router_policy_timed_only(c.router.policy))
-    throw yaml_error(router["policy"], ctx.child("router").child("policy"),
-                     fmt::format("{}: the {} router reads the replicas' queues, which a "
-                                 "cache_only run does not have (it needs engine.mode: timed)",
-                                 ctx.child("router").child("policy").path,
-                                 router_policy_name(c.router.policy)));
+    throw yaml_error(
+        router["policy"], ctx.child("router").child("policy"),
+        fmt::format("{}: the {} router reads the replicas' queues, which a "
+                    "cache_only run does not have (it needs engine.mode: timed)",
+                    ctx.child("router").child("policy").path, router_policy_name(c.router.policy)));
   return c;
 }
 
@@ -208,9 +223,22 @@ YAML::Node cluster_yaml(const ClusterConfig& c) {
       w["queue"] = number_node(c.router.w_queue);
       w["kv_usage"] = number_node(c.router.w_kv_usage);
       w["prefix"] = number_node(c.router.w_prefix);
+      if (c.router.w_precise_prefix != 0)
+        w["precise_prefix"] = number_node(c.router.w_precise_prefix);
       w["load_aware"] = number_node(c.router.w_load_aware);
       w["active_request"] = number_node(c.router.w_active_request);
       r["scorers"] = w;
+    }
+    if (k == "overlap_score_weight")
+      r["overlap_score_weight"] = number_node(c.router.overlap_score_weight);
+    if (k == "router_temperature")
+      r["router_temperature"] = number_node(c.router.router_temperature);
+    if (k == "router_track_active_blocks")
+      r["router_track_active_blocks"] = c.router.track_active_blocks;
+    if (k == "kv_events" && router_reads_kv_events(c.router)) {
+      YAML::Node v(YAML::NodeType::Map);
+      v["delay_ms"] = number_node(static_cast<double>(c.router.kv_event_delay_ns) / 1e6);
+      r["kv_events"] = v;
     }
     if (k == "view") {
       YAML::Node v(YAML::NodeType::Map);

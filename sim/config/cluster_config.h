@@ -18,9 +18,14 @@
 //           coordinator's (dense: zeros every 5 s; MoE: every 100 ms while counts change, else
 //           every 5 s), refresh_interval_ms overriding the 5 s (dense) or the 100 ms (MoE)
 //         vllm_dp: api_servers [1] (client_count), moe [from the model: num_experts > 0]
-//         llm_d: scorers: {queue [2], kv_usage [2], prefix [3], load_aware [0], active_request [0]}
-//           (weights; GIE's default set; a weight of 0 leaves the scorer out), view (50 ms),
-//           lru_capacity_per_server [the replica's GPU blocks: autoTune]
+//         llm_d: scorers: {queue [2], kv_usage [2], prefix [3], precise_prefix [0],
+//           load_aware [0], active_request [0]} (weights; GIE's default set; a weight of 0 leaves
+//           the scorer out) or a named set: gie_default | llm_d_epp | llm_d_precise |
+//           llm_d_estimate; view (50 ms); lru_capacity_per_server [the replica's GPU blocks:
+//           autoTune]; kv_events: {delay_ms [0]} (the precise scorer's index)
+//         dynamo_kv: overlap_score_weight [1.0], router_temperature [0.0],
+//           router_track_active_blocks [true], kv_events: {delay_ms [0]}
+//         prefix_ideal: none (the engines' own lookups, from their KV events)
 //         sglang_cache_aware: cache_threshold [0.3], balance_abs_threshold [64],
 //           balance_rel_threshold [1.5] (the command line's defaults)
 // Timed routers (least_waiting, vllm_dp, llm_d) need engine.mode: timed; the others run in both.
@@ -38,7 +43,7 @@
 
 namespace kvsim {
 
-/// The routers of the spec, in its order. Those not implemented yet are refused by the parser.
+/// The routers of the spec, in its order.
 enum class RouterPolicy : std::uint8_t {
   kRoundRobin,
   kRandom,
@@ -54,12 +59,10 @@ enum class RouterPolicy : std::uint8_t {
   kPrefixBounded,
 };
 inline constexpr std::array<std::string_view, 12> kRouterPolicyNames = {
-    "round_robin", "random",    "least_requests",     "least_waiting",
-    "power_of_two", "vllm_dp",  "llm_d",              "dynamo_kv",
-    "sglang_cache_aware", "prefix_hash", "prefix_ideal", "prefix_bounded"};
+    "round_robin",        "random",      "least_requests", "least_waiting",
+    "power_of_two",       "vllm_dp",     "llm_d",          "dynamo_kv",
+    "sglang_cache_aware", "prefix_hash", "prefix_ideal",   "prefix_bounded"};
 [[nodiscard]] std::string_view router_policy_name(RouterPolicy p);
-/// Whether kvsim implements `p` yet (in cache_only mode).
-[[nodiscard]] bool router_policy_implemented(RouterPolicy p);
 
 /// `cluster.router:` -- the policy and its parameters (only the policy's own are read).
 struct RouterConfig {
@@ -75,13 +78,23 @@ struct RouterConfig {
   std::int8_t moe = -1;          // vllm_dp: 1 MoE, 0 dense, -1 from the model
   // llm_d: the scorers' weights (GIE's default: queue 2, kv-cache-utilization 2, prefix 3) and
   // the approximate prefix index's LRU capacity per pod in blocks (-1: the pod's GPU blocks).
-  double w_queue = 2, w_kv_usage = 2, w_prefix = 3, w_load_aware = 0, w_active_request = 0;
+  double w_queue = 2, w_kv_usage = 2, w_prefix = 3, w_precise_prefix = 0, w_load_aware = 0,
+         w_active_request = 0;
   std::int64_t lru_capacity_per_server = -1;
+  // dynamo_kv (KvRouterConfig's defaults)
+  double overlap_score_weight = 1.0;
+  double router_temperature = 0.0;
+  bool track_active_blocks = true;
+  // llm_d (precise prefix), dynamo_kv: KV events reach the router's index this late (§1.3)
+  std::int64_t kv_event_delay_ns = 0;
   // sglang_cache_aware
   double cache_threshold = 0.3;
   std::int64_t balance_abs_threshold = 64;
   double balance_rel_threshold = 1.5;
 };
+/// Whether the router reads the replicas' KV events (an index of their cached blocks: a vLLM V1
+/// engine's, core/common/kv_event.h).
+[[nodiscard]] bool router_reads_kv_events(const RouterConfig& c);
 /// Whether `p` reads replica state that only a timed run has (steps, queues).
 [[nodiscard]] bool router_policy_timed_only(RouterPolicy p);
 

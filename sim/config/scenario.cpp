@@ -450,6 +450,18 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
   s.validate = parse_validate(root["validate"], top.child("validate"));
   s.outputs = parse_outputs(root["outputs"], top.child("outputs"));
   s.cluster = parse_cluster(root["cluster"], top.child("cluster"), !timed);
+  if (s.cluster.enabled() && router_reads_kv_events(s.cluster.router) &&
+      profile_info(s.engine.profile).family != EngineFamily::kV1) {
+    const YamlContext pctx = top.child("cluster").child("router").child("policy");
+    YAML::Node node;
+    if (root["cluster"].IsMap() && root["cluster"]["router"].IsMap())
+      node = root["cluster"]["router"]["policy"];
+    throw yaml_error(node, pctx,
+                     fmt::format("{}: the {} router reads the replicas' KV events, which the {} "
+                                 "profile does not publish (a vLLM V1 profile does)",
+                                 pctx.path, router_policy_name(s.cluster.router.policy),
+                                 profile_name(s.engine.profile)));
+  }
   s.sweep = parse_sweep(root["sweep"], top.child("sweep"));
   if (root["sweep"].IsDefined() && root["sweep"].IsSequence())
     s.sweep_list = parse_sweep_list(root["sweep"], top.child("sweep"));

@@ -139,6 +139,8 @@ class Simulator {
   bool serve_cache_only(RequestSpec& spec, std::vector<std::int32_t>& outputs);
 
   const EngineCore& engine() const { return *core_; }
+  /// EngineCore::set_kv_event_log of this replica's engine (a cluster's KV-event index).
+  bool set_kv_event_log(std::vector<KvEvent>* log) { return core_->set_kv_event_log(log); }
   /// The CPU tier (cache.kv_offloading in a timed run), or nullptr.
   const OffloadTier* offload_tier() const { return tier_.get(); }
   SimTimeNs now() const { return engine_.now(); }

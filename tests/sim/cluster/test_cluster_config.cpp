@@ -77,10 +77,20 @@ TEST_CASE("bad cluster settings are one-line errors at file:line:col", "[sim]") 
   e = err("cluster:\n  replicas: 2\n  router: {policy: round_robbin}\n");
   CHECK_THAT(e, Catch::Contains("s.yaml:7:20"));
   CHECK_THAT(e, Catch::Contains("did you mean 'round_robin'"));
-  // A router of the spec not implemented yet.
-  e = err("cluster:\n  replicas: 2\n  router: {policy: dynamo_kv}\n");
+  // A router that reads KV events over an engine that publishes none (vLLM V0).
+  e = scenario_error(
+      "name: c\nengine: {profile: vllm-0.7.2-v0, mode: cache_only}\n"
+      "cache: {block_size: 16, num_gpu_blocks_override: 100}\n"
+      "workload: {num_requests: 1, prompt_tokens: 8, output_tokens: 2}\n"
+      "cluster:\n  replicas: 2\n  router: {policy: dynamo_kv}\n");
   CHECK_THAT(e, Catch::Contains("s.yaml:7:20"));
-  CHECK_THAT(e, Catch::Contains("not implemented yet"));
+  CHECK_THAT(e, Catch::Contains("reads the replicas' KV events, which the vllm-0.7.2-v0 profile"));
+  // A parameter of dynamo_kv given to llm_d, and an unknown scorer set.
+  e = err("cluster:\n  replicas: 2\n  router: {policy: prefix_ideal, router_temperature: 1}\n");
+  CHECK_THAT(e, Catch::Contains("s.yaml:7:34"));
+  CHECK_THAT(e, Catch::Contains("a parameter of the dynamo_kv router, not of prefix_ideal"));
+  e = err("cluster:\n  replicas: 2\n  router: {policy: dynamo_kv, kv_events: {delay: 1}}\n");
+  CHECK_THAT(e, Catch::Contains("unknown key 'delay'"));
   // A router that reads the replicas' queues needs a timed run.
   e = err("cluster:\n  replicas: 2\n  router: {policy: least_waiting}\n");
   CHECK_THAT(e, Catch::Contains("s.yaml:7:20"));
