@@ -1,9 +1,8 @@
 // KV events of the V1 pool (core/common/kv_event.h): one kStored per block cached, one kRemoved
 // per cached block evicted, kAllCleared per successful reset, each block named by its content
 // hash (equal across engines for equal content).
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <map>
 #include <memory>
 #include <random>
