@@ -64,6 +64,8 @@ class ClusterSimulator::Tap final : public StepObserver {
     s.num_waiting = v.num_waiting;
     s.num_running = static_cast<std::int64_t>(v.engine->running().size());
     s.kv_usage = v.engine->pool_stats().usage;
+    if (c_.view_delay_ns_ > 0)
+      c_.step_history_[static_cast<std::size_t>(r_)].emplace_back(v.end_ns, s);
     // The cluster's observers see every replica's steps, numbered from 1 (a cluster-wide
     // collector records no step rows: each replica's are its own).
     StepView w = v;
@@ -97,6 +99,11 @@ ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& sour
   }
   loads_.assign(static_cast<std::size_t>(n), ReplicaLoad{});
   step_end_.assign(static_cast<std::size_t>(n), ReplicaView{});
+  if (timed_ && scenario.cluster.router.view_delay_ns > 0) {
+    view_delay_ns_ = scenario.cluster.router.view_delay_ns;
+    step_history_.resize(static_cast<std::size_t>(n));
+    delayed_view_.assign(static_cast<std::size_t>(n), ReplicaView{});
+  }
   samples_per_request_ = scenario.workload.per_request.n;
   RouterEnv env;
   env.moe_model = scenario.model && scenario.model->num_experts > 0;

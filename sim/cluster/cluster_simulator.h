@@ -125,6 +125,11 @@ class ClusterSimulator {
   std::vector<std::uint64_t> ids_;     // scratch: the routed request's block ids
   std::vector<std::int32_t> outputs_;  // scratch: its generated tokens
   std::vector<ReplicaView> step_end_;  // timed: each replica's figures at its last step end
+  // router.view.delay_ms: each replica's step-end figures not yet superseded for the view, with
+  // their instants, and the view they give.
+  SimTimeNs view_delay_ns_ = 0;
+  std::vector<std::deque<std::pair<SimTimeNs, ReplicaView>>> step_history_;
+  std::vector<ReplicaView> delayed_view_;
   // Routers that read the replicas' caches: the index of their KV events, each replica's log of
   // events not yet taken, the batches on their way (kv_events.delay_ms), spare event buffers.
   std::unique_ptr<KvBlockIndex> kv_index_;

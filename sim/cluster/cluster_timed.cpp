@@ -6,7 +6,17 @@
 
 namespace kvsim {
 
-void ClusterSimulator::refresh_view() { router_->on_refresh(now_ns_, step_end_); }
+void ClusterSimulator::refresh_view() {
+  if (view_delay_ns_ == 0) return router_->on_refresh(now_ns_, step_end_);
+  // Each replica's figures at its last step end published by now - delay (spec §1.3).
+  const SimTimeNs seen = now_ns_ - view_delay_ns_;
+  for (std::size_t r = 0; r < step_history_.size(); ++r) {
+    auto& h = step_history_[r];
+    while (h.size() >= 2 && h[1].first <= seen) h.pop_front();
+    if (!h.empty() && h.front().first <= seen) delayed_view_[r] = h.front().second;
+  }
+  router_->on_refresh(now_ns_, delayed_view_);
+}
 
 void ClusterSimulator::run_timed() {
   // A step end with nothing else queued at its instant must not start the next step at once: the

@@ -32,7 +32,7 @@ const PolicyParams kPolicyParams[] = {
 };
 constexpr std::string_view kScorerKeys[] = {"queue",          "kv_usage",   "prefix",
                                             "precise_prefix", "load_aware", "active_request"};
-constexpr std::string_view kViewKeys[] = {"refresh_interval_ms", "phase_s"};
+constexpr std::string_view kViewKeys[] = {"refresh_interval_ms", "phase_s", "delay_ms"};
 constexpr std::string_view kKvEventKeys[] = {"delay_ms"};
 /// llm_d's named scorer sets (`scorers: NAME`), in LlmDWeights' order: queue, kv_usage, prefix,
 /// precise_prefix, load_aware, active_request (sim/cluster/llm_d.h has their sources).
@@ -150,6 +150,8 @@ RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx) {
           get_double(view, "refresh_interval_ms", vctx, 50.0, 0.001, 1e9) * 1e6 + 0.5);
     c.phase_ns =
         static_cast<std::int64_t>(get_double(view, "phase_s", vctx, 0.0, 0.0, 1e6) * 1e9 + 0.5);
+    c.view_delay_ns =
+        static_cast<std::int64_t>(get_double(view, "delay_ms", vctx, 0.0, 0.0, 1e9) * 1e6 + 0.5);
   }
   return c;
 }
@@ -246,6 +248,8 @@ YAML::Node cluster_yaml(const ClusterConfig& c) {
         v["refresh_interval_ms"] =
             number_node(static_cast<double>(c.router.refresh_interval_ns) / 1e6);
       v["phase_s"] = number_node(static_cast<double>(c.router.phase_ns) / 1e9);
+      if (c.router.view_delay_ns > 0)
+        v["delay_ms"] = number_node(static_cast<double>(c.router.view_delay_ns) / 1e6);
       r["view"] = v;
     }
   }

@@ -13,7 +13,8 @@
 //         round_robin: start [0]           the replica of the first routed request
 //         prefix_bounded: eps [0.1]        load bound ceil((1 + eps) (i + 1) / N)
 //         prefix_hash: k [2]               leading block ids hashed
-//         least_waiting, vllm_dp: view: {refresh_interval_ms, phase_s}   the polled view (§1.3):
+//         least_waiting, vllm_dp: view: {refresh_interval_ms, phase_s, delay_ms [0]}   the polled
+//           view (§1.3; delay_ms: a refresh sees each replica's last step end by then - delay):
 //           least_waiting refreshes every 50 ms (llm-d's scrape); vllm_dp's snapshots are the
 //           coordinator's (dense: zeros every 5 s; MoE: every 100 ms while counts change, else
 //           every 5 s), refresh_interval_ms overriding the 5 s (dense) or the 100 ms (MoE)
@@ -73,9 +74,10 @@ struct RouterConfig {
   std::int64_t k = 2;      // prefix_hash: leading block ids hashed, >= 1
   // least_waiting, vllm_dp: the polled view (`view:`); -1 = the policy's real interval.
   std::int64_t refresh_interval_ns = -1;
-  std::int64_t phase_ns = 0;     // refresh instants phase + k T, k >= 1
-  std::int32_t api_servers = 1;  // vllm_dp: client_count
-  std::int8_t moe = -1;          // vllm_dp: 1 MoE, 0 dense, -1 from the model
+  std::int64_t phase_ns = 0;       // refresh instants phase + k T, k >= 1
+  std::int64_t view_delay_ns = 0;  // a refresh sees the replicas as of this long before it
+  std::int32_t api_servers = 1;    // vllm_dp: client_count
+  std::int8_t moe = -1;            // vllm_dp: 1 MoE, 0 dense, -1 from the model
   // llm_d: the scorers' weights (GIE's default: queue 2, kv-cache-utilization 2, prefix 3) and
   // the approximate prefix index's LRU capacity per pod in blocks (-1: the pod's GPU blocks).
   double w_queue = 2, w_kv_usage = 2, w_prefix = 3, w_precise_prefix = 0, w_load_aware = 0,
