@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "sim/cluster/cluster_simulator.h"
+#include "sim/cluster/replica_queue.h"
 
 namespace kvsim {
 
@@ -31,23 +32,21 @@ void ClusterSimulator::run_timed() {
                        EventKind::kUser);
   };
   if (interval > 0) schedule_refresh();
+  // The replicas keyed by their next event (time, priority), the lowest index first at a tie. A
+  // replica's next event changes only when it handles events (advance_before) or is handed an
+  // arrival (inject_arrival): it is re-keyed after each, O(log N), nothing allocated.
   const auto n = static_cast<std::int32_t>(replicas_.size());
+  ReplicaQueue queue(n);
+  const auto rekey = [&](std::int32_t r) {
+    const Simulator& s = *replicas_[static_cast<std::size_t>(r)];
+    queue.set(r, s.next_event_ns(), s.next_event_priority());
+  };
+  for (std::int32_t r = 0; r < n; ++r) rekey(r);
   for (;;) {
-    // The replica whose next event comes first: (time, priority), the lowest index at a tie.
-    std::int32_t best = -1;
-    SimTimeNs bt = Simulator::kNeverNs;
-    std::int32_t bp = 0;
-    for (std::int32_t r = 0; r < n; ++r) {
-      const Simulator& s = *replicas_[static_cast<std::size_t>(r)];
-      const SimTimeNs t = s.next_event_ns();
-      if (t == Simulator::kNeverNs || t > bt) continue;
-      const std::int32_t p = s.next_event_priority();
-      if (t < bt || p < bp) {
-        best = r;
-        bt = t;
-        bp = p;
-      }
-    }
+    // The replica whose next event comes first (none when every replica is idle).
+    const SimTimeNs bt = queue.top_time();
+    const std::int32_t best = bt == Simulator::kNeverNs ? -1 : queue.top();
+    const std::int32_t bp = queue.top_priority();
     const bool cluster_event = !arrivals_.empty();
     // At the same (time, priority) the replicas go first: their step ends and aborts come before
     // a refresh (priority kPriorityClientAbort) and an arrival (kPriorityArrival) of that instant.
@@ -55,6 +54,7 @@ void ClusterSimulator::run_timed() {
                       (bt == arrivals_.peek().time_ns && bp <= arrivals_.peek().priority))) {
       now_ns_ = bt;
       replicas_[static_cast<std::size_t>(best)]->advance_before(bt, bp + 1);
+      rekey(best);
       check_interrupt();
       continue;
     }
@@ -77,6 +77,7 @@ void ClusterSimulator::run_timed() {
     }
     const std::int32_t r = route(spec);
     replicas_[static_cast<std::size_t>(r)]->inject_arrival(std::move(spec));
+    rekey(r);
   }
 }
 
