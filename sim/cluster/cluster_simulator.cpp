@@ -72,6 +72,9 @@ class ClusterSimulator::Tap final : public StepObserver {
     w.step = v.step + 1;
     for (StepObserver* o : c_.cluster_observers_) o->on_step(w);
   }
+  void on_empty_step(const StepView& v) override {
+    for (StepObserver* o : c_.cluster_observers_) o->on_empty_step(v);
+  }
   void on_lookup(std::int64_t q, std::int64_t h) override {
     for (StepObserver* o : c_.cluster_observers_) o->on_lookup(q, h);
   }

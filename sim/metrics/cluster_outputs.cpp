@@ -103,6 +103,12 @@ void ReplicaStats::on_step(const StepView& v) {
   }
 }
 
+void ReplicaStats::on_empty_step(const StepView& v) {
+  // vLLM counts the lookups of a step that then scheduled nothing too (CPU tier runs).
+  prefix_cache_queries += v.out->prefix_queries_tokens;
+  prefix_cache_hits += v.out->prefix_hits_tokens;
+}
+
 void ReplicaStats::on_request_done(const RequestRecord& r) {
   num_preemptions += r.num_preemptions;
   if (r.reason == FinishReason::kRejected) return;

@@ -50,6 +50,7 @@ class RoutingCsvWriter {
 class ReplicaStats : public StepObserver {
  public:
   void on_step(const StepView& v) override;
+  void on_empty_step(const StepView& v) override;
   void on_request_done(const RequestRecord& r) override;
   void on_lookup(std::int64_t query_tokens, std::int64_t hit_tokens) override;
 

@@ -9,12 +9,42 @@
 #include <vector>
 
 #include "sim/cluster/cluster_simulator.h"
+#include "sim/engine/offload_tier.h"
 #include "sim/metrics/cluster_outputs.h"
 #include "sim/metrics/metrics.h"
 #include "sim/metrics/writers.h"
 #include "sim/run/run_scenario.h"
 
 namespace kvsim {
+namespace {
+
+/// Cluster-wide CPU tier figures: the replicas' sums (each replica has a tier of its own; the
+/// page size is every replica's).
+void add_tier(OffloadTierStats& sum, const OffloadTierStats& t) {
+  sum.num_cpu_blocks += t.num_cpu_blocks;
+  sum.page_bytes = t.page_bytes;
+  sum.load_jobs += t.load_jobs;
+  sum.load_gpu_blocks += t.load_gpu_blocks;
+  sum.store_jobs += t.store_jobs;
+  sum.store_gpu_blocks += t.store_gpu_blocks;
+  sum.flushed_store_jobs += t.flushed_store_jobs;
+  sum.flush_wait_ns += t.flush_wait_ns;
+  sum.cpu_evicted_blocks += t.cpu_evicted_blocks;
+  sum.cpu_hit_queries += t.cpu_hit_queries;
+  sum.cpu_hit_tokens += t.cpu_hit_tokens;
+  sum.cpu_hit_requests += t.cpu_hit_requests;
+  sum.finished_sending += t.finished_sending;
+  sum.finished_recving += t.finished_recving;
+  sum.bytes_gpu_to_cpu += t.bytes_gpu_to_cpu;
+  sum.bytes_cpu_to_gpu += t.bytes_cpu_to_gpu;
+  sum.transfer_ns_gpu_to_cpu += t.transfer_ns_gpu_to_cpu;
+  sum.transfer_ns_cpu_to_gpu += t.transfer_ns_cpu_to_gpu;
+  sum.empty_steps += t.empty_steps;
+  sum.polling_steps += t.polling_steps;
+  sum.cpu_blocks_used += t.cpu_blocks_used;
+}
+
+}  // namespace
 
 RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out_dir,
                       const RunOptions& options) {
@@ -31,14 +61,20 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
   const std::int32_t n = cluster.num_replicas();
   // Cluster-wide: every request of every replica (requests.csv with its replica; steps.csv has
   // no cluster-wide steps: each replica's are in replicas/<r>/steps.csv).
-  CsvRecordWriter csv(folder.file("requests.csv"), folder.file("steps.csv"), v0, 0,
-                      cluster.current_replica());
+  const std::vector<KVGroupLabel> groups = kv_group_labels(scenario);
+  const auto num_groups = static_cast<std::int32_t>(groups.size());
+  const bool tier = cluster.replica(0).offload_tier() != nullptr;
+  CsvRecordWriter csv(folder.file("requests.csv"), folder.file("steps.csv"), v0, num_groups,
+                      cluster.current_replica(), tier);
   // Cluster-wide figures over every replica's steps (sums, and means over all steps); no step rows
   // (steps_every past any step number): each replica's are in replicas/<r>/steps.csv.
   MetricsCollector metrics(&cluster.replica(0).final_kv_tokens(),
                            std::numeric_limits<std::int64_t>::max(),
                            scenario.scheduler.max_model_len, &csv);
   if (v0) metrics.enable_v0(scenario.plan ? scenario.plan->spec.page_bytes_all_layers() : 0);
+  if (!groups.empty()) metrics.enable_kv_groups(groups);
+  OffloadTierStats tier_sum;  // filled at the end: the replicas' sums
+  if (tier) metrics.enable_offload(&tier_sum);
   cluster.attach_cluster(&metrics);
   // Per replica: its steps and its figures.
   std::vector<std::unique_ptr<CsvRecordWriter>> replica_csv;
@@ -47,13 +83,16 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
   for (std::int32_t r = 0; r < n; ++r) {
     const std::filesystem::path dir = folder.file("replicas") / std::to_string(r);
     std::filesystem::create_directories(dir);
-    replica_csv.push_back(std::make_unique<CsvRecordWriter>(std::filesystem::path{},
-                                                            dir / "steps.csv", v0, 0));
+    replica_csv.push_back(std::make_unique<CsvRecordWriter>(
+        std::filesystem::path{}, dir / "steps.csv", v0, num_groups, nullptr, tier));
     replica_metrics.push_back(std::make_unique<MetricsCollector>(
         &cluster.replica(r).final_kv_tokens(), scenario.outputs.steps_every,
         scenario.scheduler.max_model_len, replica_csv.back().get()));
     replica_metrics.back()->enable_prometheus(scenario.outputs.metrics_prom);  // metrics.prom
     if (v0) replica_metrics.back()->enable_v0(0);
+    if (!groups.empty()) replica_metrics.back()->enable_kv_groups(groups);
+    if (const OffloadTier* t = cluster.replica(r).offload_tier())
+      replica_metrics.back()->enable_offload(&t->stats());
     stats.push_back(std::make_unique<ReplicaStats>());
     cluster.attach_replica(r, replica_metrics.back().get());
     cluster.attach_replica(r, stats.back().get());
@@ -65,6 +104,9 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
   cluster.run();
 
   const std::vector<const EngineCore*> engines = cluster.engines();
+  if (tier)
+    for (std::int32_t r = 0; r < n; ++r)
+      add_tier(tier_sum, cluster.replica(r).offload_tier()->stats());
   metrics.on_cluster_end(engines);
   csv.close();
   routing.close();

@@ -13,10 +13,7 @@
 #include "sim/metrics/writers.h"
 
 namespace kvsim {
-namespace {
 
-/// The KV cache groups of an engine of several (vLLM v0.20 with a hybrid model) as the pool sizing
-/// grouped the model's layers, in the engine's order; empty for an engine of one group.
 std::vector<KVGroupLabel> kv_group_labels(const Scenario& scenario) {
   const KVCacheConfig config = scenario.kv_cache_config();
   if (config.kv_cache_groups.size() < 2) return {};
@@ -49,8 +46,6 @@ std::vector<KVGroupLabel> kv_group_labels(const Scenario& scenario) {
   }
   return labels;
 }
-
-}  // namespace
 
 StepTimeFn make_step_time(const Scenario& scenario) {
   if (!scenario.model)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sim/engine/simulator.h"
+#include "sim/metrics/metrics.h"
 
 namespace kvsim {
 
@@ -49,6 +50,10 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
 /// run_scenario calls it for such a scenario.
 RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out_dir,
                       const RunOptions& options = {});
+
+/// The KV cache groups of an engine of several (vLLM v0.20 with a hybrid model) as the pool sizing
+/// grouped the model's layers, in the engine's order; empty for an engine of one group.
+std::vector<KVGroupLabel> kv_group_labels(const Scenario& scenario);
 
 /// summary.json's leading keys (name, seed, profile, mode, block_size, num_gpu_blocks,
 /// enable_prefix_caching), pre-rendered for MetricsCollector::summary_json.
