@@ -7,9 +7,10 @@
 // contexts (the prompt's first half) followed by its own second half, cycled, so that after the
 // first pass the routers' indexes hold every block ("warm", D/10 decisions); "fresh" gives every
 // decision new ids for the second half of the blocks the router reads (blocks the index has not
-// seen: llm_d's and sglang's bookkeeping grows; D/50 decisions). llm_d reads at most 256 blocks. The block ids are computed beforehand (ClusterSimulator::block_ids,
-// timed on its own: "ids"). Best of R repetitions, each after a warm-up pass. The loads move as
-// in a steady state: each decision adds one request in flight, and one request somewhere ends.
+// seen: llm_d's and sglang's bookkeeping grows; D/50 decisions). llm_d reads at most 256 blocks.
+// The block ids are computed beforehand (ClusterSimulator::block_ids, timed on its own: "ids").
+// Best of R repetitions, each after a warm-up pass. The loads move as in a steady state: each
+// decision adds one request in flight, and one request somewhere ends.
 
 #include <algorithm>
 #include <chrono>
@@ -89,7 +90,7 @@ double time_router(RouterPolicy policy, std::int32_t n, const Pool& pool, std::i
       for (std::int64_t j = 0; j < need; ++j)
         ids[static_cast<std::size_t>(j)] =
             j < need / 2 ? src[static_cast<std::size_t>(j)]
-                                     : src[static_cast<std::size_t>(j)] ^ (salt * 0x9E3779B97F4A7C15ULL);
+                         : src[static_cast<std::size_t>(j)] ^ (salt * 0x9E3779B97F4A7C15ULL);
       in.block_ids = std::span<const std::uint64_t>(ids.data(), static_cast<std::size_t>(need));
     } else {
       in.block_ids = std::span<const std::uint64_t>(src.data(), static_cast<std::size_t>(need));
@@ -125,8 +126,8 @@ double time_ids(const Pool& pool, std::int64_t blocks, std::int64_t decisions, i
   for (int r = 0; r < reps; ++r) {
     const auto t0 = Clock::now();
     for (std::int64_t i = 0; i < decisions; ++i) {
-      ClusterSimulator::block_ids(pool.prompts[static_cast<std::size_t>(i % kPool)], kBlock,
-                                  blocks, out);
+      ClusterSimulator::block_ids(pool.prompts[static_cast<std::size_t>(i % kPool)], kBlock, blocks,
+                                  out);
       g_sink = g_sink + static_cast<std::int64_t>(out.back() & 1);
     }
     const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();

@@ -47,8 +47,8 @@ class ReplicaQueue {
       const Key& ks = keys_[static_cast<std::size_t>(s)];
       // A left sibling (i odd) holds the lower indices: it wins a tie.
       if (ks.time < ck.time ||
-          (ks.time == ck.time && (ks.priority < ck.priority ||
-                                  (ks.priority == ck.priority && (i & 1) != 0)))) {
+          (ks.time == ck.time &&
+           (ks.priority < ck.priority || (ks.priority == ck.priority && (i & 1) != 0)))) {
         cur = s;
         ck = ks;
       }
@@ -81,7 +81,7 @@ class ReplicaQueue {
 
   std::int32_t n_;
   std::int32_t leaves_ = 1;
-  std::vector<Key> keys_;         // by replica (padding included)
+  std::vector<Key> keys_;          // by replica (padding included)
   std::vector<std::int32_t> win_;  // by node, 1-based; [0] unused
 };
 
