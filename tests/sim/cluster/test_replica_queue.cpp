@@ -69,7 +69,7 @@ TEST_CASE("ReplicaQueue picks what the scan picks: (time, priority), lowest inde
   }
 }
 
-TEST_CASE("ReplicaQueue: equal keys go to the lowest index; an idle replica is never first",
+TEST_CASE("ReplicaQueue gives equal keys to the lowest index and never puts an idle replica first",
           "[sim]") {
   ReplicaQueue q(5);
   q.set(3, 100, 1);
