@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/engine_factory.h"
@@ -68,6 +69,17 @@ bool only_config_errors(const std::string& input, F&& fn) {
     return false;
   }
   return true;
+}
+
+/// Parses `input`, writes its resolved configuration, parses that again and requires the same
+/// resolution (a fixed point). Returns the two scenarios (the input's, the resolved one's).
+std::pair<Scenario, Scenario> round_trip(const std::string& input) {
+  Scenario s = parse_scenario(load_yaml_string(input, "fuzz.yaml"), "fuzz.yaml");
+  const std::string resolved = resolved_yaml(s);
+  INFO("resolved:\n" << resolved);
+  Scenario again = parse_scenario(load_yaml_string(resolved, "r.yaml"), "r.yaml");
+  REQUIRE(resolved_yaml(again) == resolved);
+  return {std::move(s), std::move(again)};
 }
 
 const char* const kWorkloads[] = {
@@ -289,11 +301,7 @@ TEST_CASE("a mutated scenario that loads resolves to a fixed point", "[sim]") {
         "outputs: {steps_every: 3}\n";
     const std::string input = mutate(text, r);
     if (!only_config_errors(input, [&] {
-          const Scenario s = parse_scenario(load_yaml_string(input, "fuzz.yaml"), "fuzz.yaml");
-          const std::string resolved = resolved_yaml(s);
-          INFO("resolved:\n" << resolved);
-          const Scenario again = parse_scenario(load_yaml_string(resolved, "r.yaml"), "r.yaml");
-          REQUIRE(resolved_yaml(again) == resolved);
+          const auto [s, again] = round_trip(input);
           REQUIRE(again.num_gpu_blocks == s.num_gpu_blocks);
           ++ok;
         }))
@@ -324,11 +332,7 @@ TEST_CASE("a mutated vLLM V0 scenario that loads resolves to a fixed point and b
   for (int iter = 0; iter < 1500; ++iter) {
     const std::string input = mutate(text, r);
     if (!only_config_errors(input, [&] {
-          const Scenario s = parse_scenario(load_yaml_string(input, "fuzz.yaml"), "fuzz.yaml");
-          const std::string resolved = resolved_yaml(s);
-          INFO("resolved:\n" << resolved);
-          const Scenario again = parse_scenario(load_yaml_string(resolved, "r.yaml"), "r.yaml");
-          REQUIRE(resolved_yaml(again) == resolved);
+          const auto [s, again] = round_trip(input);
           REQUIRE(again.num_cpu_blocks == s.num_cpu_blocks);
           REQUIRE(make_engine(s.engine_params())->profile() == s.engine.profile);
           ++ok;
@@ -442,11 +446,7 @@ TEST_CASE("a mutated CPU tier scenario that loads resolves to a fixed point with
         "latency: {model: constant, step_time_us: 1000}\n";
     const std::string input = mutate(text, r);
     if (!only_config_errors(input, [&] {
-          const Scenario s = parse_scenario(load_yaml_string(input, "fuzz.yaml"), "fuzz.yaml");
-          const std::string resolved = resolved_yaml(s);
-          INFO("resolved:\n" << resolved);
-          const Scenario again = parse_scenario(load_yaml_string(resolved, "r.yaml"), "r.yaml");
-          REQUIRE(resolved_yaml(again) == resolved);
+          const auto [s, again] = round_trip(input);
           REQUIRE(again.offload.has_value() == s.offload.has_value());
           if (s.offload) {
             REQUIRE(again.offload->num_cpu_blocks == s.offload->num_cpu_blocks);
