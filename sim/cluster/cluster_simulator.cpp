@@ -110,6 +110,13 @@ ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& sour
   samples_per_request_ = scenario.workload.per_request.n;
   RouterEnv env;
   env.moe_model = scenario.model && scenario.model->num_experts > 0;
+  if (timed_ && dp_lockstep(scenario.cluster, env.moe_model)) {
+    std::vector<Simulator*> ranks;
+    for (auto& r : replicas_) ranks.push_back(r.get());
+    lockstep_ = std::make_unique<DpLockstep>(ranks);
+    for (std::int32_t r = 0; r < n; ++r)
+      replicas_[static_cast<std::size_t>(r)]->set_forward_barrier(lockstep_.get(), r);
+  }
   env.block_size = scenario.cache.sizing.block_size;
   env.num_gpu_blocks = scenario.num_gpu_blocks;
   env.samples_per_request = timed_ ? samples_per_request_ : 1;  // cache_only serves one

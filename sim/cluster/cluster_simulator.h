@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/cluster/dp_lockstep.h"
 #include "sim/cluster/router.h"
 #include "sim/config/scenario.h"
 #include "sim/engine/engine.h"
@@ -73,6 +74,8 @@ class ClusterSimulator {
   /// Each replica's engine, in replica order.
   std::vector<const EngineCore*> engines() const;
   SimTimeNs now() const { return now_ns_; }
+  /// The DP-MoE lockstep barrier (timed vllm_dp over an MoE model), or nullptr.
+  const DpLockstep* lockstep() const { return lockstep_.get(); }
   std::int64_t requests_done() const { return requests_done_; }
 
   /// The stable ids of the first `n` blocks of `prompt` (block_size tokens each, a partial last
@@ -110,6 +113,7 @@ class ClusterSimulator {
   std::vector<std::unique_ptr<Simulator>> replicas_;
   std::vector<std::unique_ptr<Tap>> taps_;
   std::unique_ptr<Router> router_;
+  std::unique_ptr<DpLockstep> lockstep_;
   std::vector<StepObserver*> cluster_observers_;
   RoutingCsvWriter* routing_ = nullptr;
   const volatile std::sig_atomic_t* interrupt_ = nullptr;

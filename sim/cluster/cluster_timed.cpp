@@ -42,6 +42,11 @@ void ClusterSimulator::run_timed() {
     queue.set(r, s.next_event_ns(), s.next_event_priority());
   };
   for (std::int32_t r = 0; r < n; ++r) rekey(r);
+  // The lockstep barrier sets other replicas' step ends and wakes idle ones: re-key them too.
+  const auto rekey_touched = [&] {
+    if (lockstep_)
+      for (const std::int32_t r : lockstep_->take_touched()) rekey(r);
+  };
   for (;;) {
     // The replica whose next event comes first (none when every replica is idle).
     const SimTimeNs bt = queue.top_time();
@@ -55,6 +60,7 @@ void ClusterSimulator::run_timed() {
       now_ns_ = bt;
       replicas_[static_cast<std::size_t>(best)]->advance_before(bt, bp + 1);
       rekey(best);
+      rekey_touched();
       check_interrupt();
       continue;
     }
@@ -78,6 +84,7 @@ void ClusterSimulator::run_timed() {
     const std::int32_t r = route(spec);
     replicas_[static_cast<std::size_t>(r)]->inject_arrival(std::move(spec));
     rekey(r);
+    rekey_touched();
   }
 }
 

@@ -168,6 +168,11 @@ bool router_reads_kv_events(const RouterConfig& c) {
          (c.policy == RouterPolicy::kLlmD && c.w_precise_prefix != 0);
 }
 
+bool dp_lockstep(const ClusterConfig& c, bool moe_model) {
+  return c.replicas > 1 && c.router.policy == RouterPolicy::kVllmDp &&
+         (c.router.moe >= 0 ? c.router.moe == 1 : moe_model);
+}
+
 bool router_policy_timed_only(RouterPolicy p) {
   return p == RouterPolicy::kLeastWaiting || p == RouterPolicy::kVllmDp || p == RouterPolicy::kLlmD;
 }

@@ -108,6 +108,9 @@ struct ClusterConfig {
   [[nodiscard]] bool enabled() const { return replicas > 1; }
 };
 inline constexpr std::string_view kClusterKeys[] = {"replicas", "router"};
+/// Whether a timed cluster's replicas run in lockstep: vllm_dp over an MoE model (`moe`, else the
+/// model's `moe_model`) with more than one replica (spec §3.2; sim/cluster/dp_lockstep.h).
+[[nodiscard]] bool dp_lockstep(const ClusterConfig& c, bool moe_model);
 
 /// Reads `cluster:` (absent: one replica). `cache_only` is the scenario's engine.mode: a router
 /// that reads engine queues (router_policy_timed_only) needs a timed run.

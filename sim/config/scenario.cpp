@@ -462,6 +462,19 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
                                  pctx.path, router_policy_name(s.cluster.router.policy),
                                  profile_name(s.engine.profile)));
   }
+  if (timed && s.offload && dp_lockstep(s.cluster, s.model && s.model->num_experts > 0)) {
+    // The lockstep barrier drives the synchronous and async loops, not the CPU tier's.
+    const YamlContext pctx = top.child("cluster").child("router").child("policy");
+    YAML::Node node;
+    if (root["cluster"].IsMap() && root["cluster"]["router"].IsMap())
+      node = root["cluster"]["router"]["policy"];
+    throw yaml_error(node, pctx,
+                     fmt::format("{}: vllm_dp over an MoE model runs the replicas in lockstep, "
+                                 "which kvsim does not model together with the CPU tier "
+                                 "(cache.kv_offloading); set cluster.router.moe: false or drop "
+                                 "the tier",
+                                 pctx.path));
+  }
   s.sweep = parse_sweep(root["sweep"], top.child("sweep"));
   if (root["sweep"].IsDefined() && root["sweep"].IsSequence())
     s.sweep_list = parse_sweep_list(root["sweep"], top.child("sweep"));

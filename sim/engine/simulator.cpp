@@ -153,7 +153,15 @@ void Simulator::start_step() {
   EngineCore& eng = *core_;
   admit_waiting();
   if (tier_) return start_step_tier();
-  if (eng.num_unfinished_requests() == 0) return;
+  if (eng.num_unfinished_requests() == 0) {
+    // A DP rank of an MoE model runs a dummy batch while the wave runs (core.py:1755-1758).
+    if (barrier_ != nullptr && barrier_->wave_running()) {
+      dummy_in_flight_ = true;
+      step_in_flight_ = true;
+      launch_forward(view_, dummy_ns_);
+    }
+    return;
+  }
   schedule_engine();
   if (out_.scheduled.empty()) {
     KVSIM_ASSERT(eng.running().empty(), "running requests but nothing scheduled");
@@ -169,22 +177,87 @@ void Simulator::start_step() {
   describe_step(v, out_, now);
   SimTimeNs dur = step_time_ ? step_time_(v) : 1;
   if (dur < 1) dur = 1;  // time must advance for the run to make progress
-  v.end_ns = now + dur;
   step_start_ns_ = now;
+  if (barrier_ != nullptr) {
+    step_in_flight_ = true;
+    return launch_forward(v, dur);
+  }
+  v.end_ns = now + dur;
   for (StepObserver* o : observers_) o->on_step_begin(v);
   step_in_flight_ = true;
   engine_.schedule(v.end_ns, kPriorityStepEnd, EventKind::kStepEnd);
 }
 
+void Simulator::launch_forward(StepView& v, SimTimeNs duration_ns) {
+  v.start_ns = engine_.now();
+  v.end_ns = kNeverNs;  // until the barrier sets it (set_forward_end may come at once)
+  ++awaiting_end_;
+  barrier_->on_launch(rank_, engine_.now(), duration_ns);
+}
+
+void Simulator::set_forward_barrier(ForwardBarrier* barrier, std::int32_t rank) {
+  KVSIM_ASSERT(!tier_, "a forward barrier over the CPU tier's loop (the scenario refuses it)");
+  barrier_ = barrier;
+  rank_ = rank;
+  // vLLM's dummy batch: one decode token of one sequence (execute_dummy_batch -> _dummy_run(1)).
+  dummy_out_.scheduled.assign(1, ScheduledRequest{});
+  dummy_out_.scheduled[0].num_tokens = 1;
+  StepView d;
+  d.engine = core_.get();
+  d.out = &dummy_out_;
+  d.decode_tokens = 1;
+  d.sum_context_tokens = 1;
+  d.sum_context_sq = 1;
+  d.attention_pairs = 1;
+  dummy_ns_ = std::max<SimTimeNs>(step_time_ ? step_time_(d) : 1, 1);
+}
+
+void Simulator::set_forward_end(SimTimeNs end_ns) {
+  KVSIM_ASSERT(awaiting_end_ > 0, "a forward end for a rank with no forward pass launched");
+  StepView* v = &view_;
+  bool executed = !dummy_in_flight_;
+  if (async_) {
+    AsyncStep& a = async_steps_[(async_head_ + async_count_ - awaiting_end_) & 1];
+    v = &a.view;
+    executed = a.executed;
+    gpu_free_ns_ = end_ns;
+  }
+  --awaiting_end_;
+  KVSIM_ASSERT(end_ns >= v->start_ns);
+  v->end_ns = end_ns;
+  if (executed)
+    for (StepObserver* o : observers_) o->on_step_begin(*v);
+  engine_.schedule(end_ns, kPriorityStepEnd, EventKind::kStepEnd);
+}
+
+void Simulator::kick(SimTimeNs now_ns) {
+  if (step_in_flight_ || schedule_queued_ || async_count_ > 0) return;
+  schedule_queued_ = true;
+  engine_.schedule(now_ns, kPriorityScheduleStep, EventKind::kScheduleStep);
+}
+
+void Simulator::end_dummy_step() {
+  ++dummy_steps_;
+  delivered_.clear();
+  finish_delivered(delivered_);  // the aborts that came during it
+  barrier_->on_forward_done(rank_, core_->num_unfinished_requests() > 0);
+  next_step_after_end();
+}
+
 void Simulator::end_step() {
   if (async_) return end_step_async();
   if (tier_) return end_step_tier();
+  if (dummy_in_flight_) {
+    dummy_in_flight_ = step_in_flight_ = false;
+    return end_dummy_step();
+  }
   EngineCore& eng = *core_;
   eng.update_from_output(outputs_);
   check_step_error("update_from_output()");
   const std::vector<RequestOutput>& delivered = deliver_outputs(view_, /*executed=*/true);
   step_in_flight_ = false;
   finish_delivered(delivered);
+  if (barrier_ != nullptr) barrier_->on_forward_done(rank_, eng.num_unfinished_requests() > 0);
   next_step_after_end();
 }
 
@@ -328,14 +401,29 @@ void Simulator::check_tier_progress() {
 void Simulator::start_step_async() {
   schedule_queued_ = false;
   if (async_count_ == 2) return;  // the batch queue is full: the oldest step's end comes first
+  // A DP rank blocks in its dummy batch (execute_dummy_batch returns when the pass is done).
+  if (barrier_ != nullptr && async_count_ == 1 && async_steps_[async_head_].dummy) return;
   EngineCore& eng = *core_;
   admit_waiting();
-  if (eng.num_unfinished_requests() == 0) return;  // the steps in flight end on their own
   const SimTimeNs now = engine_.now();
+  if (eng.num_unfinished_requests() == 0) {  // the steps in flight end on their own
+    if (barrier_ != nullptr && async_count_ == 0 && barrier_->wave_running()) {
+      AsyncStep& d = async_steps_[async_head_];  // a dummy batch alone: no schedule()
+      d.executed = d.scheduled = false;
+      d.dummy = true;
+      ++async_count_;
+      launch_forward(d.view, dummy_ns_);
+    }
+    return;
+  }
   AsyncStep& a = async_steps_[(async_head_ + async_count_) & 1];
   eng.schedule(a.out);
   check_step_error("schedule()");
   a.executed = a.out.total_num_scheduled_tokens > 0;
+  a.scheduled = true;
+  // With a barrier an empty batch is followed by a dummy batch, after the oldest step's outputs
+  // (step_with_batch_queue returns model_executed false; core.py:1755-1758).
+  a.dummy = barrier_ != nullptr && !a.executed;
   // The step in flight, if any (there is room for this one): its batch runs first.
   const int executed_in_flight = async_count_ == 1 && async_steps_[async_head_].executed;
   if (!a.executed && async_count_ == 0) {  // nothing in flight and nothing to run: no progress
@@ -350,6 +438,16 @@ void Simulator::start_step_async() {
   if (a.executed) {
     dur = step_time_ ? step_time_(v) : 1;
     if (dur < 1) dur = 1;
+  }
+  if (barrier_ != nullptr) {
+    ++async_count_;
+    launch_forward(v, a.executed ? dur : dummy_ns_);
+    // The oldest batch is not done before the barrier has set its end.
+    if (a.executed && async_count_ < 2) {
+      schedule_queued_ = true;
+      engine_.schedule(now, kPriorityScheduleStep, EventKind::kScheduleStep);
+    }
+    return;
   }
   // The GPU runs the batches in order: this one starts when the previous one is done.
   v.end_ns = std::max(now, gpu_free_ns_) + dur;
@@ -371,6 +469,12 @@ void Simulator::end_step_async() {
   AsyncStep& a = async_steps_[async_head_];
   async_head_ = 1 - async_head_;
   --async_count_;
+  if (!a.scheduled) {  // a barrier's dummy batch alone
+    a.scheduled = true;
+    a.dummy = false;
+    return end_dummy_step();
+  }
+  if (a.dummy) ++dummy_steps_;
   // What the model sampled for each of its requests is that request's next planned output
   // (Request::planned_outputs; updates apply in scheduling order).
   eng.update_from_output(outputs_);
@@ -380,6 +484,7 @@ void Simulator::end_step_async() {
   // step: its object lived until now.
   retired_.clear();
   finish_delivered(delivered);
+  if (barrier_ != nullptr) barrier_->on_forward_done(rank_, eng.num_unfinished_requests() > 0);
   next_step_after_end();
 }
 

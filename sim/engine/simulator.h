@@ -44,6 +44,7 @@
 #include "core/engine_api.h"
 #include "sim/config/scenario.h"
 #include "sim/engine/engine.h"
+#include "sim/engine/forward_barrier.h"
 #include "sim/engine/observer.h"
 #include "sim/engine/offload_tier.h"
 #include "sim/engine/pending_arrivals.h"
@@ -123,6 +124,21 @@ class Simulator {
   /// A cluster's replica: the next step always starts through the queue, after the arrivals the
   /// cluster routes to it at the instant a step ends (a single engine's are queued already).
   void set_queue_step_starts(bool on) { queue_step_starts_ = on; }
+  /// A data-parallel rank of an MoE model (sim/engine/forward_barrier.h): every forward pass is
+  /// launched through `barrier` (rank `rank`), which sets its end (set_forward_end); while the
+  /// barrier's wave runs, an iteration with nothing to run launches a dummy batch (one decode
+  /// token under the latency model). The synchronous loop and async scheduling; not the CPU tier.
+  void set_forward_barrier(ForwardBarrier* barrier, std::int32_t rank);
+  /// The barrier's answer for this rank's oldest forward pass whose end is not set: it ends at
+  /// `end_ns` (>= its launch).
+  void set_forward_end(SimTimeNs end_ns);
+  /// A wave starts: an idle rank starts an iteration now (nothing when a step is in flight or
+  /// queued).
+  void kick(SimTimeNs now_ns);
+  /// Dummy batches run (with a forward barrier).
+  std::int64_t num_dummy_steps() const { return dummy_steps_; }
+  /// The duration of a dummy batch's own forward pass.
+  SimTimeNs dummy_step_ns() const { return dummy_ns_; }
   /// Queues `spec` to arrive at max(spec.arrival_ns, now()) (not from the simulator's source: its
   /// follow-up turns go to that source's on_finished as usual). Timed mode only.
   void inject_arrival(RequestSpec spec) { queue_arrival(std::move(spec), /*open_loop=*/false); }
@@ -203,6 +219,11 @@ class Simulator {
   /// before step k's tokens are known; a step's outputs applied at its end, in order).
   void start_step_async();
   void end_step_async();
+  /// With a forward barrier: launches the step in `v` (`duration_ns` long on its own) whose end
+  /// the barrier sets.
+  void launch_forward(StepView& v, SimTimeNs duration_ns);
+  /// A dummy batch ended (its aborts, the barrier told, the next iteration).
+  void end_dummy_step();
   /// The outputs_ of the step that ended, less those of aborted requests, to the step's
   /// observers (when it ran a batch); returns them.
   const std::vector<RequestOutput>& deliver_outputs(StepView& v, bool executed);
@@ -290,7 +311,9 @@ class Simulator {
   struct AsyncStep {
     SchedulerOutput out;
     StepView view;
-    bool executed = false;  // it scheduled tokens (a forward pass)
+    bool executed = false;   // it scheduled tokens (a forward pass)
+    bool scheduled = true;   // schedule() made it (a barrier's dummy batch alone is not)
+    bool dummy = false;      // with a barrier: it runs a dummy batch
   };
   bool async_ = false;
   AsyncStep async_steps_[2];
@@ -300,6 +323,16 @@ class Simulator {
   // Finished requests a step in flight may still list: kept until that step's end.
   std::vector<std::unique_ptr<Request>> retired_;
   std::int64_t requests_done_ = 0;
+  // A forward barrier (set_forward_barrier): this engine's rank, a dummy batch's duration, the
+  // launched forward passes whose end the barrier has not set, the synchronous loop's dummy batch
+  // in flight, the dummy batches run.
+  ForwardBarrier* barrier_ = nullptr;
+  std::int32_t rank_ = 0;
+  SimTimeNs dummy_ns_ = 0;
+  int awaiting_end_ = 0;
+  bool dummy_in_flight_ = false;
+  std::int64_t dummy_steps_ = 0;
+  SchedulerOutput dummy_out_;  // a dummy batch as the latency model sees it
 };
 
 /// The step-time function of the scenario's `latency:` section (sim/engine/latency_model.h).

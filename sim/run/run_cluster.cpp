@@ -122,10 +122,23 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
   }
   RunResult result;
   const std::string summary = metrics.summary_json(summary_header(scenario));
-  result.summary_json = insert_summary_keys(
-      summary, cluster_summary_keys(views, router_policy_name(scenario.cluster.router.policy),
-                                    cluster.decisions_by_branch(),
-                                    timed ? static_cast<double>(cluster.now()) / 1e9 : 0.0));
+  std::string keys = cluster_summary_keys(views, router_policy_name(scenario.cluster.router.policy),
+                                         cluster.decisions_by_branch(),
+                                         timed ? static_cast<double>(cluster.now()) / 1e9 : 0.0);
+  if (const DpLockstep* ls = cluster.lockstep()) {
+    // vllm_dp over an MoE model: the replicas' forward passes in lockstep (spec §3.2).
+    std::string dummies, waits;
+    for (std::int32_t r = 0; r < n; ++r) {
+      dummies += fmt::format("{}{}", r ? ", " : "", cluster.replica(r).num_dummy_steps());
+      waits += fmt::format("{}{:.9f}", r ? ", " : "", static_cast<double>(ls->wait_ns(r)) / 1e9);
+    }
+    keys += fmt::format(
+        "  \"dp_lockstep\": {{\"waves\": {}, \"forward_passes\": {}, \"dummy_batch_s\": {:.9f}, "
+        "\"dummy_batches\": [{}], \"barrier_wait_s\": [{}]}},\n",
+        ls->waves(), ls->forwards(),
+        static_cast<double>(cluster.replica(0).dummy_step_ns()) / 1e9, dummies, waits);
+  }
+  result.summary_json = insert_summary_keys(summary, keys);
   write_text_file(folder.file("summary.json"), result.summary_json);
   if (scenario.outputs.metrics_prom) {
     const std::string model = scenario.model ? scenario.model->name : scenario.name;
