@@ -83,6 +83,7 @@ double time_router(RouterPolicy policy, std::int32_t n, const Pool& pool, std::i
   RouteInput in;
   in.prompt_tokens = pool.prompt_tokens;
   in.prompt_blocks = blocks;
+  const bool tracks = router->tracks_in_flight();
   const auto one = [&](std::int64_t i) {
     const auto& src = pool.ids[static_cast<std::size_t>(i % kPool)];
     if (fresh) {
@@ -99,10 +100,16 @@ double time_router(RouterPolicy policy, std::int32_t n, const Pool& pool, std::i
     in.now_ns = i * 10'000'000;  // 100 decisions per simulated second
     const RouteDecision d = router->route(in, loads);
     // A steady state: each decision adds one in flight, and one request somewhere finishes.
-    ++loads[static_cast<std::size_t>(d.replica)].in_flight;
+    // (Both changes reported to a router that indexes the counts, as the cluster does.)
+    const std::int64_t up = ++loads[static_cast<std::size_t>(d.replica)].in_flight;
     ++loads[static_cast<std::size_t>(d.replica)].routed;
-    auto& done = loads[static_cast<std::size_t>((i * 7) % n)];
-    if (done.in_flight > 0) --done.in_flight;
+    if (tracks) router->on_in_flight(d.replica, up);
+    const auto fin = static_cast<std::int32_t>((i * 7) % n);
+    auto& done = loads[static_cast<std::size_t>(fin)];
+    if (done.in_flight > 0) {
+      --done.in_flight;
+      if (tracks) router->on_in_flight(fin, done.in_flight);
+    }
     g_sink = g_sink + d.replica;
   };
   std::int64_t i = 0;

@@ -44,7 +44,8 @@ class ClusterSimulator::Tap final : public StepObserver {
     c_.current_ = r_;
     ++c_.requests_done_;
     if (c_.timed_) {
-      --c_.loads_[static_cast<std::size_t>(r_)].in_flight;
+      const std::int64_t left = --c_.loads_[static_cast<std::size_t>(r_)].in_flight;
+      if (c_.tracks_in_flight_) c_.router_->on_in_flight(r_, left);
       if (c_.books_)
         c_.router_->on_finished(
             r_, rec.request_id / static_cast<std::uint64_t>(c_.samples_per_request_));
@@ -122,6 +123,7 @@ ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& sour
   env.samples_per_request = timed_ ? samples_per_request_ : 1;  // cache_only serves one
   router_ = make_router(scenario.cluster.router, n, env);
   books_ = router_->books_requests();
+  tracks_in_flight_ = router_->tracks_in_flight();
   KVSIM_ASSERT(router_->kv_index_removal().has_value() ==
                router_reads_kv_events(scenario.cluster.router));
   if (const std::optional<KvBlockIndex::Removal> removal = router_->kv_index_removal()) {
@@ -266,6 +268,7 @@ std::int32_t ClusterSimulator::route(RequestSpec& spec) {
   ReplicaLoad& load = loads_[static_cast<std::size_t>(d.replica)];
   ++load.routed;
   load.in_flight += timed_ ? samples_per_request_ : 1;  // cache_only: nothing completes
+  if (tracks_in_flight_) router_->on_in_flight(d.replica, load.in_flight);
   load.prompt_tokens_routed += prompt_tokens;
   auto it = std::find_if(branches_.begin(), branches_.end(),
                          [&](const auto& b) { return b.first == d.branch; });

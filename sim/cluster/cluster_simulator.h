@@ -120,6 +120,7 @@ class ClusterSimulator {
 
   bool timed_ = false;
   bool books_ = false;       // the router keeps books of its requests (Router::books_requests)
+  bool tracks_in_flight_ = false;  // Router::tracks_in_flight
   Engine arrivals_;          // the cluster's events: arrivals (kArrival), view refreshes (kUser)
   PendingArrivals pending_;  // arrivals not yet happened
   bool open_loop_done_ = false;

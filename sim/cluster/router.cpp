@@ -34,7 +34,7 @@ std::unique_ptr<Router> make_router(const RouterConfig& config, std::int32_t num
     case RouterPolicy::kRandom:
       return make_random_router(config.seed);
     case RouterPolicy::kLeastRequests:
-      return make_least_requests_router();
+      return make_least_requests_router(num_replicas);
     case RouterPolicy::kPowerOfTwo:
       return make_power_of_two_router(config.seed);
     case RouterPolicy::kPrefixHash:

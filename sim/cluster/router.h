@@ -74,6 +74,14 @@ class Router {
   /// Whether route() reads the replicas' KV events (RouteInput::kv_index), and how the index
   /// reads a removal (kv_block_index.h); nullopt: it reads none.
   virtual std::optional<KvBlockIndex::Removal> kv_index_removal() const { return std::nullopt; }
+  /// Whether the router keeps its own index of the in-flight counts: then every change of a
+  /// replica's ReplicaLoad::in_flight (a request routed, one finished) is reported through
+  /// on_in_flight before the next route(), which may read the index instead of the loads.
+  virtual bool tracks_in_flight() const { return false; }
+  virtual void on_in_flight(std::int32_t replica, std::int64_t in_flight) {
+    (void)replica;
+    (void)in_flight;
+  }
   /// Whether the router keeps router-local books of its requests (on_first_token, on_finished).
   virtual bool books_requests() const { return false; }
   /// Router-local bookkeeping of the requests it routed: the first token of request
@@ -118,7 +126,7 @@ struct RouterEnv {
 // The policies (one file each).
 [[nodiscard]] std::unique_ptr<Router> make_round_robin_router(std::int64_t start);
 [[nodiscard]] std::unique_ptr<Router> make_random_router(std::uint64_t seed);
-[[nodiscard]] std::unique_ptr<Router> make_least_requests_router();
+[[nodiscard]] std::unique_ptr<Router> make_least_requests_router(std::int32_t num_replicas);
 [[nodiscard]] std::unique_ptr<Router> make_power_of_two_router(std::uint64_t seed);
 [[nodiscard]] std::unique_ptr<Router> make_prefix_hash_router(std::int64_t k);
 /// prefix_ideal / prefix_bounded (prefix_ideal.cpp). Precondition: 1 <= num_replicas <= 64.

@@ -36,7 +36,8 @@ TEST_CASE("no routing decision allocates once warm", "[sim]") {
       in.index = i;
       ids[0] = static_cast<std::uint64_t>(i);
       const RouteDecision d = r->route(in, loads);
-      ++loads[static_cast<std::size_t>(d.replica)].in_flight;
+      const std::int64_t up = ++loads[static_cast<std::size_t>(d.replica)].in_flight;
+      if (r->tracks_in_flight()) r->on_in_flight(d.replica, up);
     }
     CHECK(w.count() == 0);
   }

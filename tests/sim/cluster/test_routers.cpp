@@ -46,21 +46,65 @@ TEST_CASE("round_robin sends the k-th request to (k + start) mod N", "[sim]") {
 
 TEST_CASE("least_requests takes the fewest in flight, ties to the lowest index", "[sim]") {
   auto r = make_router(RouterConfig{RouterPolicy::kLeastRequests}, 4);
-  RouteDecision d = r->route(nth(0), loads_of({2, 1, 1, 3}));
+  REQUIRE(r->tracks_in_flight());
+  // The loads as the cluster reports them: every count that changed, before the decision.
+  const auto route = [](Router& rt, std::initializer_list<std::int64_t> in_flight) {
+    const std::vector<ReplicaLoad> loads = loads_of(in_flight);
+    for (std::size_t i = 0; i < loads.size(); ++i)
+      rt.on_in_flight(static_cast<std::int32_t>(i), loads[i].in_flight);
+    return rt.route(nth(0), loads);
+  };
+  RouteDecision d = route(*r, {2, 1, 1, 3});
   CHECK(d.replica == 1);
   CHECK(d.score == 1);
   CHECK(d.runner_up == 2);  // the tie's other member
   CHECK(d.runner_up_score == 1);
-  d = r->route(nth(0), loads_of({0, 0, 0, 0}));
+  d = route(*r, {0, 0, 0, 0});
   CHECK(d.replica == 0);
   CHECK(d.runner_up == 1);
-  d = r->route(nth(0), loads_of({5, 4, 3, 0}));
+  d = route(*r, {5, 4, 3, 0});
   CHECK(d.replica == 3);
   CHECK(d.runner_up == 2);
   CHECK(d.runner_up_score == 3);
-  d = r->route(nth(0), loads_of({7}));
+  d = route(*r, {1, 9, 2, 1});  // the runner-up in the winner's own half
   CHECK(d.replica == 0);
+  CHECK(d.runner_up == 3);
+  CHECK(d.runner_up_score == 1);
+  auto one = make_router(RouterConfig{RouterPolicy::kLeastRequests}, 1);
+  d = route(*one, {7});
+  CHECK(d.replica == 0);
+  CHECK(d.score == 7);
   CHECK(d.runner_up == -1);
+  // Against the scan over random counts, 5 to 70 replicas (padding leaves included).
+  std::uint64_t x = 88172645463325252ULL;
+  const auto next = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  for (std::int32_t n : {5, 8, 33, 64, 70}) {
+    auto t = make_router(RouterConfig{RouterPolicy::kLeastRequests}, n);
+    std::vector<ReplicaLoad> loads(static_cast<std::size_t>(n));
+    for (int step = 0; step < 2000; ++step) {
+      const auto r0 = static_cast<std::int32_t>(next() % static_cast<std::uint64_t>(n));
+      loads[static_cast<std::size_t>(r0)].in_flight = static_cast<std::int64_t>(next() % 6);
+      t->on_in_flight(r0, loads[static_cast<std::size_t>(r0)].in_flight);
+      std::int32_t best = 0, second = -1;
+      for (std::int32_t i = 1; i < n; ++i) {
+        const auto li = loads[static_cast<std::size_t>(i)].in_flight;
+        if (li < loads[static_cast<std::size_t>(best)].in_flight) {
+          second = best;
+          best = i;
+        } else if (second < 0 || li < loads[static_cast<std::size_t>(second)].in_flight) {
+          second = i;
+        }
+      }
+      const RouteDecision e = t->route(nth(0), loads);
+      REQUIRE(e.replica == best);
+      REQUIRE(e.runner_up == second);
+    }
+  }
 }
 
 TEST_CASE("power_of_two sends to the less loaded of two distinct draws, the first on a tie",
