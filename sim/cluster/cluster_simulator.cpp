@@ -85,8 +85,20 @@ class ClusterSimulator::Tap final : public StepObserver {
   std::int32_t r_;
 };
 
+const Scenario& ClusterSimulator::replica_scenario(const Scenario& scenario, std::int32_t r) {
+  const ReplicaOverride* o = scenario.cluster.override_of(r);
+  return o != nullptr ? *o->scenario : scenario;
+}
+
 ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& source,
                                    StepTimeFn step_time)
+    : ClusterSimulator(scenario, source,
+                       std::vector<StepTimeFn>(
+                           static_cast<std::size_t>(std::max<std::int64_t>(scenario.cluster.replicas, 1)),
+                           step_time)) {}
+
+ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& source,
+                                   std::vector<StepTimeFn> step_times)
     : scenario_(scenario),
       source_(source),
       empty_source_(std::make_unique<EmptySource>()),
@@ -96,9 +108,11 @@ ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& sour
   KVSIM_ASSERT(n >= 1);
   RequestSource& replica_source =
       timed_ ? static_cast<RequestSource&>(*forward_source_) : *empty_source_;
+  KVSIM_ASSERT(step_times.size() == static_cast<std::size_t>(n));
   for (std::int32_t r = 0; r < n; ++r) {
-    replicas_.push_back(
-        std::make_unique<Simulator>(scenario, replica_source, timed_ ? step_time : StepTimeFn{}));
+    replicas_.push_back(std::make_unique<Simulator>(
+        replica_scenario(scenario, r), replica_source,
+        timed_ ? std::move(step_times[static_cast<std::size_t>(r)]) : StepTimeFn{}));
     taps_.push_back(std::make_unique<Tap>(*this, r));
   }
   loads_.assign(static_cast<std::size_t>(n), ReplicaLoad{});

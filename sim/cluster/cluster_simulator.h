@@ -46,6 +46,11 @@ class ClusterSimulator {
   /// `source` must outlive the cluster. `step_time` (timed mode: every replica's latency model,
   /// one copy each) may be empty in cache_only mode.
   ClusterSimulator(const Scenario& scenario, RequestSource& source, StepTimeFn step_time = {});
+  /// Replica r's latency model is step_times[r] (cluster.overrides: a replica of another GPU).
+  ClusterSimulator(const Scenario& scenario, RequestSource& source,
+                   std::vector<StepTimeFn> step_times);
+  /// The scenario replica r runs: the scenario, or its override group's (cluster.overrides).
+  static const Scenario& replica_scenario(const Scenario& scenario, std::int32_t r);
   ~ClusterSimulator();
 
   std::int32_t num_replicas() const { return static_cast<std::int32_t>(replicas_.size()); }

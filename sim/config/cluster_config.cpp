@@ -173,6 +173,56 @@ bool dp_lockstep(const ClusterConfig& c, bool moe_model) {
          (c.router.moe >= 0 ? c.router.moe == 1 : moe_model);
 }
 
+namespace {
+
+/// `cluster.overrides`: the groups' replicas (checked) and their sections as written; the
+/// scenarios are made by parse_scenario, which has the whole tree.
+std::vector<ReplicaOverride> parse_overrides(const YAML::Node& list, const YamlContext& ctx,
+                                             std::int64_t replicas) {
+  if (!list.IsSequence())
+    throw yaml_error(list, ctx,
+                     fmt::format("{}: expected a list of {{replicas: [...], hardware: ..., cache: "
+                                 "..., scheduler: ..., latency: ...}}",
+                                 ctx.path));
+  std::vector<ReplicaOverride> out;
+  std::vector<char> seen(static_cast<std::size_t>(replicas), 0);
+  for (std::size_t g = 0; g < list.size(); ++g) {
+    const YAML::Node item = list[g];
+    const YamlContext ictx = ctx.element(g);
+    require_map(item, ictx);
+    std::vector<std::string_view> keys = {"replicas"};
+    for (std::string_view k : kOverrideSections) keys.push_back(k);
+    check_keys(item, std::span<const std::string_view>(keys), ictx);
+    const YAML::Node rs = item["replicas"];
+    const YamlContext rctx = ictx.child("replicas");
+    if (!rs.IsDefined() || !rs.IsSequence() || rs.size() == 0)
+      throw yaml_error(rs.IsDefined() ? rs : item, rctx,
+                       fmt::format("{}: expected a non-empty list of replica indices", rctx.path));
+    ReplicaOverride o;
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+      const std::int64_t r = as_int(rs[i], rctx.element(i), 0, replicas - 1);
+      if (seen[static_cast<std::size_t>(r)])
+        throw yaml_error(rs[i], rctx.element(i),
+                         fmt::format("{}: replica {} is already in an override group",
+                                     rctx.element(i).path, r));
+      seen[static_cast<std::size_t>(r)] = 1;
+      o.replicas.push_back(r);
+    }
+    for (std::string_view k : kOverrideSections)
+      if (item[std::string(k)].IsDefined()) require_map(item[std::string(k)], ictx.child(k));
+    o.sections = item;
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace
+
+bool cluster_shared_key(std::string_view section, std::string_view key) {
+  return (section == "cache" && (key == "block_size" || key.starts_with("kv_offloading"))) ||
+         (section == "scheduler" && key == "max_model_len");
+}
+
 bool router_policy_timed_only(RouterPolicy p) {
   return p == RouterPolicy::kLeastWaiting || p == RouterPolicy::kVllmDp || p == RouterPolicy::kLlmD;
 }
@@ -198,6 +248,8 @@ ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx, b
     throw yaml_error(cluster["replicas"], ctx.child("replicas"),
                      fmt::format("{}: the {} router takes at most 64 replicas in kvsim",
                                  ctx.child("replicas").path, router_policy_name(c.router.policy)));
+  if (cluster.IsDefined() && cluster.IsMap() && cluster["overrides"].IsDefined())
+    c.overrides = parse_overrides(cluster["overrides"], ctx.child("overrides"), c.replicas);
   if (c.enabled() && cache_only && router_policy_timed_only(c.router.policy))
     throw yaml_error(
         router["policy"], ctx.child("router").child("policy"),

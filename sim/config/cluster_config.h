@@ -29,6 +29,13 @@
 //         prefix_ideal: none (the engines' own lookups, from their KV events)
 //         sglang_cache_aware: cache_threshold [0.3], balance_abs_threshold [64],
 //           balance_rel_threshold [1.5] (the command line's defaults)
+//     overrides:                  [none]  replicas that differ from the scenario (a mixed fleet):
+//       - replicas: [i, j, ...]   indices in [0, N), each in at most one group
+//         hardware: {...}         these sections' keys over the scenario's own (one level deep: a
+//         cache: {...}            key given replaces the scenario's; `latency` replaces the
+//         scheduler: {...}        scenario's section whole); not cache.block_size,
+//         latency: {...}          cache.kv_offloading*, scheduler.max_model_len (the router and
+//                                 the server's admission are the cluster's)
 // Timed routers (least_waiting, vllm_dp, llm_d) need engine.mode: timed; the others run in both.
 // Every key is settable with --set cluster.router.KEY=VALUE. A parameter of another policy, an
 // unknown key or policy, or a bad value is a one-line ConfigError at file:line:col.
@@ -37,8 +44,10 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "sim/common/yaml_util.h"
 
@@ -100,14 +109,37 @@ struct RouterConfig {
 /// Whether `p` reads replica state that only a timed run has (steps, queues).
 [[nodiscard]] bool router_policy_timed_only(RouterPolicy p);
 
+struct Scenario;
+
+/// One group of `cluster.overrides`: its replicas and, once the scenario is parsed, the scenario
+/// they run (the base with the group's sections over it).
+struct ReplicaOverride {
+  std::vector<std::int64_t> replicas;
+  YAML::Node sections;  // the group's map as written (replicas, hardware, cache, ...)
+  std::shared_ptr<const Scenario> scenario;
+};
+inline constexpr std::string_view kOverrideSections[] = {"hardware", "cache", "scheduler",
+                                                         "latency"};
+/// Whether `section.key` is the same on every replica of a cluster, so that an override may not
+/// set it: cache.block_size and the CPU tier (cache.kv_offloading*), scheduler.max_model_len.
+[[nodiscard]] bool cluster_shared_key(std::string_view section, std::string_view key);
+
 /// `cluster:`.
 struct ClusterConfig {
   std::int64_t replicas = 1;
   RouterConfig router;
+  std::vector<ReplicaOverride> overrides;
+  /// The override of replica r, or nullptr (the scenario's own settings).
+  [[nodiscard]] const ReplicaOverride* override_of(std::int64_t r) const {
+    for (const ReplicaOverride& o : overrides)
+      for (std::int64_t i : o.replicas)
+        if (i == r) return &o;
+    return nullptr;
+  }
   /// A cluster run (else the single engine).
   [[nodiscard]] bool enabled() const { return replicas > 1; }
 };
-inline constexpr std::string_view kClusterKeys[] = {"replicas", "router"};
+inline constexpr std::string_view kClusterKeys[] = {"replicas", "router", "overrides"};
 /// Whether a timed cluster's replicas run in lockstep: vllm_dp over an MoE model (`moe`, else the
 /// model's `moe_model`) with more than one replica (spec §3.2; sim/cluster/dp_lockstep.h).
 [[nodiscard]] bool dp_lockstep(const ClusterConfig& c, bool moe_model);

@@ -405,6 +405,60 @@ void apply_set(YAML::Node& root, std::string_view assignment, ArgumentOrigins* o
   if (origins) origins->add((path.empty() ? "" : path + ".") + parts.back(), argument);
 }
 
+namespace {
+
+/// cluster.overrides: each group's scenario, parsed from the scenario's tree with the group's
+/// sections over the scenario's own (one level deep; `latency` replaced whole) and without
+/// `cluster` and `sweep`. The nodes
+/// are the file's own, so an error points into the group. The group may not change what the
+/// cluster shares: the engine (not overridable), the block size, the CPU tier, max_model_len.
+void make_override_scenarios(Scenario& s, const YAML::Node& root, const std::string& file,
+                             const YamlContext& top) {
+  const YamlContext octx = top.child("cluster").child("overrides");
+  for (std::size_t g = 0; g < s.cluster.overrides.size(); ++g) {
+    ReplicaOverride& o = s.cluster.overrides[g];
+    const YamlContext gctx = octx.element(g);
+    YAML::Node tree(YAML::NodeType::Map);
+    for (const auto& kv : root) {
+      const std::string key = kv.first.as<std::string>();
+      if (key != "cluster" && key != "sweep") tree[key] = kv.second;
+    }
+    for (std::string_view sec : kOverrideSections) {
+      const std::string k(sec);
+      const YAML::Node over = o.sections[k];
+      if (!over.IsDefined()) continue;
+      for (const auto& kv : over) {
+        const std::string key = kv.first.as<std::string>();
+        if (cluster_shared_key(sec, key))
+          throw yaml_error(kv.first, gctx.child(sec).child(key),
+                           fmt::format("{}: every replica of a cluster has the same {}.{} (the "
+                                       "router and the server's admission are the cluster's)",
+                                       gctx.child(sec).child(key).path, sec, key));
+      }
+      // The group's keys (their own nodes: errors point at them), then the scenario's others.
+      YAML::Node merged(YAML::NodeType::Map);
+      for (const auto& kv : over) merged.force_insert(kv.first, kv.second);
+      // (latency: one model, whose keys are its own -- the group's section replaces it whole.)
+      if (sec != "latency" && root[k].IsDefined() && root[k].IsMap())
+        for (const auto& kv : root[k])
+          if (!over[kv.first.as<std::string>()].IsDefined())
+            merged.force_insert(kv.first, kv.second);
+      tree[k] = merged;
+    }
+    auto replica = std::make_shared<Scenario>(parse_scenario(tree, file, top.origins));
+    // (max_model_len may still differ when the scenario leaves it to the model and the pool.)
+    if (replica->scheduler.max_model_len != s.scheduler.max_model_len)
+      throw yaml_error(o.sections, gctx,
+                       fmt::format("{}: the group's replicas get max_model_len {} against the "
+                                   "cluster's {}; set scheduler.max_model_len for the scenario",
+                                   gctx.path, replica->scheduler.max_model_len,
+                                   s.scheduler.max_model_len));
+    o.scenario = std::move(replica);
+  }
+}
+
+}  // namespace
+
 Scenario parse_scenario(const YAML::Node& root, const std::string& file,
                         std::shared_ptr<const ArgumentOrigins> origins) {
   Scenario s;
@@ -475,6 +529,7 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
                                  "the tier",
                                  pctx.path));
   }
+  make_override_scenarios(s, root, file, top);
   s.sweep = parse_sweep(root["sweep"], top.child("sweep"));
   if (root["sweep"].IsDefined() && root["sweep"].IsSequence())
     s.sweep_list = parse_sweep_list(root["sweep"], top.child("sweep"));
@@ -512,7 +567,34 @@ std::string resolved_yaml(const Scenario& s) {
       s.engine.mode == EngineConfig::Mode::kTimed ? latency_config_yaml(s.latency) : null_node();
   root["validate"] = validate_yaml(s.validate);
   root["outputs"] = outputs_yaml(s.outputs);
-  if (s.cluster.enabled()) root["cluster"] = cluster_yaml(s.cluster);
+  if (s.cluster.enabled()) {
+    root["cluster"] = cluster_yaml(s.cluster);
+    // Each group with its scenario's sections in full: over the resolved sections above they give
+    // the same scenario again.
+    if (!s.cluster.overrides.empty()) {
+      YAML::Node list(YAML::NodeType::Sequence);
+      for (const ReplicaOverride& o : s.cluster.overrides) {
+        const YAML::Node r = YAML::Load(resolved_yaml(*o.scenario));
+        YAML::Node g(YAML::NodeType::Map);
+        YAML::Node ids(YAML::NodeType::Sequence);
+        ids.SetStyle(YAML::EmitterStyle::Flow);
+        for (std::int64_t i : o.replicas) ids.push_back(i);
+        g["replicas"] = ids;
+        for (std::string_view sec : kOverrideSections) {
+          if (!o.sections[std::string(sec)].IsDefined()) continue;
+          YAML::Node out(YAML::NodeType::Map);
+          for (const auto& kv : r[std::string(sec)]) {  // less the keys every replica shares
+            const std::string key = kv.first.as<std::string>();
+            if (cluster_shared_key(sec, key)) continue;
+            out[key] = kv.second;
+          }
+          g[std::string(sec)] = out;
+        }
+        list.push_back(g);
+      }
+      root["cluster"]["overrides"] = list;
+    }
+  }
   YAML::Emitter e;
   e << root;
   return std::string(e.c_str()) + "\n";

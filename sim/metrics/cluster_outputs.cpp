@@ -1,6 +1,7 @@
 #include "sim/metrics/cluster_outputs.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -140,13 +141,14 @@ std::string cluster_summary_keys(std::span<const ReplicaStats* const> replicas,
         duration_s > 0 ? static_cast<double>(s.busy_ns) / 1e9 / duration_s : 0.0;
     const double flhr = rate(s.first_lookup_hits, s.first_lookup_prompt);
     o += fmt::format(
-        "    {{\"replica\": {}, \"role\": \"mixed\", \"requests_routed\": {}, "
+        "    {{\"replica\": {}, \"role\": \"mixed\", \"gpu\": {}, \"num_gpu_blocks\": {}, "
+        "\"requests_routed\": {}, "
         "\"prompt_tokens_routed\": {}, \"prefix_cache_queries\": {}, \"prefix_cache_hits\": {}, "
         "\"prefix_cache_hit_rate\": {:.9f}, \"first_lookup_hit_rate\": {:.9f}, "
         "\"num_preemptions\": {}, \"num_evictions\": {}, \"mean_kv_cache_usage_perc\": {:.9f}, "
         "\"max_kv_cache_usage_perc\": {:.9f}, \"mean_num_running\": {:.6f}, "
         "\"mean_num_waiting\": {:.6f}, \"busy_fraction\": {:.9f}}}{}\n",
-        r, s.requests_routed, s.prompt_tokens_routed, s.prefix_cache_queries, s.prefix_cache_hits,
+        r, nlohmann::json(s.gpu).dump(), s.num_gpu_blocks, s.requests_routed, s.prompt_tokens_routed, s.prefix_cache_queries, s.prefix_cache_hits,
         rate(s.prefix_cache_hits, s.prefix_cache_queries), flhr, s.num_preemptions,
         s.num_evictions, s.sum_usage / steps, s.max_usage, s.sum_running / steps,
         s.sum_waiting / steps, busy_fraction, r + 1 < replicas.size() ? "," : "");

@@ -55,6 +55,8 @@ class ReplicaStats : public StepObserver {
   void on_lookup(std::int64_t query_tokens, std::int64_t hit_tokens) override;
 
   std::int64_t requests_routed = 0, prompt_tokens_routed = 0;  // set by the cluster
+  std::string gpu;                 // set by the cluster: the replica's GPU preset
+  std::int64_t num_gpu_blocks = 0;  // set by the cluster: its pool
   std::int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   std::int64_t first_lookup_hits = 0, first_lookup_prompt = 0;  // served requests
   std::int64_t num_preemptions = 0;

@@ -55,9 +55,14 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
   const bool v0 = profile_info(scenario.engine.profile).family == EngineFamily::kV0;
 
   const bool timed = scenario.engine.mode == EngineConfig::Mode::kTimed;
-  StepTimeFn step_time = options.step_time;
-  if (!step_time && timed) step_time = make_step_time(scenario);
-  ClusterSimulator cluster(scenario, *source, std::move(step_time));
+  // Each replica's latency model (of its own GPU under cluster.overrides), or the caller's.
+  std::vector<StepTimeFn> step_times;
+  for (std::int64_t r = 0; r < scenario.cluster.replicas; ++r)
+    step_times.push_back(options.step_time || !timed
+                             ? options.step_time
+                             : make_step_time(ClusterSimulator::replica_scenario(
+                                   scenario, static_cast<std::int32_t>(r))));
+  ClusterSimulator cluster(scenario, *source, std::move(step_times));
   const std::int32_t n = cluster.num_replicas();
   // Cluster-wide: every request of every replica (requests.csv with its replica; steps.csv has
   // no cluster-wide steps: each replica's are in replicas/<r>/steps.csv).
@@ -116,6 +121,9 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
     ReplicaStats& s = *stats[static_cast<std::size_t>(r)];
     const ReplicaLoad& load = cluster.loads()[static_cast<std::size_t>(r)];
     s.requests_routed = load.routed;
+    const Scenario& rs = ClusterSimulator::replica_scenario(scenario, r);
+    s.gpu = rs.hardware.gpu.name;
+    s.num_gpu_blocks = rs.num_gpu_blocks;
     s.prompt_tokens_routed = load.prompt_tokens_routed;
     s.num_evictions = engines[static_cast<std::size_t>(r)]->pool_stats().evictions;
     views.push_back(&s);

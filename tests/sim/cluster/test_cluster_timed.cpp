@@ -113,6 +113,100 @@ TEST_CASE("a timed cluster of one replica is the single engine, row for row and 
   }
 }
 
+TEST_CASE("replicas with overrides run their own GPU and pool and settings", "[sim]") {
+  TempDir tmp("cluster-overrides");
+  const std::size_t kRows = 180, kN = 3;
+  kvsim::test::write_file(tmp.path / "all.jsonl", trace_rows(kRows, kN));
+  // Replica 1: another GPU (roofline) and a smaller pool; replica 2: fewer sequences and a
+  // constant step time. Replica 0 is the scenario's.
+  const std::string overrides =
+      "cluster:\n  replicas: 3\n  router: {policy: round_robin}\n  overrides:\n"
+      "    - {replicas: [1], hardware: {gpu: H100}, cache: {num_gpu_blocks_override: 40}}\n"
+      "    - {replicas: [2], scheduler: {max_num_seqs: 4}, "
+      "latency: {model: constant, step_time_us: 3000}}\n";
+  const Scenario sc = parse_text(trace_scenario((tmp.path / "all.jsonl").string(), overrides));
+  const fs::path cluster = run_scenario(sc, tmp.path / "cluster").folder;
+  const auto rows = read_csv(cluster / "requests.csv");
+  REQUIRE(rows.size() == kRows + 1);
+  const nlohmann::json summary = read_json(cluster / "summary.json");
+  const auto single_text = [&](std::size_t r, const std::string& path) {
+    std::string t = trace_scenario(path, "");
+    const auto sub = [&](const std::string& a, const std::string& b) {
+      const std::size_t at = t.find(a);
+      REQUIRE(at != std::string::npos);
+      t.replace(at, a.size(), b);
+    };
+    if (r == 1) {
+      sub("gpu: A100-80GB", "gpu: H100");
+      sub("num_gpu_blocks_override: 60", "num_gpu_blocks_override: 40");
+    }
+    if (r == 2) {
+      sub("max_num_seqs: 8", "max_num_seqs: 4");
+      sub("latency: {model: roofline}", "latency: {model: constant, step_time_us: 3000}");
+    }
+    return t;
+  };
+  std::set<std::string> step_files;
+  for (std::size_t r = 0; r < kN; ++r) {
+    const fs::path split = tmp.path / ("split" + std::to_string(r) + ".jsonl");
+    kvsim::test::write_file(split, trace_rows(kRows, kN, kN, r));
+    const fs::path single = run_scenario(parse_text(single_text(r, split.string())),
+                                         tmp.path / ("single" + std::to_string(r)))
+                                .folder;
+    const auto srows = read_csv(single / "requests.csv");
+    std::size_t k = 1;
+    for (std::size_t i = 1; i < rows.size(); ++i) {
+      if (rows[i].back() != std::to_string(r)) continue;
+      REQUIRE(k < srows.size());
+      const std::vector<std::string> a(rows[i].begin() + 1, rows[i].end() - 1);
+      const std::vector<std::string> b(srows[k].begin() + 1, srows[k].end());
+      REQUIRE(a == b);
+      ++k;
+    }
+    CHECK(k == srows.size());
+    const std::string steps = slurp(cluster / "replicas" / std::to_string(r) / "steps.csv");
+    CHECK(steps == slurp(single / "steps.csv"));
+    step_files.insert(steps);
+    const nlohmann::json& rep = summary["replicas"][r];
+    CHECK(rep["num_gpu_blocks"] == read_json(single / "summary.json")["num_gpu_blocks"]);
+  }
+  CHECK(step_files.size() == kN);  // the three replicas did run differently
+  CHECK(summary["replicas"][0]["gpu"] == "A100-80GB");
+  CHECK(summary["replicas"][1]["gpu"] == "H100-80GB");
+  CHECK(summary["replicas"][1]["num_gpu_blocks"] == 40);
+  CHECK(summary["replicas"][2]["num_gpu_blocks"] == 60);
+  // The resolved file names each group in full and reruns identically.
+  const fs::path again =
+      run_scenario(parse_text(slurp(cluster / "config.resolved.yaml")), tmp.path / "again").folder;
+  for (const char* f : {"summary.json", "requests.csv", "routing.csv", "config.resolved.yaml"})
+    CHECK(slurp(cluster / f) == slurp(again / f));
+}
+
+TEST_CASE("bad cluster overrides are refused at their line", "[sim]") {
+  TempDir tmp("cluster-overrides-bad");
+  kvsim::test::write_file(tmp.path / "t.jsonl", trace_rows(6, 1));
+  const std::string base =
+      trace_scenario((tmp.path / "t.jsonl").string(), "cluster:\n  replicas: 3\n  overrides: ");
+  const auto err = [&](const std::string& tail) {
+    return kvsim::test::scenario_error(base + tail + "\n");
+  };
+  CHECK_THAT(err("3"), Catch::Contains(":12:14:") && Catch::Contains("expected a list"));
+  CHECK_THAT(err("[{replicas: [3]}]"), Catch::Contains("replicas[0]: 3 is out of range"));
+  CHECK_THAT(err("[{replicas: [1]}, {replicas: [1]}]"),
+             Catch::Contains("replica 1 is already in an override group"));
+  CHECK_THAT(err("[{replicas: []}]"), Catch::Contains("non-empty list"));
+  CHECK_THAT(err("[{replicas: [1], model: {}}]"), Catch::Contains("unknown key 'model'"));
+  CHECK_THAT(err("[{replicas: [1], cache: {block_size: 32}}]"),
+             Catch::Contains("cluster.overrides[0].cache.block_size: every replica"));
+  CHECK_THAT(err("[{replicas: [1], scheduler: {max_model_len: 512}}]"),
+             Catch::Contains("scheduler.max_model_len: every replica"));
+  CHECK_THAT(err("[{replicas: [1], cache: {kv_offloading_size: 4}}]"),
+             Catch::Contains("kv_offloading_size: every replica"));
+  // An error inside a group's section points at the group's own key.
+  const std::string e = err("[{replicas: [1], hardware: {gpux: A100}}]");
+  CHECK_THAT(e, Catch::Contains(":12:42:") && Catch::Contains("unknown key 'gpux'"));
+}
+
 TEST_CASE("a round-robin timed cluster's replicas are single timed runs over the split trace",
           "[sim]") {
   TempDir tmp("cluster-timed-split");

@@ -461,3 +461,44 @@ TEST_CASE("a mutated CPU tier scenario that loads resolves to a fixed point with
   }
   CHECK(ok > 0);
 }
+
+TEST_CASE("a mutated cluster with overrides resolves to a fixed point with the same replicas",
+          "[sim]") {
+  // Replica groups with their own hardware, cache, scheduler and latency, mutated: ConfigError, or
+  // a scenario whose resolved text is a fixed point giving every replica the same pool.
+  RngStream r = make_stream(2043, "fuzz.overrides");
+  const std::string model = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/qwen2-1.5b.json";
+  int ok = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    const std::string text =
+        "name: f\nseed: 3\nengine: {profile: vllm-0.20, mode: timed}\n"
+        "model: {config: '" +
+        model +
+        "', num_hidden_layers: 4}\n"
+        "hardware: {gpu: H100}\n"
+        "cache: {block_size: 16, kv_cache_memory_bytes: 1e9}\n"
+        "scheduler: {max_num_seqs: 8, max_model_len: 4096}\n"
+        "workload: {num_requests: 4, prompt_tokens: 64, output_tokens: 4}\n"
+        "latency: {model: roofline}\n"
+        "cluster:\n  replicas: 4\n  router: {policy: least_requests}\n  overrides:\n"
+        "    - {replicas: [1, 3], hardware: {gpu: A100-40GB}, cache: {kv_cache_memory_bytes: "
+        "5e8}}\n"
+        "    - {replicas: [2], scheduler: {max_num_seqs: 4}, latency: {model: constant, "
+        "step_time_us: 900}}\n";
+    const std::string input = mutate(text, r);
+    if (!only_config_errors(input, [&] {
+          const auto [s, again] = round_trip(input);
+          REQUIRE(again.cluster.replicas == s.cluster.replicas);
+          REQUIRE(again.cluster.overrides.size() == s.cluster.overrides.size());
+          for (std::int32_t i = 0; i < static_cast<std::int32_t>(s.cluster.replicas); ++i) {
+            const ReplicaOverride* a = s.cluster.override_of(i);
+            const ReplicaOverride* b = again.cluster.override_of(i);
+            REQUIRE((a == nullptr) == (b == nullptr));
+            if (a) REQUIRE(a->scenario->num_gpu_blocks == b->scenario->num_gpu_blocks);
+          }
+          ++ok;
+        }))
+      break;
+  }
+  CHECK(ok > 0);
+}
