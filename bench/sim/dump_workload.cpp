@@ -40,9 +40,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<std::string> sets;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (std::string(argv[i]) != "--set") {
-      std::fprintf(stderr, "dump_workload: unknown argument %s\n", argv[i]);
+  for (int i = 2; i < argc; i += 2) {
+    if (std::string(argv[i]) != "--set" || i + 1 == argc) {
+      std::fprintf(stderr, "dump_workload: expected --set KEY=VALUE at %s\n", argv[i]);
       return 2;
     }
     sets.emplace_back(argv[i + 1]);
@@ -56,8 +56,9 @@ int main(int argc, char** argv) {
       lat = fmt::format("{{\"kind\":\"constant\",\"step_time_us\":{:.17g}}}", l.step_time_us);
     } else if (l.kind == LatencyConfig::Kind::kFitted) {
       const auto& c = l.fit.coefficients_us;
-      lat = fmt::format("{{\"kind\":\"fitted\",\"c\":[{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g}]}}",
-                        c[0], c[1], c[2], c[3], c[4], c[5]);
+      lat = fmt::format(
+          "{{\"kind\":\"fitted\",\"c\":[{:.17g},{:.17g},{:.17g},{:.17g},{:.17g},{:.17g}]}}", c[0],
+          c[1], c[2], c[3], c[4], c[5]);
     } else {
       std::fprintf(stderr, "dump_workload: latency must be constant or fitted\n");
       return 2;
@@ -70,9 +71,9 @@ int main(int argc, char** argv) {
         "\"enable_chunked_prefill\":%s,\"async_scheduling\":%s,\"latency\":%s}\n",
         sc.name.c_str(), profile_name(sc.engine.profile),
         static_cast<long long>(sc.cache.sizing.block_size),
-        static_cast<long long>(sc.num_gpu_blocks), sc.cache.enable_prefix_caching ? "true" : "false",
-        static_cast<long long>(s.max_num_seqs), static_cast<long long>(s.max_num_batched_tokens),
-        static_cast<long long>(s.max_model_len),
+        static_cast<long long>(sc.num_gpu_blocks),
+        sc.cache.enable_prefix_caching ? "true" : "false", static_cast<long long>(s.max_num_seqs),
+        static_cast<long long>(s.max_num_batched_tokens), static_cast<long long>(s.max_model_len),
         static_cast<long long>(s.long_prefill_token_threshold),
         s.enable_chunked_prefill ? "true" : "false", s.async_scheduling ? "true" : "false",
         lat.c_str());
@@ -81,12 +82,14 @@ int main(int argc, char** argv) {
     std::vector<std::int32_t> out;
     while (std::optional<RequestSpec> r = source->next()) {
       if (r->session >= 0 || r->client_timeout_ns >= 0) {
-        std::fprintf(stderr, "dump_workload: multi-turn sessions and client timeouts unsupported\n");
+        std::fprintf(stderr,
+                     "dump_workload: multi-turn sessions and client timeouts unsupported\n");
         return 2;
       }
       r->materialize_prompt();
       const std::int64_t prompt = r->num_prompt_tokens();
-      std::int64_t n = r->stops_at_eos() ? r->output_tokens : r->max_tokens.value_or(r->output_tokens);
+      std::int64_t n =
+          r->stops_at_eos() ? r->output_tokens : r->max_tokens.value_or(r->output_tokens);
       if (r->max_tokens) n = std::min<std::int64_t>(n, *r->max_tokens);
       n = std::max<std::int64_t>(0, std::min<std::int64_t>(n, s.max_model_len - prompt));
       // kvsim's Simulator::generated_tokens
@@ -96,11 +99,11 @@ int main(int argc, char** argv) {
         out[static_cast<std::size_t>(r->output_tokens - 1)] = *r->eos_token_id;
       line = fmt::format("{{\"id\":{},\"arrival_ns\":{},\"prompt\":", r->id, r->arrival_ns);
       ints(line, r->prompt, static_cast<std::size_t>(prompt));
-      line += fmt::format(",\"max_tokens\":{},\"ignore_eos\":{},\"eos\":{},\"output_tokens\":{},\"out\":",
-                          r->max_tokens ? fmt::format("{}", *r->max_tokens) : "null",
-                          r->ignore_eos ? "true" : "false",
-                          r->eos_token_id ? fmt::format("{}", *r->eos_token_id) : "null",
-                          r->output_tokens);
+      line += fmt::format(
+          ",\"max_tokens\":{},\"ignore_eos\":{},\"eos\":{},\"output_tokens\":{},\"out\":",
+          r->max_tokens ? fmt::format("{}", *r->max_tokens) : "null",
+          r->ignore_eos ? "true" : "false",
+          r->eos_token_id ? fmt::format("{}", *r->eos_token_id) : "null", r->output_tokens);
       ints(line, out, out.size());
       line += "}\n";
       std::fputs(line.c_str(), stdout);
