@@ -94,6 +94,15 @@ class Scheduler final : public EngineCore {
   std::span<Request* const> released() const { return released_; }
   /// Requests whose load finished and that the waiting loop has not promoted yet.
   std::span<Request* const> finished_recving_pending() const { return finished_recving_; }
+  /// A request the last schedule() promoted out of WAITING_FOR_REMOTE_KVS: group 0's table
+  /// entries [first_cached, end_cached) got their hashes in the promotion, after which it had
+  /// num_computed_tokens (the last-token rule applied).
+  struct Promotion {
+    Request* request = nullptr;
+    std::int32_t first_cached = 0, end_cached = 0;
+    std::int64_t num_computed_tokens = 0;
+  };
+  std::span<const Promotion> promoted() const { return promoted_; }
   /// The connector's prefix-cache stats since the last call (then zeroed).
   ConnectorCacheStats take_connector_cache_stats();
   /// Steps scheduled and not yet applied by update_from_output (v0.20), oldest first.
@@ -287,6 +296,7 @@ class Scheduler final : public EngineCore {
   std::vector<Request*> finished_recving_;   // loads reported, promotion pending
   std::vector<Request*> held_;               // finished, blocks held (delayed free)
   std::vector<Request*> released_;           // held requests freed by the last update
+  std::vector<Promotion> promoted_;          // promotions of the last schedule()
   ConnectorOutput connector_output_;
   ConnectorCacheStats connector_stats_;
   std::int64_t connector_queries_ = 0;  // the current request's lookup (0: none)

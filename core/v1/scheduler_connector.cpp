@@ -48,11 +48,25 @@ bool Scheduler::try_promote(Request& req) {
   finished_recving_.erase(it);
   // _update_waiting_for_remote_kv: the loaded blocks are cached now; a full hit recomputes its
   // last token to sample.
+  const BlockPool& pool = kv_.pool();
+  const std::vector<BlockId>& table = req.kv_groups[0].blocks;
+  const auto num_hashed = [&] {  // leading entries that carry a hash (or are null)
+    std::int32_t n = 0;
+    while (n < static_cast<std::int32_t>(table.size()) &&
+           (table[n] == pool.null_block() || pool.block(table[n]).block_hash != kNoHash))
+      ++n;
+    return n;
+  };
+  Promotion& p = promoted_.emplace_back();
+  p.request = &req;
+  p.first_cached = p.end_cached = num_hashed();
   if (kv_.config().enable_caching) {
     const AllocStatus st = kv_.coordinator()->cache_blocks(req, req.num_computed_tokens);
     if (st != AllocStatus::kOk) step_error_ = alloc_status_message(st);
+    p.end_cached = num_hashed();
   }
   if (req.num_computed_tokens == req.num_tokens()) req.num_computed_tokens = req.num_tokens() - 1;
+  p.num_computed_tokens = req.num_computed_tokens;
   req.status = req.num_preemptions > 0 ? RequestStatus::kPreempted : RequestStatus::kWaiting;
   return true;
 }

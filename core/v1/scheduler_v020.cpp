@@ -50,6 +50,7 @@ void Scheduler::preempt(Request& victim, SchedulerOutput* out) {
 
 KVSIM_HOT void Scheduler::schedule_v020(SchedulerOutput& out) {
   step_error_ = "";
+  if (connector_) promoted_.clear();
   kv_.coordinator()->new_step_starts();
   const std::int64_t max_budget = config_.max_num_scheduled_tokens > 0
                                       ? config_.max_num_scheduled_tokens

@@ -227,6 +227,12 @@ class JsonWriter {
     return *this;
   }
   JsonWriter& value(const char* v) { return value(std::string_view(v)); }
+  /// Writes `json`, one complete JSON value, as it is.
+  JsonWriter& raw(std::string_view json) {
+    sep();
+    out_.put(json);
+    return *this;
+  }
   JsonWriter& null() {
     sep();
     out_.put("null", 4);

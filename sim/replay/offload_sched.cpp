@@ -371,7 +371,7 @@ void V1Replayer::write_offload_snapshot(JsonWriter& w) const {
 }
 
 void V1Replayer::op_connector_cache_stats(JsonWriter& w) {
-  if (mode_ != Mode::kSched || !offload_)
+  if (mode_ != Mode::kSched || sched_->connector() == nullptr)
     throw OpError{"RuntimeError: connector_cache_stats needs a KV connector"};
   const ConnectorCacheStats s = sched_->take_connector_cache_stats();
   w.begin_object().key("requests").value(s.requests).key("queries").value(s.queries);

@@ -3,6 +3,7 @@
 #include "core/common/assert.h"
 #include "sim/replay/offload_offm.h"
 #include "sim/replay/offload_sched.h"
+#include "sim/replay/pd_sched.h"
 
 #include <algorithm>
 #include <limits>
@@ -102,6 +103,7 @@ void V1Replayer::check_all_invariants() const {
       KVSIM_ASSERT_NO_VIOLATION(offload_->connector.find_violation());
       KVSIM_ASSERT_NO_VIOLATION(offload_->worker.find_violation());
     }
+    if (pd_) KVSIM_ASSERT_NO_VIOLATION(pd_->worker.find_violation());
   } else if (mode_ == Mode::kKvm) {
     std::vector<const Request*> live;
     for (const auto& r : requests_)
@@ -153,6 +155,7 @@ void V1Replayer::reset() {
   live_.clear();
   kvm_.reset();
   offload_.reset();  // (its keys hold references in the scheduler's hash table)
+  pd_.reset();
   sched_.reset();
   offm_.reset();
   schedule_pending_ = false;
@@ -213,10 +216,16 @@ void V1Replayer::op_sched_init(JsonWriter& w) {
   bool manual = false, kv_events = false;
   const OffloadingConnectorConfig oc =
       with_offload ? read_kv_offload(offload, c, manual, kv_events) : OffloadingConnectorConfig{};
+  const Index pd = json_.find(JsonLine::root(), "kv_pd");
+  const bool with_pd = v020_ && !json_.is_null_or_absent(pd);
+  if (with_pd && with_offload)
+    throw OpError{"ValueError: kv_pd and kv_offload cannot be combined (one KV connector)"};
+  const PdConfig pdc = with_pd ? read_kv_pd(pd, c) : PdConfig{};
   reset();
   grouped_ = v020_ && !json_.is_null_or_absent(json_.find(JsonLine::root(), "kv_cache_groups"));
   sched_ = std::make_unique<Scheduler>(sc, c, profile_);
   if (with_offload) start_offload(oc, manual, kv_events);
+  if (with_pd) start_pd(pdc);
   mode_ = Mode::kSched;
   w.begin_object().end_object();
 }
@@ -300,6 +309,7 @@ void V1Replayer::op_add_request(JsonWriter& w) {
   }
   ++num_added_;
   if (mode_ == Mode::kSched && offload_) offload_read_transfer_params(r);
+  if (mode_ == Mode::kSched && pd_) pd_read_transfer_params(r);
   if (mode_ == Mode::kSched) sched_->add_request(r);
   w.begin_object().end_object();
 }
@@ -503,6 +513,7 @@ void V1Replayer::op_snapshot(JsonWriter& w) {
     }
     w.end_object();
     if (offload_) write_offload_snapshot(w);
+    if (pd_) write_pd_snapshot(w);
   }
   w.end_object();
 }

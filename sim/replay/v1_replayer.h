@@ -40,6 +40,9 @@ namespace kvsim {
 
 class OffmReplay;
 struct OffloadSched;
+struct PdConfig;
+struct PdSched;
+struct NixlRecv;
 
 class V1Replayer final : public Replayer {
  public:
@@ -100,6 +103,26 @@ class V1Replayer final : public Replayer {
   void write_skipped(JsonWriter& w) const;
   void write_sorted_ids(JsonWriter& w, std::vector<std::string_view> ids) const;
   void op_connector_cache_stats(JsonWriter& w);
+  // sched mode with the NixlConnector (pd_sched.cpp; shared/spec/ops-format-pd.md)
+  /// sched_init's kv_pd object, checked.
+  PdConfig read_kv_pd(JsonLine::Index obj, const KVCacheConfig& c) const;
+  void start_pd(const PdConfig& config);
+  /// add_request's kv_transfer_params, as the connector reads them.
+  void pd_read_transfer_params(const Request& r);
+  /// The op's `now` moves the clock (never backwards).
+  void pd_set_clock();
+  /// Keeps the step's connector metadata for its update.
+  void pd_record_step();
+  void pd_after_schedule(JsonWriter& w);
+  /// The worker side of the step the update applies, before update_from_output.
+  void pd_before_update();
+  void pd_after_update(JsonWriter& w);
+  /// A finished output's kv_transfer_params and delay_free.
+  void pd_write_finish(JsonWriter& w, const Request& r) const;
+  /// skipped_waiting, waiting_for_remote_kvs, held.
+  void pd_write_queue_keys(JsonWriter& w) const;
+  void pd_write_local_blocks(JsonWriter& w, const NixlRecv& r) const;
+  void write_pd_snapshot(JsonWriter& w) const;
   /// Forgets a finished request unless the scheduler holds its blocks (a delayed free).
   void forget_unless_held(const Request& r);
   /// The v0.20 fields of init/sched_init (kv_cache_groups, hash_algo, hash_block_size) into `c`.
@@ -140,6 +163,7 @@ class V1Replayer final : public Replayer {
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<OffmReplay> offm_;  // offm mode
   std::unique_ptr<OffloadSched> offload_;  // sched mode with kv_offload
+  std::unique_ptr<PdSched> pd_;            // sched mode with kv_pd
   std::vector<std::unique_ptr<Request>> requests_;  // by request index; null once forgotten
   std::vector<std::string> names_;  // by request index (kept for "finished" reports)
   NameMap live_;                    // id -> request index

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sim/replay/offload_sched.h"
+#include "sim/replay/pd_sched.h"
 #include "sim/replay/v1_replayer.h"
 
 namespace kvsim {
@@ -31,8 +32,10 @@ void V1Replayer::op_schedule(JsonWriter& w) {
   running_pos_.resize(requests_.size());
   for (std::size_t k = 0; k < sched_->running().size(); ++k)
     running_pos_[static_cast<std::size_t>(sched_->running()[k]->index())] = k;
+  if (pd_) pd_set_clock();
   sched_->schedule(sched_out_);
   if (offload_) offload_record_step();  // (the step is in flight even when vLLM raised)
+  if (pd_) pd_record_step();
   if (v020_ && sched_->step_error()[0] != 0) throw OpError{sched_->step_error()};
   schedule_pending_ = true;
   const auto groups = static_cast<std::size_t>(sched_->num_kv_cache_groups());
@@ -108,6 +111,7 @@ void V1Replayer::op_schedule(JsonWriter& w) {
   w.end_array();
   write_queues(w);
   if (offload_) offload_after_schedule(w);
+  if (pd_) pd_after_schedule(w);
   w.end_object();
 }
 
@@ -155,6 +159,7 @@ void V1Replayer::op_update(JsonWriter& w) {
     r.sampled_token = static_cast<Token>(tok);
   }
   if (offload_) offload_before_update();
+  if (pd_) pd_before_update();
   sched_->update_from_output(outputs_);
   schedule_pending_ = false;
   if (v020_ && sched_->step_error()[0] != 0) {
@@ -178,15 +183,17 @@ void V1Replayer::op_update(JsonWriter& w) {
       w.value(std::int64_t{*r.stop_reason});
     else
       w.null();
+    if (pd_ && o.finished) pd_write_finish(w, r);
     w.end_object();
   }
   w.end_array();
   write_queues(w);
   if (offload_) offload_after_update(w);
+  if (pd_) pd_after_update(w);
   w.end_object();
   for (const RequestOutput& o : outputs_)
     if (o.finished) forget_unless_held(*o.request);
-  if (offload_)
+  if (offload_ || pd_)
     for (const Request* r : sched_->released())
       if (requests_[static_cast<std::size_t>(r->index())]) forget(r->index());
 }
@@ -200,15 +207,33 @@ void V1Replayer::op_abort(JsonWriter& w) {
   if (mode_ != Mode::kSched) throw OpError{"RuntimeError: abort needs sched mode (sched_init)"};
   const Index ids = field("ids");
   if (json_[ids].type != Type::kArray) throw OpError{"TypeError: ids must be a list"};
-  for (Index e = JsonLine::first_child(ids), k = 0; k < json_[ids].size; ++k, e = json_.next(e)) {
+  for (Index e = JsonLine::first_child(ids), k = 0; k < json_[ids].size; ++k, e = json_.next(e))
     if (json_[e].type != Type::kString) throw OpError{"TypeError: ids must be strings"};
+  if (pd_) {
+    pd_set_clock();
+    pd_->connector.clear_finishes();
+  }
+  std::vector<const Request*> aborted;
+  for (Index e = JsonLine::first_child(ids), k = 0; k < json_[ids].size; ++k, e = json_.next(e)) {
     const auto it = live_.find(json_[e].s);
     if (it == live_.end()) continue;
     const std::int64_t index = it->second;
     Request& r = *requests_[static_cast<std::size_t>(index)];
-    if (sched_->abort_request(r)) forget_unless_held(r);
+    if (sched_->abort_request(r)) aborted.push_back(&r);
   }
-  w.begin_object().end_object();
+  w.begin_object();
+  if (pd_) {
+    w.key("pd_finished").begin_array();
+    for (const Request* r : aborted) {
+      w.begin_object().key("id").value(name_of(*r));
+      pd_write_finish(w, *r);
+      w.end_object();
+    }
+    w.end_array();
+    pd_write_queue_keys(w);
+  }
+  w.end_object();
+  for (const Request* r : aborted) forget_unless_held(*r);
 }
 
 }  // namespace kvsim
