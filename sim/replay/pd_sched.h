@@ -27,7 +27,9 @@ struct PdConfig {
 };
 
 struct PdSched {
-  explicit PdSched(const PdConfig& c) : config(c), connector(c.connector), now_s(c.start_time_s) {}
+  explicit PdSched(const PdConfig& c) : config(c), connector(c.connector), now_s(c.start_time_s) {
+    connector.set_now(now_s);
+  }
   PdConfig config;
   NixlConnector connector;
   NixlWorkerSim worker;

@@ -41,6 +41,9 @@ REAL_FILES = [
     # yield_req_data is appended to the stub from here (see Finder.exec_module)
     "vllm/distributed/kv_transfer/kv_connector/utils.py",
     "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py",
+    # the NixlConnector's scheduler side (pdsched mode) and its metadata
+    "vllm/distributed/kv_transfer/kv_connector/v1/nixl/metadata.py",
+    "vllm/distributed/kv_transfer/kv_connector/v1/nixl/scheduler.py",
 ]
 # Third-party packages vLLM imports; they are replaced by auto-stubs (see AutoModule).
 AUTO_TOP = {"torch", "msgspec", "cbor2", "uvloop", "xxhash", "pydantic", "typing_extensions", "nvtx",
@@ -227,7 +230,10 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1, KVConnectorRole, SupportsHMA, supports_hma)
 ''',
     # yield_req_data is appended from the extracted file (see Finder.exec_module)
-    "vllm.distributed.kv_transfer.kv_connector.utils": "from collections.abc import Iterator\n",
+    "vllm.distributed.kv_transfer.kv_connector.utils": (
+        "from collections.abc import Iterator\nBlockIds = tuple\nEngineId = str\n"),
+    # nixl/scheduler.py reads the device type (a GPU: kv_buffer_device decides the host buffer)
+    "vllm.platforms": "class _Platform:\n    device_type = 'cuda'\ncurrent_platform = _Platform()\n",
     "vllm.distributed.kv_events": '''
 MEDIUM_GPU = "GPU"
 class _Publisher:

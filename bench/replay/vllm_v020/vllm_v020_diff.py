@@ -23,6 +23,8 @@ def mode_of(ops):
     first = next((op["op"] for op in ops if op["op"] != "comment"), None)
     if first == "sched_init" and any(op["op"] == "sched_init" and op.get("kv_offload") is not None for op in ops):
         return "offsched"
+    if first == "sched_init" and any(op["op"] == "sched_init" and op.get("kv_pd") is not None for op in ops):
+        return "pdsched"
     return {"sched_init": "sched", "offload_init": "offm"}.get(first, "kvm")
 
 
@@ -34,12 +36,15 @@ def load_vllm(scratch):
     import offm_harness
     import offsched_gen
     import offsched_harness
+    import pdsched_gen
+    import pdsched_harness
     import sched_gen
     import sched_harness
     return {"kvm": (kvm_harness.KvmHarness, kvm_gen.KvmGen, kvm_harness.valid_trace),
             "sched": (sched_harness.SchedHarness, sched_gen.SchedGen, sched_harness.valid_trace),
             "offm": (offm_harness.OffmHarness, offm_harness.OffmGenerator, offm_harness.valid_trace),
-            "offsched": (offsched_harness.OffschedHarness, offsched_gen.OffschedGen, offsched_gen.valid_trace)}
+            "offsched": (offsched_harness.OffschedHarness, offsched_gen.OffschedGen, offsched_gen.valid_trace),
+            "pdsched": (pdsched_harness.PdschedHarness, pdsched_gen.PdschedGen, pdsched_gen.valid_trace)}
 
 
 def read_trace(path):
@@ -54,7 +59,7 @@ def generate(modes, a, seed):
     gen_cls = modes[a.mode][1]
     if a.mode == "offm":
         g = gen_cls(seed, a.ops, episodes)
-    elif a.mode == "offsched":
+    elif a.mode in ("offsched", "pdsched"):
         g = gen_cls(seed, a.ops, episodes, stress=a.stress)
     elif a.mode == "kvm":
         g = gen_cls(seed, a.ops, episodes, mamba=a.mamba, bind=a.bind, mamba_spec=a.mamba_spec, tiny=a.tiny,
@@ -124,7 +129,7 @@ def cmd_minimize(a, modes):
 
 
 def gen_options(p):
-    p.add_argument("--mode", choices=("kvm", "sched", "offm", "offsched"), required=True)
+    p.add_argument("--mode", choices=("kvm", "sched", "offm", "offsched", "pdsched"), required=True)
     p.add_argument("--ops", type=int, default=1500, help="ops per trace (default 1500)")
     p.add_argument("--episodes", type=int, help="init episodes per trace (default 3 + seed %% 3)")
     p.add_argument("--mamba-modes", type=lambda s: s.split(","),
@@ -166,9 +171,9 @@ def main():
     p.add_argument("--out", required=True, help="prefix of the three output files")
     p.add_argument("trace")
     a = ap.parse_args()
-    if getattr(a, "mode", None) in ("sched", "offsched", "offm") and any(getattr(a, k) for k in KVM_ONLY):
+    if getattr(a, "mode", None) in ("sched", "offsched", "offm", "pdsched") and any(getattr(a, k) for k in KVM_ONLY):
         ap.error("--mamba, --mamba-spec, --bind, --tiny and --delay are kvm options")
-    if getattr(a, "mode", None) in ("offsched", "offm") and (a.mamba_modes or a.reuse_inflight):
+    if getattr(a, "mode", None) in ("offsched", "offm", "pdsched") and (a.mamba_modes or a.reuse_inflight):
         ap.error("--mamba-modes and --reuse-inflight are kvm / sched options")
     if getattr(a, "mode", None) == "kvm" and (a.stress or a.reuse_inflight):
         ap.error("--stress and --reuse-inflight are sched options")
