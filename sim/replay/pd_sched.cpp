@@ -309,6 +309,25 @@ void V1Replayer::pd_write_local_blocks(JsonWriter& w, const NixlRecv& r) const {
 
 void V1Replayer::pd_before_update() {
   PdSched& pd = *pd_;
+  // The op's fields first: a bad one leaves the step in flight, as if the op never came.
+  const auto read_ids = [&](std::string_view key, std::vector<std::string>& out) {
+    out.clear();
+    const Index ids = json_.find(JsonLine::root(), key);
+    if (json_.is_null_or_absent(ids)) return;
+    if (json_[ids].type != Type::kArray)
+      throw OpError{"TypeError: '" + std::string(key) + "' must be a list"};
+    for (Index e = JsonLine::first_child(ids), k = 0; k < json_[ids].size;
+         ++k, e = json_.next(e)) {
+      if (json_[e].type != Type::kString) throw OpError{"TypeError: ids must be strings"};
+      out.emplace_back(json_[e].s);
+    }
+  };
+  std::vector<std::string> reads_done, notified;
+  read_ids("finished_recving", reads_done);
+  read_ids("finished_sending", notified);
+  const Index all = json_.find(JsonLine::root(), "complete_all");
+  if (!json_.is_null_or_absent(all) && json_[all].type != Type::kBool)
+    throw OpError{"TypeError: complete_all must be a boolean"};
   pd_set_clock();
   KVSIM_ASSERT(!pd.steps.empty(), "an update without its step's metadata");
   const NixlStepMeta meta = std::move(pd.steps.front());
@@ -319,37 +338,27 @@ void V1Replayer::pd_before_update() {
   pd.notify_only.clear();
   for (const NixlRecv* r : started) pd.started.push_back(*r);
   for (const NixlRecv* r : notify_only) pd.notify_only.push_back(*r);
-  const auto each_id = [&](std::string_view key, auto f) {
-    const Index ids = json_.find(JsonLine::root(), key);
-    if (json_.is_null_or_absent(ids)) return;
-    if (json_[ids].type != Type::kArray)
-      throw OpError{"TypeError: '" + std::string(key) + "' must be a list"};
-    for (Index e = JsonLine::first_child(ids), k = 0; k < json_[ids].size;
-         ++k, e = json_.next(e)) {
-      if (json_[e].type != Type::kString) throw OpError{"TypeError: ids must be strings"};
-      f(std::string(json_[e].s));
-    }
-  };
   pd.ignored_recving.clear();
   pd.ignored_notifs.clear();
-  each_id("finished_recving", [&](const std::string& id) {
+  for (const std::string& id : reads_done)
     if (!pd.worker.complete_read(id)) pd.ignored_recving.push_back(id);
-  });
-  const Index all = json_.find(JsonLine::root(), "complete_all");
-  if (!json_.is_null_or_absent(all) && json_[all].type != Type::kBool)
-    throw OpError{"TypeError: complete_all must be a boolean"};
   if (pd.config.step_completion || (!json_.is_null_or_absent(all) && json_[all].b))
     pd.worker.complete_all_reads();
-  each_id("finished_sending", [&](const std::string& id) {
+  for (const std::string& id : notified)
     if (!pd.worker.notify(id)) pd.ignored_notifs.push_back(id);
-  });
   pd.worker.get_finished(pd.now_s, pd.sending, pd.recving, pd.expired);
-  // The scheduler looks them up in its requests (vLLM: assert req_id in self.requests).
+  // The scheduler looks them up in its requests; vLLM asserts req_id in self.requests (a
+  // notification for a P request aborted while a step that batched it was in flight): the
+  // update answers that error, after applying the step without it.
+  pd.error.clear();
   const auto to_requests = [&](const std::vector<std::string>& ids, std::vector<Request*>& out) {
     out.clear();
     for (const std::string& id : ids) {
       const auto it = live_.find(id);
-      if (it == live_.end()) throw OpError{"AssertionError: req_id in self.requests"};
+      if (it == live_.end()) {
+        pd.error = "AssertionError: req_id in self.requests";
+        continue;
+      }
       out.push_back(requests_[static_cast<std::size_t>(it->second)].get());
     }
   };

@@ -45,6 +45,7 @@ struct PdSched {
   std::vector<NixlRecv> started, notify_only;
   std::vector<std::string> sending, recving, expired, ignored_notifs, ignored_recving;
   std::vector<Request*> sending_requests, recving_requests;  // handed to the scheduler
+  std::string error;  // the update's error once the scheduler applied it ("" if none)
 };
 
 }  // namespace kvsim

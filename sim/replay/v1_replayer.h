@@ -17,7 +17,9 @@
 // async_scheduling, max_num_scheduled_tokens); add_request's min_tokens, priority, arrival_time,
 // cache_salt, lora_name; allocate_slots' num_new_computed_tokens and delay_cache_blocks; the ops
 // can_fit_full_sequence, cache_blocks, new_step (kvm) and prefix_cache_stats; several schedule
-// outputs in flight, each update applying the oldest.
+// outputs in flight, each update applying the oldest. sched_init's kv_offload plugs in the CPU tier
+// (offload_sched.cpp, ops-format-offload.md), its kv_pd the NixlConnector of one P/D engine with a
+// simulated NIXL worker (pd_sched.cpp, ops-format-pd.md).
 
 #include <xxhash.h>
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/replay/offload_sched.h"
@@ -162,10 +163,11 @@ void V1Replayer::op_update(JsonWriter& w) {
   if (pd_) pd_before_update();
   sched_->update_from_output(outputs_);
   schedule_pending_ = false;
-  if (v020_ && sched_->step_error()[0] != 0) {
+  const std::string pd_error = pd_ ? std::exchange(pd_->error, std::string()) : std::string();
+  if ((v020_ && sched_->step_error()[0] != 0) || !pd_error.empty()) {
     for (const RequestOutput& o : outputs_)
       if (o.finished) forget_unless_held(*o.request);
-    throw OpError{sched_->step_error()};
+    throw OpError{pd_error.empty() ? std::string(sched_->step_error()) : pd_error};
   }
   w.begin_object().key("outputs").begin_array();
   for (const RequestOutput& o : outputs_) {

@@ -5,7 +5,7 @@ remote_* parameters, plain requests among them; reads finished by name, all at o
 prefill engine P (do_remote_decode requests with max_tokens 1, a few longer or stopping on their
 first token, plain requests; D's read notifications for held requests; expiries on a clock that
 advances every step). Both with sync or async scheduling, FCFS or priority, prefix caching on or
-off, small pools (allocation failures, preemptions), aborts (of loading, held and running
+off, a full or one sliding-window group, small pools (allocation failures, preemptions), aborts (of loading, held and running
 requests), names the worker does not track (ignored), snapshots and stats. Import after
 common.install()."""
 import random
@@ -53,8 +53,17 @@ class PdschedGen:
             op["scheduler_reserve_full_isl"] = False
         if r.random() < 0.15:
             op["long_prefill_token_threshold"] = r.choice([bs, 17, 33])
-        if r.random() < 0.1:
+        x = r.random()
+        if x < 0.1:
             op["kv_cache_groups"] = [{"type": "full"}]
+        elif x < 0.2:   # one sliding-window group: the connector clips the blocks it hands out
+            w = r.choice([2 * bs, 33, 64])
+            if r.random() < 0.5:
+                op["sliding_window"] = w
+            else:
+                op["kv_cache_groups"] = [{"type": "sliding_window", "sliding_window": w}]
+            # vllm-0.20-semantics.md §12 guard: the admission cap never binds
+            op["max_num_batched_tokens"] = max(op["max_num_batched_tokens"], mml - w + 1)
         kp = {"engine_id": r.choice(["p-engine", "d-engine", "e0"])}
         if r.random() < 0.5:
             kp["kv_role"] = "kv_consumer" if role == "d" else "kv_producer"
@@ -71,6 +80,8 @@ class PdschedGen:
             kp["side_channel_port"] = r.choice([5600, 7000])
         if r.random() < 0.15:
             kp["tp_size"] = r.choice([1, 2])
+        if r.random() < 0.15:
+            kp["disable_hybrid_kv_cache_manager"] = r.random() < 0.5
         op["kv_pd"] = kp
         return op
 

@@ -119,3 +119,30 @@ TEST_CASE("a prefill engine returns its blocks to D and frees them at the expiry
   CHECK(res[7]["held"].empty());
   CHECK(res[8].contains("error"));  // no step in flight
 }
+
+TEST_CASE("a notification for a request P dropped answers vLLM's assertion, then goes on", "[sim]") {
+  // Async: the step that batched p is in flight when p is aborted; D's notification then reaches
+  // a worker that still tracks p, and the scheduler no longer has it (vLLM raises too).
+  const std::vector<json> res = run({
+      R"({"op":"sched_init","block_size":4,"num_gpu_blocks":64,"max_model_len":128,"max_num_seqs":4,)"
+      R"("max_num_batched_tokens":64,"async_scheduling":true,"kv_pd":{}})",
+      R"({"op":"add_request","id":"p","prompt":[1,2,3,4,5,6],"max_tokens":3,)"
+      R"("kv_transfer_params":{"do_remote_decode":true}})",
+      R"({"op":"schedule"})",
+      R"({"op":"schedule"})",
+      R"({"op":"update"})",
+      R"({"op":"abort","ids":["p"]})",
+      R"({"op":"update","finished_sending":["p"]})",
+      R"({"op":"update","finished_recving":[1]})",  // no step in flight (the last one was applied)
+      R"({"op":"schedule"})",
+      R"({"op":"update","finished_recving":[1]})",  // not strings: the step stays in flight
+      R"({"op":"update"})",
+      R"({"op":"snapshot","brief":true})",
+  });
+  CHECK(res[6].contains("error"));
+  CHECK(res[7].contains("error"));
+  CHECK(res[8]["finished"] == json::parse(R"(["p"])"));
+  CHECK(res[9].contains("error"));
+  CHECK(!res[10].contains("error"));
+  CHECK(res[11]["num_free_blocks"] == 63);
+}
