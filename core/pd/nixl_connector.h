@@ -34,8 +34,8 @@ struct PdParams {
 };
 
 struct NixlConnectorConfig {
-  double abort_timeout_s = 480;   // VLLM_NIXL_ABORT_REQUEST_TIMEOUT
-  std::int64_t sw_blocks = 0;     // blocks_per_sw of the one group (0: not a clipped window)
+  double abort_timeout_s = 480;  // VLLM_NIXL_ABORT_REQUEST_TIMEOUT
+  std::int64_t sw_blocks = 0;    // blocks_per_sw of the one group (0: not a clipped window)
 };
 
 /// One get_num_new_matched_tokens call (for reports).
@@ -49,15 +49,15 @@ struct NixlLookup {
 /// A read of the step's metadata (vLLM's reqs_to_recv entry).
 struct NixlRecv {
   std::string id;
-  std::int64_t request_index = -1;     // the Request's index (it may be gone by now)
-  bool notify_only = false;            // local_block_ids is () / []: only notify P
+  std::int64_t request_index = -1;       // the Request's index (it may be gone by now)
+  bool notify_only = false;              // local_block_ids is () / []: only notify P
   std::vector<BlockId> local_block_ids;  // group 0's blocks to fill
 };
 
 /// The metadata one schedule() hands to the worker (build_connector_meta).
 struct NixlStepMeta {
-  std::vector<NixlRecv> reqs_to_recv;                       // insertion order
-  std::vector<std::pair<std::string, double>> reqs_to_send;  // (id, expiry), registration order
+  std::vector<NixlRecv> reqs_to_recv;                          // insertion order
+  std::vector<std::pair<std::string, double>> reqs_to_send;    // (id, expiry), registration order
   std::vector<std::string> reqs_in_batch, reqs_not_processed;  // sorted
 };
 
@@ -65,8 +65,8 @@ struct NixlStepMeta {
 struct NixlFinish {
   std::int64_t request_index = -1;
   bool delay_free = false;
-  bool returned_params = false;       // P's kv_transfer_params (else None)
-  std::vector<BlockId> block_ids;     // remote_block_ids' one group
+  bool returned_params = false;    // P's kv_transfer_params (else None)
+  std::vector<BlockId> block_ids;  // remote_block_ids' one group
 };
 
 class NixlConnector final : public KVConnector {

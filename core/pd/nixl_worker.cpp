@@ -61,8 +61,8 @@ void NixlWorkerSim::complete_all_reads() {
 }
 
 bool NixlWorkerSim::notify(const std::string& id) {
-  const bool sending = std::any_of(to_send_.begin(), to_send_.end(),
-                                   [&](const auto& e) { return e.first == id; });
+  const bool sending =
+      std::any_of(to_send_.begin(), to_send_.end(), [&](const auto& e) { return e.first == id; });
   if (!sending && !contains(to_process_, id)) return false;  // "unrecognized request"
   if (!contains(notified_, id)) notified_.push_back(id);
   erase(to_process_, id);
@@ -110,7 +110,8 @@ std::string NixlWorkerSim::find_violation() const {
     if (!contains(to_process_, to_send_[i].first))
       return "reqs_to_send has " + to_send_[i].first + " outside reqs_to_process";
     for (std::size_t j = 0; j < i; ++j)
-      if (to_send_[j].first == to_send_[i].first) return "reqs_to_send repeats " + to_send_[i].first;
+      if (to_send_[j].first == to_send_[i].first)
+        return "reqs_to_send repeats " + to_send_[i].first;
   }
   for (std::size_t i = 0; i < to_process_.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)

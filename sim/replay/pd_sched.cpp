@@ -96,10 +96,16 @@ void write_strings(JsonWriter& w, const std::vector<std::string>& ids) {
 
 PdConfig V1Replayer::read_kv_pd(Index obj, const KVCacheConfig& c) const {
   if (json_[obj].type != Type::kObject) throw OpError{"TypeError: kv_pd must be an object"};
-  static constexpr std::string_view kFields[] = {
-      "engine_id",   "kv_role",    "side_channel_host",      "side_channel_port",
-      "abort_timeout", "tp_size",  "completion",             "start_time",
-      "kv_load_failure_policy",    "disable_hybrid_kv_cache_manager"};
+  static constexpr std::string_view kFields[] = {"engine_id",
+                                                 "kv_role",
+                                                 "side_channel_host",
+                                                 "side_channel_port",
+                                                 "abort_timeout",
+                                                 "tp_size",
+                                                 "completion",
+                                                 "start_time",
+                                                 "kv_load_failure_policy",
+                                                 "disable_hybrid_kv_cache_manager"};
   for (Index k = JsonLine::first_child(obj), i = 0; i < json_[obj].size; ++i) {
     const std::string_view name = json_[k].s;
     if (std::find(std::begin(kFields), std::end(kFields), name) == std::end(kFields))
@@ -160,7 +166,8 @@ PdConfig V1Replayer::read_kv_pd(Index obj, const KVCacheConfig& c) const {
   // One KV cache group (hybrid and mamba models with P/D are not simulated).
   if (c.kv_cache_groups.size() > 1 ||
       (c.kv_cache_groups.size() == 1 && c.kv_cache_groups[0].kind == KVGroupKind::kMamba))
-    throw OpError{"NotImplementedError: P/D with several KV cache groups or mamba is not simulated"};
+    throw OpError{
+        "NotImplementedError: P/D with several KV cache groups or mamba is not simulated"};
   // get_sw_clipped_blocks: a sliding-window group keeps its last cdiv(window, block) + 1 blocks
   // when the hybrid manager is on.
   std::int64_t window = c.sliding_window;
@@ -316,8 +323,7 @@ void V1Replayer::pd_before_update() {
     if (json_.is_null_or_absent(ids)) return;
     if (json_[ids].type != Type::kArray)
       throw OpError{"TypeError: '" + std::string(key) + "' must be a list"};
-    for (Index e = JsonLine::first_child(ids), k = 0; k < json_[ids].size;
-         ++k, e = json_.next(e)) {
+    for (Index e = JsonLine::first_child(ids), k = 0; k < json_[ids].size; ++k, e = json_.next(e)) {
       if (json_[e].type != Type::kString) throw OpError{"TypeError: ids must be strings"};
       out.emplace_back(json_[e].s);
     }

@@ -33,7 +33,7 @@ struct PdSched {
   PdConfig config;
   NixlConnector connector;
   NixlWorkerSim worker;
-  double now_s;                   // the simulated clock (time.perf_counter())
+  double now_s;                    // the simulated clock (time.perf_counter())
   std::deque<NixlStepMeta> steps;  // metadata of the steps in flight, oldest first
   /// A D request's remote_block_ids, remote_engine_id, remote_request_id as JSON text, by
   /// request index (kept after the request is gone: a read of an aborted request still names them).

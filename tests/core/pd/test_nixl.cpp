@@ -104,8 +104,12 @@ struct Engine {
 };
 
 PdParams remote_prefill() {
-  return {.present = true, .do_remote_prefill = true, .do_remote_decode = false,
-          .remote_block_ids = true, .remote_keys = true, .remote_meta = true};
+  return {.present = true,
+          .do_remote_prefill = true,
+          .do_remote_decode = false,
+          .remote_block_ids = true,
+          .remote_keys = true,
+          .remote_meta = true};
 }
 PdParams remote_decode() { return {.present = true, .do_remote_decode = true}; }
 
@@ -122,9 +126,10 @@ TEST_CASE("D: a remote prefill reads its new blocks and is promoted after the re
   CHECK(e.connector.lookups()[0].external == 40);
   CHECK(e.connector.lookups()[0].load_async);
   REQUIRE(e.connector.meta().reqs_to_recv.size() == 1);
-  CHECK(ids(e.connector.meta().reqs_to_recv[0].local_block_ids) == std::vector<std::int32_t>{1, 2, 3});
+  CHECK(ids(e.connector.meta().reqs_to_recv[0].local_block_ids) ==
+        std::vector<std::int32_t>{1, 2, 3});
   CHECK(!e.connector.params(r).do_remote_prefill);  // one transfer per request
-  e.update();  // the read starts, nothing finished
+  e.update();                                       // the read starts, nothing finished
   CHECK(e.worker.recving() == std::vector<std::string>{"r0"});
   e.schedule();  // still waiting
   CHECK(r.status == RequestStatus::kWaitingForRemoteKvs);

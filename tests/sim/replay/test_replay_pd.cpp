@@ -40,22 +40,22 @@ std::string prompt(int n) {
 
 TEST_CASE("bad kv_pd input gives one error line each and the replay goes on", "[sim]") {
   const std::vector<std::string> ops = {
-      kInit + R"({"bogus":1}})",                                     // unknown field
-      kInit + R"({},"kv_offload":{"num_cpu_blocks":4}})",           // two connectors
-      kInit + R"([]})",                                              // not an object
-      kInit + R"({"abort_timeout":"soon"}})",                        // wrong types
+      kInit + R"({"bogus":1}})",                           // unknown field
+      kInit + R"({},"kv_offload":{"num_cpu_blocks":4}})",  // two connectors
+      kInit + R"([]})",                                    // not an object
+      kInit + R"({"abort_timeout":"soon"}})",              // wrong types
       kInit + R"({"engine_id":3}})",
       kInit + R"({"side_channel_port":1.5}})",
       kInit + R"({"completion":"later"}})",
       kInit + R"({"kv_role":"kv_everything"}})",
       kInit + R"({"disable_hybrid_kv_cache_manager":1}})",
-      kInit + R"({}})",                                              // fine
+      kInit + R"({}})",  // fine
       R"({"op":"add_request","id":"a","prompt":[1,2],"kv_transfer_params":[1]})",
       R"({"op":"schedule","now":"later"})",
-      R"({"op":"update","finished_recving":"a"})",                   // no step in flight
+      R"({"op":"update","finished_recving":"a"})",  // no step in flight
       R"({"op":"add_request","id":"b","prompt":[1,2,3]})",
       R"({"op":"schedule"})",
-      R"({"op":"update","finished_recving":"b"})",                   // not a list
+      R"({"op":"update","finished_recving":"b"})",  // not a list
   };
   const std::vector<json> res = run(ops);
   for (std::size_t i = 0; i < res.size(); ++i) {
@@ -88,7 +88,8 @@ TEST_CASE("a decode engine reads, promotes and recomputes the last prompt token"
   CHECK(res[5]["pd"]["finished_recving"] == json::parse(R"(["r"])"));
   CHECK(res[5]["pd"]["ignored_recving"] == json::parse(R"(["nobody"])"));
   CHECK(res[6]["pd"]["promoted"] ==
-        json::parse(R"([{"id":"r","num_computed_tokens":39,"cached_block_ids":[1,2],"failed":false}])"));
+        json::parse(
+            R"([{"id":"r","num_computed_tokens":39,"cached_block_ids":[1,2],"failed":false}])"));
   CHECK(res[6]["num_scheduled_tokens"] == json::parse(R"([["r",1]])"));
 }
 
@@ -108,9 +109,10 @@ TEST_CASE("a prefill engine returns its blocks to D and frees them at the expiry
   const json& out = res[3]["outputs"][0];
   CHECK(out["delay_free"] == true);
   CHECK(out["kv_transfer_params"] ==
-        json::parse(R"({"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[[1,2]],)"
-                    R"("remote_engine_id":"P","remote_request_id":"p","remote_host":"localhost",)"
-                    R"("remote_port":7000,"tp_size":2})"));
+        json::parse(
+            R"({"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[[1,2]],)"
+            R"("remote_engine_id":"P","remote_request_id":"p","remote_host":"localhost",)"
+            R"("remote_port":7000,"tp_size":2})"));
   CHECK(res[3]["held"] == json::parse(R"({"p":[1,2]})"));
   CHECK(res[4]["pd"]["send"] == json::parse(R"([["p",12.5]])"));
   CHECK(res[5]["pd"]["expired"].empty());  // 12.4 < 12.5
@@ -120,7 +122,8 @@ TEST_CASE("a prefill engine returns its blocks to D and frees them at the expiry
   CHECK(res[8].contains("error"));  // no step in flight
 }
 
-TEST_CASE("a notification for a request P dropped answers vLLM's assertion, then goes on", "[sim]") {
+TEST_CASE("a notification for a request P dropped answers vLLM's assertion, then goes on",
+          "[sim]") {
   // Async: the step that batched p is in flight when p is aborted; D's notification then reaches
   // a worker that still tracks p, and the scheduler no longer has it (vLLM raises too).
   const std::vector<json> res = run({
