@@ -44,6 +44,7 @@ constexpr CaseFolder kCaseFolders[] = {
     {kvsim::Profile::kVllm020, "vllm-0.20.1-offload", 42},
     {kvsim::Profile::kVllm020, "vllm-0.20.1-offload-diff", 3},
     {kvsim::Profile::kVllm020, "vllm-0.20.1-pd", 29},
+    {kvsim::Profile::kVllm020, "vllm-0.20.1-pd-diff", 2},
 };
 
 fs::path cases_dir(const char* folder) { return fs::path(KVSIM_CASES_DIR) / folder; }
