@@ -102,10 +102,12 @@ KVSIM_HOT HashId BlockHashTable::intern_hashed(HashId parent, std::span<const To
             tokens_.begin() + static_cast<std::ptrdiff_t>(n) * block_.value());
   if (parent != kNoHash) retain(parent);
   ++live_;
-  // Linear probing degrades fast with load (each probe and each backward shift is a branch on a
-  // cluster's length): keep the table at most a quarter full. A miss ends at the first empty
-  // bucket, which is where the new node goes unless the table grew.
-  if (static_cast<std::uint64_t>(live_) * 4 > buckets_.size()) {
+  // Linear probing degrades with load (each probe and each backward shift is a branch on a
+  // cluster's length): keep the table at most half full, a quarter to a half after it grows. (At
+  // most a quarter would double the bucket array for a few percent more nodes: a full H100 pool's
+  // ~135k cached blocks would take 2^20 buckets, 8 MiB, instead of 2^19.) A miss ends at the first
+  // empty bucket, which is where the new node goes unless the table grew.
+  if (static_cast<std::uint64_t>(live_) * 2 > buckets_.size()) {
     grow_buckets();
     bucket_insert(n, h);
   } else {

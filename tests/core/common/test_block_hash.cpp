@@ -107,15 +107,16 @@ TEST_CASE("the table grows past its initial bucket count and stays consistent", 
 }
 
 TEST_CASE("interning a chain gives the nodes that block-by-block interning gives", "[core]") {
-  // 3 blocks shared with an earlier chain, then 300 new ones (the table grows mid-chain).
+  // 3 blocks shared with an earlier chain, then 600 new ones (the 1,024 buckets, at most half
+  // full, grow mid-chain).
   BlockHashTable t(4);
-  std::vector<Token> tokens = iota_tokens(4 * 303);
+  std::vector<Token> tokens = iota_tokens(4 * 603);
   std::vector<HashId> first;
   t.intern_chain(kNoHash, std::span<const Token>(tokens.data(), 12), kExtraNone, first);
   REQUIRE(first.size() == 3);
   std::vector<HashId> chain;
   t.intern_chain(kNoHash, tokens, kExtraNone, chain);
-  REQUIRE(chain.size() == 303);
+  REQUIRE(chain.size() == 603);
   CHECK(std::equal(first.begin(), first.end(), chain.begin()));
   CHECK(t.ref_count(chain[0]) == 3);  // both lists and its child
   HashId parent = kNoHash;
@@ -123,6 +124,6 @@ TEST_CASE("interning a chain gives the nodes that block-by-block interning gives
     parent = t.intern(parent, std::span<const Token>(tokens.data() + 4 * i, 4), kExtraNone);
     CHECK(parent == chain[i]);
   }
-  CHECK(t.size() == 303);
+  CHECK(t.size() == 603);
   CHECK(t.find_violation().empty());
 }
