@@ -17,7 +17,6 @@ std::uint64_t block_content_hash(std::uint64_t parent_hash, std::span<const Toke
   return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), seed);
 }
 
-
 BlockHashTable::BlockHashTable(std::int32_t block_size, BucketHashFn hash_fn)
     : block_(block_size), hash_fn_(hash_fn ? hash_fn : &block_content_hash) {
   KVSIM_ASSERT(block_size > 0);
@@ -90,6 +89,8 @@ KVSIM_HOT HashId BlockHashTable::intern_hashed(HashId parent, std::span<const To
     free_slots_.pop_back();
   } else {
     n = static_cast<std::int32_t>(nodes_.size());
+    if (nodes_.size() == nodes_.capacity()) [[unlikely]]
+      grow_nodes();
     nodes_.emplace_back();
     tokens_.resize(tokens_.size() + block_len());
   }
@@ -170,6 +171,20 @@ void BlockHashTable::grow_buckets() {
   bucket_mask_ = buckets_.size() - 1;
   for (const Bucket& b : old)
     if (b.node >= 0) bucket_insert(b.node, nodes_[static_cast<std::size_t>(b.node)].hash);
+}
+
+void BlockHashTable::reserve(std::int64_t nodes) {
+  KVSIM_ASSERT(nodes >= 0);
+  const auto n = static_cast<std::size_t>(nodes);
+  if (n <= nodes_.capacity()) return;
+  nodes_.reserve(n);
+  tokens_.reserve(n * block_len());
+}
+
+// Grows by half: a table one node past a power of two does not hold twice the memory it needs,
+// and the old and new arrays together (while the nodes move) are 2.5x the old, not 3x.
+void BlockHashTable::grow_nodes() {
+  reserve(std::max<std::int64_t>(64, static_cast<std::int64_t>(nodes_.size() + nodes_.size() / 2)));
 }
 
 ExtraKeysId BlockHashTable::intern_extra(const std::vector<std::string>& mm_hashes) {

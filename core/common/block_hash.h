@@ -50,6 +50,11 @@ class BlockHashTable {
   void intern_chain(HashId parent, std::span<const Token> tokens, ExtraKeysId extra,
                     std::vector<HashId>& out);
 
+  /// Room for `nodes` nodes without moving the node and token arrays (the owner of a pool of N
+  /// blocks reserves N: a cached block holds one node). Past its reservation the table grows by
+  /// half its size at a time rather than doubling. Allocates; call it before the hot path.
+  void reserve(std::int64_t nodes);
+
   /// Starts loading what release(h) reads (the node, then its bucket): call it a few blocks
   /// ahead of releasing a run of nodes.
   void prefetch_node(HashId h) const { __builtin_prefetch(&nodes_[slot(h)]); }
@@ -107,6 +112,7 @@ class BlockHashTable {
   void bucket_insert(std::int32_t n, std::uint64_t hash);
   void bucket_erase(std::int32_t n);
   void grow_buckets();
+  void grow_nodes();
 
   std::size_t block_len() const { return static_cast<std::size_t>(block_.value()); }
 

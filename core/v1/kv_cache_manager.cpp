@@ -33,6 +33,8 @@ KVCacheManager::KVCacheManager(const KVCacheConfig& config, const V1Policy& poli
   KVSIM_ASSERT(!config.use_eagle || policy.lookahead_slots, "this release has no use_eagle");
   KVSIM_ASSERT(policy.kv_cache_coordinator || config.kv_cache_groups.empty(),
                "this release has one KV cache group");
+  // A cached block holds a hash node: room for a full pool's (untouched pages cost no memory).
+  if (config.enable_caching) hashes_.reserve(config.num_gpu_blocks);
   if (policy.kv_cache_coordinator) {
     coordinator_ =
         std::make_unique<KVCacheCoordinator>(config, pool_, hashes_, policy.admission_cap);

@@ -127,3 +127,30 @@ TEST_CASE("interning a chain gives the nodes that block-by-block interning gives
   CHECK(t.size() == 603);
   CHECK(t.find_violation().empty());
 }
+
+TEST_CASE("a reserved table keeps its arrays in place up to the reservation and grows past it",
+          "[core]") {
+  BlockHashTable t(4);
+  t.reserve(300);
+  const HashId first = t.intern(kNoHash, iota_tokens(4, 0), kExtraNone);
+  const Token* data = t.tokens(first).data();
+  std::vector<HashId> ids{first};
+  for (Token i = 1; i < 300; ++i)
+    ids.push_back(t.intern(ids.back(), iota_tokens(4, 4 * i), kExtraNone));
+  CHECK(t.tokens(first).data() == data);  // 300 nodes: not moved
+  for (Token i = 300; i < 1000; ++i)
+    ids.push_back(t.intern(ids.back(), iota_tokens(4, 4 * i), kExtraNone));
+  CHECK(t.size() == 1000);
+  CHECK(t.capacity() == 1000);
+  // Every node kept its id, content, parent and content hash through the moves.
+  std::uint64_t h = kRootContentHash;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const auto want = iota_tokens(4, 4 * static_cast<Token>(i));
+    CHECK(std::equal(want.begin(), want.end(), t.tokens(ids[i]).begin()));
+    CHECK(t.parent(ids[i]) == (i == 0 ? kNoHash : ids[i - 1]));
+    h = block_content_hash(h, want, static_cast<std::int32_t>(kExtraNone));
+    CHECK(t.content_hash(ids[i]) == h);
+    CHECK(t.intern(i == 0 ? kNoHash : ids[i - 1], want, kExtraNone) == ids[i]);  // found again
+  }
+  CHECK(t.find_violation().empty());
+}
