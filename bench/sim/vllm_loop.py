@@ -118,38 +118,21 @@ V072_SLICES = {"vllm.v1.utils": ("vllm/v1/utils.py", "class ConstantList", "\ncl
 
 class Finder072(common.Finder):
     """common.Finder with v0.7.2's stubs: vllm.* from the scratch folder, else V072_STUBS, else an
-    auto-stub (common.AutoModule)."""
+    auto-stub (common.AutoModule); a package is a stub package (its __init__.py is not run)."""
+    stubs = V072_STUBS
+    slices = V072_SLICES
+
     def find_spec(self, fullname, path, target=None):
         top = fullname.split(".")[0]
         if top != "vllm" and top not in common.AUTO_TOP:
             return None
-        if fullname not in V072_STUBS and top == "vllm":
+        if fullname not in self.stubs and top == "vllm":
             rel = os.path.join(self.scratch, fullname.replace(".", "/"))
             if os.path.exists(rel + ".py"):
                 import importlib.util
                 return importlib.util.spec_from_file_location(fullname, rel + ".py")
         import importlib.machinery
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-
-    def create_module(self, spec):
-        import types
-        module = types.ModuleType(spec.name) if spec.name in V072_STUBS else common.AutoModule(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module):
-        src = V072_STUBS.get(module.__name__)
-        if src is None:
-            return
-        piece = V072_SLICES.get(module.__name__)
-        if piece is not None:
-            rel, first, stop = piece
-            with open(os.path.join(self.scratch, rel)) as f:
-                real = f.read()
-            start = real.index(first)
-            end = real.find(stop, start + 1)
-            src += real[start:end if end >= 0 else len(real)]
-        exec(compile(src, f"<stub {module.__name__}>", "exec"), module.__dict__)
 
 
 def extract(vllm_git, scratch, tag, files):

@@ -292,7 +292,11 @@ class AutoModule(types.ModuleType):
 
 
 class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """vllm.* from the scratch folder, else STUBS, else an AutoModule; AUTO_TOP packages as AutoModules."""
+    """vllm.* from the scratch folder, else STUBS, else an AutoModule; AUTO_TOP packages as AutoModules.
+    A subclass for another release sets `stubs` and `slices` (its own tables)."""
+    stubs = STUBS
+    slices = SLICES
+
     def __init__(self, scratch):
         self.scratch = scratch
 
@@ -300,7 +304,7 @@ class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         top = fullname.split(".")[0]
         if top != "vllm" and top not in AUTO_TOP:
             return None
-        if fullname not in STUBS and top == "vllm":
+        if fullname not in self.stubs and top == "vllm":
             rel = os.path.join(self.scratch, fullname.replace(".", "/"))
             if os.path.exists(rel + ".py"):
                 return importlib.util.spec_from_file_location(fullname, rel + ".py")
@@ -310,15 +314,15 @@ class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
     def create_module(self, spec):
-        module = types.ModuleType(spec.name) if spec.name in STUBS else AutoModule(spec.name)
+        module = types.ModuleType(spec.name) if spec.name in self.stubs else AutoModule(spec.name)
         module.__path__ = []
         return module
 
     def exec_module(self, module):
-        src = STUBS.get(module.__name__)
+        src = self.stubs.get(module.__name__)
         if src is None:
             return
-        piece = SLICES.get(module.__name__)
+        piece = self.slices.get(module.__name__)
         if piece is not None:
             rel, first, stop = piece
             with open(os.path.join(self.scratch, rel)) as f:
