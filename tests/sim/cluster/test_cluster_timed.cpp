@@ -83,6 +83,22 @@ std::vector<std::vector<std::string>> without_replica(std::vector<std::vector<st
   return rows;
 }
 
+/// A cluster's requests.csv rows of replica r (last column `replica`), in order, are a single
+/// run's `single` rows (but the request ids, dense per run).
+void check_replica_rows(const std::vector<std::vector<std::string>>& rows,
+                        const std::vector<std::vector<std::string>>& single, std::size_t r) {
+  std::size_t k = 1;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    if (rows[i].back() != std::to_string(r)) continue;
+    REQUIRE(k < single.size());
+    const std::vector<std::string> a(rows[i].begin() + 1, rows[i].end() - 1);
+    const std::vector<std::string> b(single[k].begin() + 1, single[k].end());
+    REQUIRE(a == b);
+    ++k;
+  }
+  CHECK(k == single.size());
+}
+
 }  // namespace
 
 TEST_CASE("a timed cluster of one replica is the single engine, row for row and step for step",
@@ -153,17 +169,7 @@ TEST_CASE("replicas with overrides run their own GPU and pool and settings", "[s
     const fs::path single = run_scenario(parse_text(single_text(r, split.string())),
                                          tmp.path / ("single" + std::to_string(r)))
                                 .folder;
-    const auto srows = read_csv(single / "requests.csv");
-    std::size_t k = 1;
-    for (std::size_t i = 1; i < rows.size(); ++i) {
-      if (rows[i].back() != std::to_string(r)) continue;
-      REQUIRE(k < srows.size());
-      const std::vector<std::string> a(rows[i].begin() + 1, rows[i].end() - 1);
-      const std::vector<std::string> b(srows[k].begin() + 1, srows[k].end());
-      REQUIRE(a == b);
-      ++k;
-    }
-    CHECK(k == srows.size());
+    check_replica_rows(rows, read_csv(single / "requests.csv"), r);
     const std::string steps = slurp(cluster / "replicas" / std::to_string(r) / "steps.csv");
     CHECK(steps == slurp(single / "steps.csv"));
     step_files.insert(steps);
@@ -228,18 +234,7 @@ TEST_CASE("a round-robin timed cluster's replicas are single timed runs over the
     const fs::path single = run_scenario(parse_text(trace_scenario(split.string(), "")),
                                          tmp.path / ("single" + std::to_string(r)))
                                 .folder;
-    const auto srows = read_csv(single / "requests.csv");
-    // Replica r's rows, in order, are the single run's (but the request ids, dense per run).
-    std::size_t k = 1;
-    for (std::size_t i = 1; i < rows.size(); ++i) {
-      if (rows[i].back() != std::to_string(r)) continue;
-      REQUIRE(k < srows.size());
-      const std::vector<std::string> a(rows[i].begin() + 1, rows[i].end() - 1);
-      const std::vector<std::string> b(srows[k].begin() + 1, srows[k].end());
-      REQUIRE(a == b);
-      ++k;
-    }
-    CHECK(k == srows.size());
+    check_replica_rows(rows, read_csv(single / "requests.csv"), r);
     CHECK(slurp(cluster / "replicas" / std::to_string(r) / "steps.csv") ==
           slurp(single / "steps.csv"));
     const nlohmann::json s = read_json(single / "summary.json");
