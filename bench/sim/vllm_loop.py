@@ -21,7 +21,7 @@ and, with --out, writes requests.csv in kvsim's format (sim/OUTPUTS.md) and summ
 Python 3.11 standard library; vLLM's files come from a git directory into a scratch folder
 outside the repository (bench/replay/vllm_v020/common.py's extraction and import stubs).
 
-  bench/sim/vllm_loop.py --release v0.20.1 --vllm-git /work/.mirror/CentML+vllm/repo \
+  bench/sim/vllm_loop.py --release v0.20.1 --vllm-git VLLM_GIT_DIR \
       --scratch /tmp/vllm-loop --workload W.jsonl [--out DIR]
   build/bench/sim/dump_workload S.yaml | bench/sim/vllm_loop.py --release v0.7.2 ... --workload -
 """

@@ -5,7 +5,7 @@ best of N rounds. Each process's CPU time is user + sys from os.wait4's rusage. 
 checks that the counters of kvsim's summary.json equal vLLM's (exit 1 otherwise).
 
   bench/sim/vllm_loop_bench.py --kvsim build/kvsim --dump build/bench/sim/dump_workload \
-      --vllm-git /work/.mirror/CentML+vllm/repo --scratch /tmp/vllm-loop --rounds 3 \
+      --vllm-git VLLM_GIT_DIR --scratch /tmp/vllm-loop --rounds 3 \
       bench/sim/poisson-10k.yaml
 
 The workload (kvsim's synthesised requests) is dumped once per profile before the rounds and is

@@ -5,7 +5,7 @@ folder NAME/ (scenario.yaml, expected/) under the given case directories, dumps 
 and every key of expected/summary.json. Prints one line per case; exit 1 on any difference.
 
   bench/sim/vllm_loop_cases.py --dump build/bench/sim/dump_workload --scratch /tmp/vllm-loop \
-      [--vllm-git /work/.mirror/CentML+vllm/repo] tests/cases/timed-vllm-0.20.1 tests/cases/timed-vllm-0.7.2
+      [--vllm-git VLLM_GIT_DIR] tests/cases/timed-vllm-0.20.1 tests/cases/timed-vllm-0.7.2
 """
 import argparse
 import json
