@@ -55,13 +55,16 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
   const bool v0 = profile_info(scenario.engine.profile).family == EngineFamily::kV0;
 
   const bool timed = scenario.engine.mode == EngineConfig::Mode::kTimed;
-  // Each replica's latency model (of its own GPU under cluster.overrides), or the caller's.
-  std::vector<StepTimeFn> step_times;
-  for (std::int64_t r = 0; r < scenario.cluster.replicas; ++r)
-    step_times.push_back(options.step_time || !timed
-                             ? options.step_time
-                             : make_step_time(ClusterSimulator::replica_scenario(
-                                   scenario, static_cast<std::int32_t>(r))));
+  // Each replica's latency model: the caller's, else the scenario's (one model, shared), else its
+  // override group's (its own GPU under cluster.overrides: one model per group).
+  StepTimeFn base = options.step_time;
+  if (!base && timed) base = make_step_time(scenario);
+  std::vector<StepTimeFn> step_times(static_cast<std::size_t>(scenario.cluster.replicas), base);
+  if (!options.step_time && timed)
+    for (const ReplicaOverride& o : scenario.cluster.overrides) {
+      const StepTimeFn group = make_step_time(*o.scenario);
+      for (const std::int64_t r : o.replicas) step_times[static_cast<std::size_t>(r)] = group;
+    }
   ClusterSimulator cluster(scenario, *source, std::move(step_times));
   const std::int32_t n = cluster.num_replicas();
   // Cluster-wide: every request of every replica (requests.csv with its replica; steps.csv has
@@ -131,8 +134,8 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
   RunResult result;
   const std::string summary = metrics.summary_json(summary_header(scenario));
   std::string keys = cluster_summary_keys(views, router_policy_name(scenario.cluster.router.policy),
-                                         cluster.decisions_by_branch(),
-                                         timed ? static_cast<double>(cluster.now()) / 1e9 : 0.0);
+                                          cluster.decisions_by_branch(),
+                                          timed ? static_cast<double>(cluster.now()) / 1e9 : 0.0);
   if (const DpLockstep* ls = cluster.lockstep()) {
     // vllm_dp over an MoE model: the replicas' forward passes in lockstep (spec §3.2).
     std::string dummies, waits;
@@ -143,8 +146,8 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
     keys += fmt::format(
         "  \"dp_lockstep\": {{\"waves\": {}, \"forward_passes\": {}, \"dummy_batch_s\": {:.9f}, "
         "\"dummy_batches\": [{}], \"barrier_wait_s\": [{}]}},\n",
-        ls->waves(), ls->forwards(),
-        static_cast<double>(cluster.replica(0).dummy_step_ns()) / 1e9, dummies, waits);
+        ls->waves(), ls->forwards(), static_cast<double>(cluster.replica(0).dummy_step_ns()) / 1e9,
+        dummies, waits);
   }
   result.summary_json = insert_summary_keys(summary, keys);
   write_text_file(folder.file("summary.json"), result.summary_json);

@@ -82,6 +82,24 @@ std::pair<Scenario, Scenario> round_trip(const std::string& input) {
   return {std::move(s), std::move(again)};
 }
 
+/// `iters` mutations of `text`: each throws ConfigError, or round-trips (round_trip) and passes
+/// `check(input's scenario, resolved one's)`. Returns how many round-tripped; stops at the first
+/// other exception (reported).
+template <class F>
+int mutated_round_trips(RngStream& r, int iters, const std::string& text, F&& check) {
+  int ok = 0;
+  for (int iter = 0; iter < iters; ++iter) {
+    const std::string input = mutate(text, r);
+    if (!only_config_errors(input, [&] {
+          const auto [s, again] = round_trip(input);
+          check(s, again);
+          ++ok;
+        }))
+      break;
+  }
+  return ok;
+}
+
 const char* const kWorkloads[] = {
     R"(num_requests: 20
 arrival: {process: poisson, rate_per_s: 20}
@@ -430,35 +448,28 @@ TEST_CASE("a mutated CPU tier scenario that loads resolves to a fixed point with
   // text is a fixed point with the same tier, and whose engine and tier build.
   RngStream r = make_stream(2041, "fuzz.offload");
   const std::string model = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/qwen2-1.5b.json";
-  int ok = 0;
-  for (int iter = 0; iter < 400; ++iter) {
-    const std::string text =
-        "name: f\nseed: 3\nengine: {profile: vllm-0.20, mode: timed}\n"
-        "model: {config: '" +
-        model +
-        "', num_hidden_layers: 4}\n"
-        "hardware: {gpu: H100, host_link_bytes_per_s: 2.5e10, host_link_latency_us: 8}\n"
-        "cache: {block_size: 16, num_gpu_blocks_override: 300, kv_offloading_size: 0.25, "
-        "kv_offloading_block_size: 32, kv_offloading_eviction_policy: arc, "
-        "kv_offloading_store_threshold: 2, disable_hybrid_kv_cache_manager: true}\n"
-        "scheduler: {max_num_seqs: 8, max_model_len: 4096, async_scheduling: false}\n"
-        "workload: {num_requests: 4, prompt_tokens: 64, output_tokens: 4}\n"
-        "latency: {model: constant, step_time_us: 1000}\n";
-    const std::string input = mutate(text, r);
-    if (!only_config_errors(input, [&] {
-          const auto [s, again] = round_trip(input);
-          REQUIRE(again.offload.has_value() == s.offload.has_value());
-          if (s.offload) {
-            REQUIRE(again.offload->num_cpu_blocks == s.offload->num_cpu_blocks);
-            REQUIRE(again.offload->block_size_factor == s.offload->block_size_factor);
-          }
-          const auto source = make_request_source(s.workload, s.seed, 32000);
-          Simulator sim(s, *source, nullptr);
-          REQUIRE((sim.offload_tier() != nullptr) == s.offload.has_value());
-          ++ok;
-        }))
-      break;
-  }
+  const std::string text =
+      "name: f\nseed: 3\nengine: {profile: vllm-0.20, mode: timed}\n"
+      "model: {config: '" +
+      model +
+      "', num_hidden_layers: 4}\n"
+      "hardware: {gpu: H100, host_link_bytes_per_s: 2.5e10, host_link_latency_us: 8}\n"
+      "cache: {block_size: 16, num_gpu_blocks_override: 300, kv_offloading_size: 0.25, "
+      "kv_offloading_block_size: 32, kv_offloading_eviction_policy: arc, "
+      "kv_offloading_store_threshold: 2, disable_hybrid_kv_cache_manager: true}\n"
+      "scheduler: {max_num_seqs: 8, max_model_len: 4096, async_scheduling: false}\n"
+      "workload: {num_requests: 4, prompt_tokens: 64, output_tokens: 4}\n"
+      "latency: {model: constant, step_time_us: 1000}\n";
+  const int ok = mutated_round_trips(r, 400, text, [](const Scenario& s, const Scenario& again) {
+    REQUIRE(again.offload.has_value() == s.offload.has_value());
+    if (s.offload) {
+      REQUIRE(again.offload->num_cpu_blocks == s.offload->num_cpu_blocks);
+      REQUIRE(again.offload->block_size_factor == s.offload->block_size_factor);
+    }
+    const auto source = make_request_source(s.workload, s.seed, 32000);
+    Simulator sim(s, *source, nullptr);
+    REQUIRE((sim.offload_tier() != nullptr) == s.offload.has_value());
+  });
   CHECK(ok > 0);
 }
 
@@ -468,37 +479,30 @@ TEST_CASE("a mutated cluster with overrides resolves to a fixed point with the s
   // a scenario whose resolved text is a fixed point giving every replica the same pool.
   RngStream r = make_stream(2043, "fuzz.overrides");
   const std::string model = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/qwen2-1.5b.json";
-  int ok = 0;
-  for (int iter = 0; iter < 400; ++iter) {
-    const std::string text =
-        "name: f\nseed: 3\nengine: {profile: vllm-0.20, mode: timed}\n"
-        "model: {config: '" +
-        model +
-        "', num_hidden_layers: 4}\n"
-        "hardware: {gpu: H100}\n"
-        "cache: {block_size: 16, kv_cache_memory_bytes: 1e9}\n"
-        "scheduler: {max_num_seqs: 8, max_model_len: 4096}\n"
-        "workload: {num_requests: 4, prompt_tokens: 64, output_tokens: 4}\n"
-        "latency: {model: roofline}\n"
-        "cluster:\n  replicas: 4\n  router: {policy: least_requests}\n  overrides:\n"
-        "    - {replicas: [1, 3], hardware: {gpu: A100-40GB}, cache: {kv_cache_memory_bytes: "
-        "5e8}}\n"
-        "    - {replicas: [2], scheduler: {max_num_seqs: 4}, latency: {model: constant, "
-        "step_time_us: 900}}\n";
-    const std::string input = mutate(text, r);
-    if (!only_config_errors(input, [&] {
-          const auto [s, again] = round_trip(input);
-          REQUIRE(again.cluster.replicas == s.cluster.replicas);
-          REQUIRE(again.cluster.overrides.size() == s.cluster.overrides.size());
-          for (std::int32_t i = 0; i < static_cast<std::int32_t>(s.cluster.replicas); ++i) {
-            const ReplicaOverride* a = s.cluster.override_of(i);
-            const ReplicaOverride* b = again.cluster.override_of(i);
-            REQUIRE((a == nullptr) == (b == nullptr));
-            if (a) REQUIRE(a->scenario->num_gpu_blocks == b->scenario->num_gpu_blocks);
-          }
-          ++ok;
-        }))
-      break;
-  }
+  const std::string text =
+      "name: f\nseed: 3\nengine: {profile: vllm-0.20, mode: timed}\n"
+      "model: {config: '" +
+      model +
+      "', num_hidden_layers: 4}\n"
+      "hardware: {gpu: H100}\n"
+      "cache: {block_size: 16, kv_cache_memory_bytes: 1e9}\n"
+      "scheduler: {max_num_seqs: 8, max_model_len: 4096}\n"
+      "workload: {num_requests: 4, prompt_tokens: 64, output_tokens: 4}\n"
+      "latency: {model: roofline}\n"
+      "cluster:\n  replicas: 4\n  router: {policy: least_requests}\n  overrides:\n"
+      "    - {replicas: [1, 3], hardware: {gpu: A100-40GB}, cache: {kv_cache_memory_bytes: "
+      "5e8}}\n"
+      "    - {replicas: [2], scheduler: {max_num_seqs: 4}, latency: {model: constant, "
+      "step_time_us: 900}}\n";
+  const int ok = mutated_round_trips(r, 400, text, [](const Scenario& s, const Scenario& again) {
+    REQUIRE(again.cluster.replicas == s.cluster.replicas);
+    REQUIRE(again.cluster.overrides.size() == s.cluster.overrides.size());
+    for (std::int32_t i = 0; i < static_cast<std::int32_t>(s.cluster.replicas); ++i) {
+      const ReplicaOverride* a = s.cluster.override_of(i);
+      const ReplicaOverride* b = again.cluster.override_of(i);
+      REQUIRE((a == nullptr) == (b == nullptr));
+      if (a) REQUIRE(a->scenario->num_gpu_blocks == b->scenario->num_gpu_blocks);
+    }
+  });
   CHECK(ok > 0);
 }
