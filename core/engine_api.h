@@ -306,6 +306,21 @@ class EngineCore {
     return false;
   }
 
+  // ---- fast-forward (several decode steps at once; sim/engine/fast_forward.cpp) ----------
+  /// How many of the next steps, at most `max_steps`, are pure decodes that advance_decode can
+  /// take at once: each schedules every running request, in running order, for exactly one
+  /// token (its next output), admits, preempts and finishes nothing, and leaves the engine as
+  /// that schedule() / update_from_output() pair would. 0 when the next step is not one, or when
+  /// the family cannot say (the caller then steps one by one). O(running * max_steps) at worst
+  /// (a stop-token scan of each request's planned outputs), O(running) typically.
+  virtual std::int64_t decode_horizon(std::int64_t /*max_steps*/) const { return 0; }
+  /// Advances `k` (1 <= k <= decode_horizon(k)) such steps: block allocations, caching and
+  /// evictions happen in exactly the order and with exactly the ids of k schedule() /
+  /// update_from_output() pairs; every running request gets its next k planned outputs. The
+  /// pool after step j (its counters included) goes to pool_after[j] (k entries). O(running +
+  /// blocks allocated or cached + k).
+  virtual void advance_decode(std::int64_t /*k*/, std::span<KVPoolStats> /*pool_after*/) {}
+
   /// The first broken invariant of the whole engine ("" if none).
   virtual std::string find_violation() const = 0;
   /// Aborts with the violation's message if find_violation() finds one.

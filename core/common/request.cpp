@@ -16,6 +16,18 @@ Request::Request(std::int64_t index, std::vector<Token> prompt, SamplingLimits l
   all_token_ids_.reserve(all_token_ids_.size() + static_cast<std::size_t>(output_capacity));
 }
 
+void Request::append_next_outputs(std::int64_t n) {
+  const auto k = static_cast<std::size_t>(num_output_tokens());
+  const std::size_t from_plan =
+      k < planned_outputs.size()
+          ? std::min(planned_outputs.size() - k, static_cast<std::size_t>(n))
+          : 0;
+  all_token_ids_.insert(all_token_ids_.end(), planned_outputs.begin() + static_cast<std::ptrdiff_t>(k),
+                        planned_outputs.begin() + static_cast<std::ptrdiff_t>(k + from_plan));
+  all_token_ids_.resize(all_token_ids_.size() + (static_cast<std::size_t>(n) - from_plan),
+                        sampled_token);
+}
+
 const char* status_name(RequestStatus s) {
   switch (s) {
     case RequestStatus::kWaiting:

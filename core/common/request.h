@@ -135,6 +135,9 @@ class Request {
     const auto k = static_cast<std::size_t>(num_output_tokens());
     return k < planned_outputs.size() ? planned_outputs[k] : sampled_token;
   }
+  /// Appends the next `n` outputs, those n appends of next_sampled_token() would (a fast-forward
+  /// run's tokens, at once).
+  void append_next_outputs(std::int64_t n);
   /// Times this request was preempted.
   std::int32_t num_preemptions = 0;
   /// The tokens (prompt + every generated token) the request will hold when it finishes, -1

@@ -75,6 +75,26 @@ class KVCacheManager {
     return allocate_slots_full(request, num_tokens, new_computed_blocks, num_lookahead_tokens);
   }
 
+  /// For a request that decodes one token per step (allocate_slots(request, 1, {}, lookahead)
+  /// every step, nothing skipped by a window): the smallest num_computed_tokens >= the request's
+  /// at which that call leaves the fast path above (it allocates or caches a block), given the
+  /// table and cached count it holds now. The fast-forward's next event for the request.
+  std::int64_t next_decode_event(const Request& request, std::int64_t num_lookahead_tokens) const {
+    const std::int64_t bs = config_.block_size;
+    const std::int64_t c = request.num_computed_tokens;
+    // blocks_for(c + 1 + lookahead) > table size from this count on.
+    std::int64_t next =
+        std::max(c, static_cast<std::int64_t>(request.blocks.size()) * bs - num_lookahead_tokens);
+    if (!config_.enable_caching) return next;
+    if (policy_.cache_from_num_cached_block) {
+      // num_cached_block != full_blocks(c + 1): now, or once the next block fills.
+      const std::int64_t n = request.num_cached_block;
+      return std::min(next, n == full_blocks(c + 1) ? (n + 1) * bs - 1 : c);
+    }
+    // full_blocks(c + 1) != full_blocks(c): c + 1 a multiple of the block size.
+    return std::min(next, c + (bs - 1 - c % bs));
+  }
+
   /// free(request): releases the block table, tail first when caching, and forgets the request's
   /// num_cached_block. The hash list is kept. (Coordinator: every group's table, last first.)
   void free(Request& request);

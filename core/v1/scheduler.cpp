@@ -207,28 +207,11 @@ KVSIM_HOT void Scheduler::schedule_waiting(SchedulerOutput& out, std::int64_t& b
 }
 
 KVSIM_HOT bool Scheduler::stops(Request& req, RequestStatus& status) const {
-  const bool v020 = kv_.policy().stop_tokens_before_length;
-  // v0.20: nothing stops a request before min_tokens outputs (asked only of a request that would
-  // stop otherwise: the same answer, without the test on most calls).
-  const auto below_min_tokens = [&] {
-    return v020 && req.num_output_tokens() < req.limits.min_tokens;
-  };
-  const bool at_length =
-      req.num_tokens() >= config_.max_model_len || req.num_output_tokens() >= req.limits.max_tokens;
-  status = RequestStatus::kFinishedLengthCapped;
-  if (!v020 && at_length) return true;  // before v0.20: the length limits first
-  const Token last = req.all_token_ids().back();
-  status = RequestStatus::kFinishedStopped;
-  if (!req.limits.ignore_eos && req.limits.eos_token_id && last == *req.limits.eos_token_id)
-    return !below_min_tokens();
-  for (const Token t : req.limits.stop_token_ids) {  // (a loop: most lists are empty)
-    if (t != last) continue;
-    if (below_min_tokens()) return false;
-    req.stop_reason = last;
-    return true;
-  }
-  status = RequestStatus::kFinishedLengthCapped;
-  return v020 && at_length && !below_min_tokens();  // v0.20: stop tokens before the length limits
+  const StopCheck c =
+      stop_check(req.limits, req.num_tokens(), req.num_output_tokens(), req.all_token_ids().back());
+  status = c.status;
+  if (c.stop_token) req.stop_reason = req.all_token_ids().back();
+  return c.stop;
 }
 
 KVSIM_HOT bool Scheduler::check_stop(Request& req) {

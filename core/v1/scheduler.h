@@ -164,7 +164,51 @@ class Scheduler final : public EngineCore {
   /// waiting requests hold no blocks, running ones are RUNNING. Returns the first violation.
   std::string find_violation() const override;
 
+  /// Fast-forward (core/engine_api.h) for the releases before v0.20 with one KV cache group, full
+  /// attention and no connector; 0 otherwise (core/v1/scheduler_decode.cpp).
+  std::int64_t decode_horizon(std::int64_t max_steps) const override;
+  void advance_decode(std::int64_t k, std::span<KVPoolStats> pool_after) override;
+
  private:
+  /// The first step j in [1, max_steps] whose update_from_output would stop `request` (a
+  /// running request decoding), or max_steps + 1.
+  std::int64_t steps_to_stop(const Request& request, std::int64_t max_steps) const;
+  /// The KV cache group 0 table of a v0.20 request (the coordinator's), nullptr before v0.20.
+  const KVGroupTable* decode_table(const Request& request) const;
+  /// The next num_computed_tokens >= the request's at which its decode allocation may do
+  /// something (exact before v0.20; a candidate that fits() tests again at v0.20).
+  std::int64_t next_decode_candidate(const Request& request) const;
+  /// advance_decode's scratch: (step, running position) of each request's next allocation that
+  /// leaves allocate_slots' fast path, a min-heap.
+  std::vector<std::pair<std::int64_t, std::int64_t>> decode_events_;
+  std::vector<std::int64_t> decode_base_;  // num_computed_tokens before the run, by position
+
+  /// check_stop's decision for a request of `num_tokens` tokens, `num_outputs` of them outputs,
+  /// whose last token is `last` (stops() on values; the fast-forward's scan asks it ahead).
+  struct StopCheck {
+    bool stop = false;
+    bool stop_token = false;  // stopped by one of limits.stop_token_ids (the stop_reason)
+    RequestStatus status = RequestStatus::kFinishedLengthCapped;
+  };
+  KVSIM_HOT StopCheck stop_check(const SamplingLimits& limits, std::int64_t num_tokens,
+                                 std::int64_t num_outputs, Token last) const {
+    const bool v020 = kv_.policy().stop_tokens_before_length;
+    // v0.20: nothing stops a request before min_tokens outputs (asked only of a request that
+    // would stop otherwise: the same answer, without the test on most calls).
+    const auto below_min_tokens = [&] { return v020 && num_outputs < limits.min_tokens; };
+    const bool at_length = num_tokens >= config_.max_model_len || num_outputs >= limits.max_tokens;
+    if (!v020 && at_length) return {true, false, RequestStatus::kFinishedLengthCapped};
+    if (!limits.ignore_eos && limits.eos_token_id && last == *limits.eos_token_id)
+      return {!below_min_tokens(), false, RequestStatus::kFinishedStopped};
+    for (const Token t : limits.stop_token_ids) {  // (a loop: most lists are empty)
+      if (t != last) continue;
+      if (below_min_tokens()) return {false, false, RequestStatus::kFinishedStopped};
+      return {true, true, RequestStatus::kFinishedStopped};
+    }
+    // v0.20: stop tokens before the length limits
+    return {v020 && at_length && !below_min_tokens(), false,
+            RequestStatus::kFinishedLengthCapped};
+  }
   /// vLLM's check_stop: whether the request stops after its last token, and with which status
   /// (sets its stop_reason for a stop token). v0.20: min_tokens first, then EOS and stop tokens,
   /// then the length limits; before: the length limits first.
