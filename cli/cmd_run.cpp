@@ -33,6 +33,9 @@ void print_summary(const RunResult& r, std::FILE* out) {
   std::fprintf(out, "  requests   %lld completed, %lld rejected, %lld steps, %.3f s simulated\n",
                static_cast<long long>(i("completed")), static_cast<long long>(i("rejected")),
                static_cast<long long>(i("num_steps")), d("duration"));
+  if (r.fast_forward_steps > 0)
+    std::fprintf(out, "  steps      %lld of them advanced in decode runs (fast-forward)\n",
+                 static_cast<long long>(r.fast_forward_steps));
   std::fprintf(out, "  KV cache   %lld blocks of %lld tokens, usage mean %.1f%% max %.1f%%\n",
                static_cast<long long>(i("num_gpu_blocks")), static_cast<long long>(i("block_size")),
                100 * d("mean_kv_cache_usage_perc"), 100 * d("max_kv_cache_usage_perc"));

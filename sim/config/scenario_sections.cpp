@@ -45,6 +45,7 @@ EngineConfig parse_engine(const YAML::Node& engine, const YamlContext& ctx) {
                : EngineConfig::Mode::kCacheOnly;
   c.contiguous_fit = static_cast<FitPolicy>(
       get_choice_index(engine, "contiguous_fit", ctx, "first_fit", kFitPolicyNames));
+  c.fast_forward = get_bool(engine, "fast_forward", ctx, true);
   return c;
 }
 

@@ -30,6 +30,9 @@ struct EngineConfig {
   Profile profile = kDefaultProfile;
   Mode mode = Mode::kTimed;
   FitPolicy contiguous_fit = FitPolicy::kFirstFit;  // read by the contiguous profiles only
+  /// Advance runs of pure decode steps at once (Simulator::set_fast_forward). A speed setting:
+  /// every output is byte-identical either way, so config.resolved.yaml does not record it.
+  bool fast_forward = true;
 };
 const char* mode_name(EngineConfig::Mode m);
 /// What `vllm serve` picks for the keys a scenario leaves out, by release and GPU. vLLM v0.20.1:
@@ -43,7 +46,8 @@ struct ServeDefaults {
   std::int64_t max_num_batched_tokens = 8192;
 };
 [[nodiscard]] ServeDefaults serve_defaults(Profile profile, const GpuPreset& gpu);
-inline constexpr std::string_view kEngineKeys[] = {"profile", "mode", "contiguous_fit"};
+inline constexpr std::string_view kEngineKeys[] = {"profile", "mode", "contiguous_fit",
+                                                   "fast_forward"};
 /// Reads `engine:` (absent: the defaults).
 [[nodiscard]] EngineConfig parse_engine(const YAML::Node& engine, const YamlContext& ctx);
 [[nodiscard]] YAML::Node engine_yaml(const EngineConfig& c);

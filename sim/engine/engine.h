@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/common/assert.h"
 #include "sim/common/sim_types.h"
 
 namespace kvsim {
@@ -85,6 +86,13 @@ class Engine {
     return n;
   }
 
+  /// Moves the clock to `t_ns` without an event (a fast-forward that ran steps itself): at least
+  /// now() and not past the first queued event.
+  void advance_clock(SimTimeNs t_ns) {
+    KVSIM_ASSERT(t_ns >= now_ns_ && (heap_.empty() || heap_.front().time_ns >= t_ns),
+                 "the clock would pass a queued event");
+    now_ns_ = t_ns;
+  }
   bool empty() const { return heap_.empty(); }
   /// Whether an event of `kind` is queued. O(n).
   bool contains_kind(EventKind kind) const {

@@ -42,6 +42,26 @@ struct StepView {
   const OffloadTierStats* offload = nullptr;
 };
 
+/// A run of pure decode steps the simulator advanced at once (fast-forward, Simulator::
+/// set_fast_forward): steps first_step .. first_step + num_steps - 1, each scheduling every
+/// running request (`batch` of them, always the same, in the same order) for one token, each
+/// starting when the previous one ends; nothing arrives, finishes, is admitted or preempted
+/// during them, so the waiting count is the same at every step. Valid only during the call.
+struct DecodeRun {
+  std::int64_t first_step = 0;
+  std::int64_t num_steps = 0;
+  /// times[0]: the first step's start; times[j]: the end of step j, the start of step j + 1.
+  std::span<const SimTimeNs> times;
+  /// The pool after each step (num_steps entries).
+  std::span<const KVPoolStats> pool;
+  std::int64_t batch = 0;
+  std::int64_t num_waiting = 0;
+  /// For each request of the batch, in order: the time of its token before the run (its first
+  /// token of the run follows it; each later one follows the previous step's end).
+  std::span<const SimTimeNs> prev_token_ns;
+  const EngineCore* engine = nullptr;  // as after the run
+};
+
 /// How a request left the system.
 /// kIgnored: vLLM V0's FINISHED_IGNORED (the engine dropped a request it can never run: its
 /// prompt, or a swapped group that lost its block sharing, cannot fit the GPU pool).
@@ -69,6 +89,15 @@ class StepObserver {
   virtual void on_step_begin(const StepView&) {}
   /// After update_from_output() at the step's end: tokens generated, finished requests freed.
   virtual void on_step(const StepView&) {}
+  /// Fast-forward: whether the observer takes runs of decode steps through on_decode_run, in
+  /// place of their on_step_begin / on_step calls. While one that does not is attached, the
+  /// simulator runs every step.
+  virtual bool takes_decode_runs() const { return false; }
+  /// The first step index >= `step` the observer needs as an on_step of its own (a recorded
+  /// row): a run of decode steps stops before it.
+  virtual std::int64_t next_step_needed(std::int64_t step) const { return step; }
+  /// Steps the simulator advanced at once (takes_decode_runs observers only).
+  virtual void on_decode_run(const DecodeRun&) {}
   /// A request finished, was aborted or was rejected at arrival.
   virtual void on_request_done(const RequestRecord&) {}
   /// A step that scheduled nothing (the CPU tier's loop: requests waiting for loads, the idle

@@ -34,6 +34,10 @@ Simulator::Simulator(const Scenario& scenario, RequestSource& source, StepTimeFn
   view_.out = &out_;
   view_.final_kv_tokens = &final_kv_tokens_;
   async_ = scenario.scheduler.async_scheduling;
+  fast_forward_ = scenario.engine.fast_forward;
+  ff_view_.engine = core_.get();
+  ff_view_.out = &ff_out_;
+  ff_view_.final_kv_tokens = &final_kv_tokens_;
   const Profile profile = scenario.engine.profile;
   stop_tokens_before_length_ = profile_info(profile).family == EngineFamily::kV1 &&
                                v1_policy(profile).stop_tokens_before_length;
@@ -60,6 +64,7 @@ void Simulator::begin() {
 std::uint64_t Simulator::advance_to(SimTimeNs t_ns) {
   const bool cache_only = scenario_.engine.mode == EngineConfig::Mode::kCacheOnly;
   std::uint64_t handled = 0;
+  advance_limit_ns_ = t_ns;
   while (!engine_.empty() && engine_.peek().time_ns < t_ns) {
     const Event ev = *engine_.next();
     if (cache_only)
@@ -162,6 +167,7 @@ void Simulator::start_step() {
     }
     return;
   }
+  if (fast_forward_ && barrier_ == nullptr && step_time_) fast_forward();
   schedule_engine();
   if (out_.scheduled.empty()) {
     KVSIM_ASSERT(eng.running().empty(), "running requests but nothing scheduled");

@@ -78,6 +78,16 @@ class Simulator {
 
   /// Observers are called in attachment order; they must outlive run().
   void attach(StepObserver* observer) { observers_.push_back(observer); }
+  /// Fast-forward (engine.fast_forward, on by default): runs of pure decode steps between events
+  /// are advanced at once (EngineCore::decode_horizon / advance_decode; observers get
+  /// on_decode_run), byte-identical to stepping. Only on the synchronous loop without the CPU
+  /// tier or a forward barrier, while every observer takes decode runs, and with a step-time
+  /// function that is a pure function of the batch (it is asked ahead for steps a run may then
+  /// not take).
+  void set_fast_forward(bool on) { fast_forward_ = on; }
+  /// Steps advanced by fast-forward runs, and the runs.
+  std::int64_t num_fast_forward_steps() const { return ff_steps_; }
+  std::int64_t num_fast_forward_runs() const { return ff_runs_; }
   /// Calls EngineCore::check_invariants after every step (kvsim run --check-invariants).
   void set_check_invariants(bool on) { check_invariants_ = on; }
   void set_progress(std::function<void(const SimProgress&)> fn, std::uint64_t every_events) {
@@ -95,8 +105,9 @@ class Simulator {
   // ---- Driving the engine from outside (a cluster's replicas, sim/cluster/) -------------------
   // A cluster brings each replica up to an instant only when something needs it (an arrival
   // routed to it, a router reading its state). These calls are that interface; run() goes through
-  // them, so a run driven by them in any chunks is the same run. The fast-forward of pure decode
-  // steps (several steps at once, byte-identical) belongs behind advance_to().
+  // them, so a run driven by them in any chunks is the same run. Fast-forward runs of pure
+  // decode steps (set_fast_forward) stay inside advance_to(t): a run's steps all end before t
+  // and before the replica's next queued event.
   static constexpr SimTimeNs kNeverNs = std::numeric_limits<SimTimeNs>::max();
   /// Starts a run: queues the first open-loop arrival of the simulator's own source (a replica's
   /// source is empty: its arrivals come through inject_arrival).
@@ -203,6 +214,9 @@ class Simulator {
   void admit_waiting();
   /// Waiting requests: the scheduler's and those not yet admitted.
   std::int64_t num_waiting() const;
+  /// At a synchronous step start: advances the next steps at once when they are a run of pure
+  /// decodes that ends before the next event and before advance_to's limit (fast_forward.cpp).
+  void fast_forward();
   void start_step();
   void end_step();
   /// The synchronous loop's step with the CPU tier (sim/engine/offload_tier.h): the worker's
@@ -301,6 +315,16 @@ class Simulator {
   std::uint64_t events_handled_ = 0;             // since begin() (progress reports)
   std::vector<std::int32_t> cache_only_outputs_;  // scratch of handle_cache_only
 
+  // Fast-forward (set_fast_forward): the limit of the current advance_to, a run's step times
+  // and pools, the batch's previous token times, the batch as the latency model sees it.
+  bool fast_forward_ = true;
+  SimTimeNs advance_limit_ns_ = kNeverNs;
+  std::vector<SimTimeNs> ff_times_;
+  std::vector<KVPoolStats> ff_pool_;
+  std::vector<SimTimeNs> ff_prev_;
+  SchedulerOutput ff_out_;
+  StepView ff_view_;
+  std::int64_t ff_steps_ = 0, ff_runs_ = 0;
   bool step_in_flight_ = false;
   bool schedule_queued_ = false;
   bool queue_step_starts_ = false;  // set_queue_step_starts

@@ -141,47 +141,41 @@ MetricsCollector::MetricsCollector(const std::vector<std::int64_t>* final_kv_tok
   h_gen_.init(build_1_2_5(max_model_len));
 }
 
-void MetricsCollector::on_step(const StepView& v) {
-  const EngineCore& eng = *v.engine;
-  const KVPoolStats pool = eng.pool_stats();
-  const SchedulerOutput& out = *v.out;
+void MetricsCollector::count_step(const StepTotals& t, const KVPoolStats& pool) {
   const double usage = pool.usage;
-  const auto running = static_cast<std::int64_t>(eng.running().size());
-  const std::int64_t waiting = v.num_waiting;
-  const auto batch = static_cast<std::int64_t>(out.scheduled.size());
-
   ++num_steps_;
-  overload_.on_step(v);
+  overload_.on_step_end(t.end_ns, t.num_waiting);
   sum_usage_ += usage;
   max_usage_ = std::max(max_usage_, usage);
-  sum_running_ += static_cast<double>(running);
-  sum_waiting_ += static_cast<double>(waiting);
-  sum_batch_size_ += static_cast<double>(batch);
-  sum_batch_tokens_ += static_cast<double>(out.total_num_scheduled_tokens);
-  max_batch_size_ = std::max(max_batch_size_, batch);
+  sum_running_ += static_cast<double>(t.num_running);
+  sum_waiting_ += static_cast<double>(t.num_waiting);
+  sum_batch_size_ += static_cast<double>(t.batch);
+  sum_batch_tokens_ += static_cast<double>(t.batch_tokens);
+  max_batch_size_ = std::max(max_batch_size_, t.batch);
 
-  prefix_queries_ += out.prefix_queries_tokens;
-  prefix_hits_ += out.prefix_hits_tokens;
-  num_preemptions_ += static_cast<std::int64_t>(out.preempted.size());
-  pending_.prefix_queries += out.prefix_queries_tokens;
-  pending_.prefix_hits += out.prefix_hits_tokens;
-  pending_.preemptions += static_cast<std::int64_t>(out.preempted.size());
+  prefix_queries_ += t.prefix_queries;
+  prefix_hits_ += t.prefix_hits;
+  num_preemptions_ += t.preemptions;
+  pending_.prefix_queries += t.prefix_queries;
+  pending_.prefix_hits += t.prefix_hits;
+  pending_.preemptions += t.preemptions;
   pending_.evictions += pool.evictions - num_evictions_;
   pending_.blocks_allocated += pool.blocks_allocated - num_blocks_allocated_;
   num_evictions_ = pool.evictions;
   num_blocks_allocated_ = pool.blocks_allocated;
+}
 
+void MetricsCollector::add_itl(SimTimeNs end_ns, std::span<const SimTimeNs> prev_token_ns) {
   // Inter-token latencies, one per output that follows an earlier token. Requests that decoded in
   // the previous step share one value, so runs of equal values are added at once.
   SimTimeNs run_prev = -1;
   std::int64_t run = 0;
   const auto add_itl_run = [&] {
     if (run == 0) return;
-    itl_.add(v.end_ns - run_prev, run);
-    if (prom_) h_tpot_.observe(static_cast<double>(v.end_ns - run_prev) / 1e9, run);
+    itl_.add(end_ns - run_prev, run);
+    if (prom_) h_tpot_.observe(static_cast<double>(end_ns - run_prev) / 1e9, run);
   };
-  for (std::size_t i = 0; i < v.outputs.size(); ++i) {
-    const SimTimeNs prev = v.prev_token_ns[i];
+  for (const SimTimeNs prev : prev_token_ns) {
     if (prev < 0) continue;
     if (prev != run_prev) {
       add_itl_run();
@@ -191,22 +185,72 @@ void MetricsCollector::on_step(const StepView& v) {
     ++run;
   }
   add_itl_run();
+}
 
-  if (offload_ != nullptr) take_offload_deltas();
+void MetricsCollector::set_pending(const StepTotals& t, const KVPoolStats& pool) {
   StepRecord& r = pending_;
-  r.step = v.step;
-  r.time_ns = v.start_ns;
-  r.duration_ns = v.end_ns - v.start_ns;
-  r.num_running = running;
-  r.num_waiting = waiting;
-  r.num_scheduled = batch;
-  r.prefill_tokens = v.prefill_tokens;
-  r.decode_tokens = v.decode_tokens;
-  r.batch_tokens = out.total_num_scheduled_tokens;
-  r.kv_cache_usage_perc = usage;
+  r.step = t.step;
+  r.time_ns = t.start_ns;
+  r.duration_ns = t.end_ns - t.start_ns;
+  r.num_running = t.num_running;
+  r.num_waiting = t.num_waiting;
+  r.num_scheduled = t.batch;
+  r.prefill_tokens = t.prefill_tokens;
+  r.decode_tokens = t.decode_tokens;
+  r.batch_tokens = t.batch_tokens;
+  r.kv_cache_usage_perc = pool.usage;
   r.num_free_blocks = pool.num_free_blocks;
+}
+
+void MetricsCollector::on_step(const StepView& v) {
+  const EngineCore& eng = *v.engine;
+  const KVPoolStats pool = eng.pool_stats();
+  const SchedulerOutput& out = *v.out;
+  StepTotals t;
+  t.step = v.step;
+  t.start_ns = v.start_ns;
+  t.end_ns = v.end_ns;
+  t.num_running = static_cast<std::int64_t>(eng.running().size());
+  t.num_waiting = v.num_waiting;
+  t.batch = static_cast<std::int64_t>(out.scheduled.size());
+  t.batch_tokens = out.total_num_scheduled_tokens;
+  t.prefill_tokens = v.prefill_tokens;
+  t.decode_tokens = v.decode_tokens;
+  t.prefix_queries = out.prefix_queries_tokens;
+  t.prefix_hits = out.prefix_hits_tokens;
+  t.preemptions = static_cast<std::int64_t>(out.preempted.size());
+  count_step(t, pool);
+  add_itl(v.end_ns, v.prev_token_ns);
+  if (offload_ != nullptr) take_offload_deltas();
+  set_pending(t, pool);
   if (v0_) on_step_v0(v, pool);
   if (v.step % steps_every_ == 0) record_pending(eng);
+}
+
+std::int64_t MetricsCollector::next_step_needed(std::int64_t step) const {
+  const std::int64_t past = step % steps_every_;  // the next recorded row (no overflow when
+  return past == 0 ? step : step - past + steps_every_;  // steps_every is the largest int64)
+}
+
+void MetricsCollector::on_decode_run(const DecodeRun& run) {
+  // Each step as on_step sees it: the batch runs and decodes one token per request.
+  StepTotals t;
+  t.num_running = t.batch = t.batch_tokens = t.decode_tokens = run.batch;
+  t.num_waiting = run.num_waiting;
+  for (std::int64_t j = 0; j < run.num_steps; ++j) {
+    const auto i = static_cast<std::size_t>(j);
+    t.step = run.first_step + j;
+    t.start_ns = run.times[i];
+    t.end_ns = run.times[i + 1];
+    count_step(t, run.pool[i]);
+    if (j == 0) {
+      add_itl(t.end_ns, run.prev_token_ns);
+    } else if (run.batch > 0) {  // every request's previous token came at the previous step's end
+      itl_.add(t.end_ns - t.start_ns, run.batch);
+      if (prom_) h_tpot_.observe(static_cast<double>(t.end_ns - t.start_ns) / 1e9, run.batch);
+    }
+    set_pending(t, run.pool[i]);
+  }
 }
 
 void MetricsCollector::enable_kv_groups(std::vector<KVGroupLabel> labels) {

@@ -113,6 +113,11 @@ class MetricsCollector : public StepObserver {
                    std::int64_t max_model_len, RecordSink* sink);
 
   void on_step(const StepView& v) override;
+  /// Fast-forward runs (not with the V0 figures or the CPU tier, whose counters move per step).
+  bool takes_decode_runs() const override { return !v0_ && offload_ == nullptr; }
+  /// The next recorded step (steps_every): its row needs the engine as that step leaves it.
+  std::int64_t next_step_needed(std::int64_t step) const override;
+  void on_decode_run(const DecodeRun& run) override;
   void on_request_done(const RequestRecord& r) override;
   void on_simulation_end(SimTimeNs end_ns, const EngineCore& e) override;
 
@@ -195,6 +200,21 @@ class MetricsCollector : public StepObserver {
   StepRecord pending_;  // the latest step not yet recorded (step -1: none), with
                         // counters summed since the previous recorded row
   void record_pending(const EngineCore& e);
+  /// One step's figures (on_step's, or a decode run's).
+  struct StepTotals {
+    std::int64_t step = 0;
+    SimTimeNs start_ns = 0, end_ns = 0;
+    std::int64_t num_running = 0, num_waiting = 0, batch = 0, batch_tokens = 0;
+    std::int64_t prefill_tokens = 0, decode_tokens = 0;
+    std::int64_t prefix_queries = 0, prefix_hits = 0, preemptions = 0;
+  };
+  /// The step's sums and counters (the pool after the step).
+  void count_step(const StepTotals& t, const KVPoolStats& pool);
+  /// The inter-token latencies of outputs at `end_ns` whose previous tokens came at
+  /// `prev_token_ns` (-1: a first token).
+  void add_itl(SimTimeNs end_ns, std::span<const SimTimeNs> prev_token_ns);
+  /// The step as the latest not yet recorded.
+  void set_pending(const StepTotals& t, const KVPoolStats& pool);
 
   // vLLM V0 (enable_v0).
   bool v0_ = false;

@@ -35,11 +35,13 @@ class OverloadDetector final : public StepObserver {
   static constexpr std::int64_t kMinBuckets = 8;
 
   /// The waiting queue (StepView::num_waiting) at the step's end. Inline: once per step.
-  void on_step(const StepView& v) override {
+  void on_step(const StepView& v) override { on_step_end(v.end_ns, v.num_waiting); }
+  /// A step ended at `end_ns` with `num_waiting` requests waiting.
+  void on_step_end(SimTimeNs end_ns, std::int64_t num_waiting) {
     ++num_steps_;
-    if (v.end_ns >= step_bucket_end_ns_) new_step_bucket(v.end_ns);
+    if (end_ns >= step_bucket_end_ns_) new_step_bucket(end_ns);
     Bucket& b = buckets_[step_bucket_];
-    if (b.min_waiting < 0 || v.num_waiting < b.min_waiting) b.min_waiting = v.num_waiting;
+    if (b.min_waiting < 0 || num_waiting < b.min_waiting) b.min_waiting = num_waiting;
   }
   /// An arrival at r.arrival_ns (unless rejected) and, unless rejected, a departure at
   /// r.finish_ns.

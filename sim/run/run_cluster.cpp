@@ -162,7 +162,10 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
   result.folder = folder.final_path();
   result.requests_done = cluster.requests_done();
   result.end_ns = cluster.now();
-  for (std::int32_t r = 0; r < n; ++r) result.num_steps += cluster.replica(r).num_steps();
+  for (std::int32_t r = 0; r < n; ++r) {
+    result.num_steps += cluster.replica(r).num_steps();
+    result.fast_forward_steps += cluster.replica(r).num_fast_forward_steps();
+  }
   return result;
 }
 

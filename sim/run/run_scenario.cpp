@@ -121,6 +121,7 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
     sim.attach(trace.get());
   }
   sim.set_check_invariants(options.check_invariants);
+  sim.set_fast_forward(scenario.engine.fast_forward && options.fast_forward);
   sim.set_interrupt_flag(options.interrupt);
   if (options.progress) sim.set_progress(options.progress, options.progress_every_events);
   sim.run();
@@ -138,6 +139,7 @@ RunResult run_scenario(const Scenario& scenario, const std::filesystem::path& ou
   folder.commit();
   result.folder = folder.final_path();
   result.num_steps = sim.num_steps();
+  result.fast_forward_steps = sim.num_fast_forward_steps();
   result.requests_done = sim.requests_done();
   result.end_ns = sim.now();
   if (const OverloadDetector::Verdict ov = metrics.overload(); ov.overloaded)

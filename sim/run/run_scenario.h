@@ -21,6 +21,9 @@ struct RunOptions {
   std::function<void(const SimProgress&)> progress;  // empty: no progress reports
   std::uint64_t progress_every_events = 1 << 15;
   StepTimeFn step_time;                                   // empty: the scenario's latency model
+  /// false: every step runs on its own whatever engine.fast_forward says (a step_time that does
+  /// more than time the batch -- the validation harness's kernels -- must see every step).
+  bool fast_forward = true;
   const volatile std::sig_atomic_t* interrupt = nullptr;  // see Simulator::set_interrupt_flag
 };
 
@@ -29,6 +32,7 @@ struct RunResult {
   std::filesystem::path folder;  // the committed run folder
   std::string summary_json;      // the text of summary.json
   std::int64_t num_steps = 0;
+  std::int64_t fast_forward_steps = 0;  // of num_steps, advanced in fast-forward runs
   std::int64_t requests_done = 0;
   SimTimeNs end_ns = 0;
   /// One line each (no trailing newline), for the user: an overloaded run (sim/OUTPUTS.md).
