@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,7 +14,10 @@ namespace {
 constexpr std::int64_t kMaxReplicas = 1 << 16;
 
 /// The keys every policy takes, then each policy's own parameters (spec names).
-constexpr std::string_view kCommonRouterKeys[] = {"policy", "seed"};
+constexpr std::string_view kCommonRouterKeys[] = {"policy", "seed", "pd"};
+constexpr std::string_view kPdKeys[] = {"proxy",        "non_cached_tokens", "link_bandwidth_gb_per_s",
+                                        "efficiency",   "setup_ms",          "handshake_ms",
+                                        "proxy_hop_ms", "shared_nic"};
 struct PolicyParams {
   RouterPolicy policy;
   std::initializer_list<std::string_view> keys;
@@ -68,10 +72,11 @@ std::string join_keys(std::span<const std::string_view> keys) {
   return s;
 }
 
-RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx) {
+RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx,
+                          std::string_view default_policy) {
   require_map(router, ctx);
   RouterConfig c;
-  const std::size_t i = get_choice_index(router, "policy", ctx, "round_robin",
+  const std::size_t i = get_choice_index(router, "policy", ctx, std::string(default_policy),
                                          std::span<const std::string_view>(kRouterPolicyNames));
   c.policy = static_cast<RouterPolicy>(i);
   // Keys: the common ones and the policy's own; another policy's parameter says whose it is.
@@ -156,7 +161,92 @@ RouterConfig parse_router(const YAML::Node& router, const YamlContext& ctx) {
   return c;
 }
 
+/// ms as integer ns, rounded to the nearest (the view's and kv_events' convention).
+std::int64_t ms_to_ns(double ms) { return static_cast<std::int64_t>(ms * 1e6 + 0.5); }
+
+/// The proxy a policy pairs with in P/D, or nullopt (the policy cannot route P/D).
+std::optional<PdProxy> proxy_of_policy(RouterPolicy p) {
+  for (std::size_t i = 0; i < kPdProxyNames.size(); ++i)
+    if (pd_proxy_policy(static_cast<PdProxy>(i)) == p) return static_cast<PdProxy>(i);
+  return std::nullopt;
+}
+
+/// `cluster.router.pd:` of a P/D cluster (`pd` may be undefined: every default), once the
+/// router's policy is known; the proxy and the policy must pair (pd_proxy_policy).
+PdConfig parse_pd(const YAML::Node& router, const YamlContext& rctx, RouterPolicy policy) {
+  const YAML::Node pd = router.IsDefined() && router.IsMap() && router["pd"].IsDefined()
+                            ? router["pd"]
+                            : YAML::Node();
+  const YamlContext ctx = rctx.child("pd");
+  PdConfig c;
+  if (pd.IsDefined()) {
+    require_map(pd, ctx);
+    check_keys(pd, std::span<const std::string_view>(kPdKeys), ctx);
+  }
+  const bool policy_given = router.IsDefined() && router.IsMap() && router["policy"].IsDefined();
+  if (pd.IsDefined() && pd["proxy"].IsDefined()) {
+    c.proxy = static_cast<PdProxy>(get_choice_index(
+        pd, "proxy", ctx, "toy_proxy", std::span<const std::string_view>(kPdProxyNames)));
+    if (policy_given && pd_proxy_policy(c.proxy) != policy) {
+      const YamlContext pctx = rctx.child("policy");
+      throw yaml_error(router["policy"], pctx,
+                       fmt::format("{}: the {} proxy routes with the {} policy, not {} (leave "
+                                   "policy out, or set the proxy that pairs with it)",
+                                   pctx.path, pd_proxy_name(c.proxy),
+                                   router_policy_name(pd_proxy_policy(c.proxy)),
+                                   router_policy_name(policy)));
+    }
+  } else if (const std::optional<PdProxy> p = proxy_of_policy(policy)) {
+    c.proxy = *p;
+  } else {
+    const YamlContext pctx = rctx.child("policy");
+    throw yaml_error(router["policy"], pctx,
+                     fmt::format("{}: the {} router has no P/D proxy in kvsim (P/D routes with "
+                                 "round_robin: toy_proxy, llm_d: llm_d, or dynamo_kv: dynamo)",
+                                 pctx.path, router_policy_name(policy)));
+  }
+  if (c.proxy != PdProxy::kLlmD && pd.IsDefined() && pd["non_cached_tokens"].IsDefined()) {
+    const YamlContext kctx = ctx.child("non_cached_tokens");
+    throw yaml_error(key_node(pd, "non_cached_tokens"), kctx,
+                     fmt::format("{}: a parameter of the llm_d proxy (its P/D decider), not of {}",
+                                 kctx.path, pd_proxy_name(c.proxy)));
+  }
+  c.non_cached_tokens = get_int(pd, "non_cached_tokens", ctx, 16, 0, std::int64_t{1} << 40);
+  c.link_bandwidth_gb_per_s = get_double(pd, "link_bandwidth_gb_per_s", ctx, 50.0, 1e-3, 1e6);
+  c.efficiency = get_double(pd, "efficiency", ctx, 0.8, 1e-3, 1.0);
+  c.setup_ns = ms_to_ns(get_double(pd, "setup_ms", ctx, 0.5, 0.0, 1e6));
+  c.handshake_ns = ms_to_ns(get_double(pd, "handshake_ms", ctx, 50.0, 0.0, 1e6));
+  c.proxy_hop_ns = ms_to_ns(get_double(pd, "proxy_hop_ms", ctx, 1.0, 0.0, 1e6));
+  c.shared_nic = get_bool(pd, "shared_nic", ctx, false);
+  return c;
+}
+
 }  // namespace
+
+std::string_view pd_proxy_name(PdProxy p) { return kPdProxyNames[static_cast<std::size_t>(p)]; }
+
+RouterPolicy pd_proxy_policy(PdProxy p) {
+  switch (p) {
+    case PdProxy::kToyProxy: return RouterPolicy::kRoundRobin;
+    case PdProxy::kLlmD: return RouterPolicy::kLlmD;
+    case PdProxy::kDynamo: return RouterPolicy::kDynamoKv;
+  }
+  return RouterPolicy::kRoundRobin;
+}
+
+std::int64_t PdConfig::gpu_bytes_per_s() const {
+  const double r = std::round(link_bandwidth_gb_per_s * 1e9 * efficiency);
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(r));
+}
+
+std::string_view replica_role_name(ReplicaRole r) {
+  switch (r) {
+    case ReplicaRole::kMixed: return "mixed";
+    case ReplicaRole::kPrefill: return "prefill";
+    case ReplicaRole::kDecode: return "decode";
+  }
+  return "mixed";
+}
 
 std::string_view router_policy_name(RouterPolicy p) {
   return kRouterPolicyNames[static_cast<std::size_t>(p)];
@@ -231,14 +321,65 @@ ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx, b
   check_keys(cluster, std::span<const std::string_view>(kClusterKeys), ctx);
   ClusterConfig c;
   c.replicas = get_int(cluster, "replicas", ctx, 1, 1, kMaxReplicas);
-  const YAML::Node router =
-      cluster.IsDefined() && cluster.IsMap() ? cluster["router"] : YAML::Node();
-  c.router = parse_router(router, ctx.child("router"));
-  if (c.router.policy == RouterPolicy::kRoundRobin && c.router.start >= c.replicas)
-    throw yaml_error(router["start"], ctx.child("router").child("start"),
-                     fmt::format("{}: {} is not a replica of {} (expected 0 .. {})",
-                                 ctx.child("router").child("start").path, c.router.start,
-                                 c.replicas, c.replicas - 1));
+  const bool is_map = cluster.IsDefined() && cluster.IsMap();
+  const bool has_p = is_map && cluster["prefill_replicas"].IsDefined();
+  const bool has_d = is_map && cluster["decode_replicas"].IsDefined();
+  if (has_p != has_d) {
+    const std::string_view given = has_p ? "prefill_replicas" : "decode_replicas";
+    const std::string_view other = has_p ? "decode_replicas" : "prefill_replicas";
+    throw yaml_error(key_node(cluster, given), ctx.child(given),
+                     fmt::format("{}: P/D disaggregation needs {} too", ctx.child(given).path,
+                                 other));
+  }
+  if (has_p) {
+    c.prefill_replicas = get_int(cluster, "prefill_replicas", ctx, 1, 1, kMaxReplicas);
+    c.decode_replicas = get_int(cluster, "decode_replicas", ctx, 1, 1, kMaxReplicas);
+    const std::int64_t n = c.prefill_replicas + c.decode_replicas;
+    if (cluster["replicas"].IsDefined() && c.replicas != n)
+      throw yaml_error(cluster["replicas"], ctx.child("replicas"),
+                       fmt::format("{}: {} against prefill_replicas + decode_replicas = {} (in "
+                                   "P/D, replicas is their sum; leave it out)",
+                                   ctx.child("replicas").path, c.replicas, n));
+    if (n > kMaxReplicas)
+      throw yaml_error(cluster["decode_replicas"], ctx.child("decode_replicas"),
+                       fmt::format("{}: {} replicas in all is more than {}",
+                                   ctx.child("decode_replicas").path, n, kMaxReplicas));
+    c.replicas = n;
+  }
+  const YAML::Node router = is_map ? cluster["router"] : YAML::Node();
+  const YamlContext rctx = ctx.child("router");
+  // The policy a P/D proxy routes with is the default policy.
+  std::string_view default_policy = "round_robin";
+  if (c.disaggregated() && router.IsDefined() && router.IsMap() && router["pd"].IsDefined() &&
+      router["pd"].IsMap() &&
+      router["pd"]["proxy"].IsDefined()) {
+    const std::size_t k =
+        get_choice_index(router["pd"], "proxy", rctx.child("pd"), "toy_proxy",
+                         std::span<const std::string_view>(kPdProxyNames));
+    default_policy = router_policy_name(pd_proxy_policy(static_cast<PdProxy>(k)));
+  }
+  c.router = parse_router(router, rctx, default_policy);
+  if (c.disaggregated()) {
+    c.router.pd = parse_pd(router, rctx, c.router.policy);
+  } else if (router.IsDefined() && router.IsMap() && router["pd"].IsDefined()) {
+    throw yaml_error(key_node(router, "pd"), rctx.child("pd"),
+                     fmt::format("{}: P/D settings in a cluster without prefill_replicas and "
+                                 "decode_replicas",
+                                 rctx.child("pd").path));
+  }
+  // P/D: the toy proxy's two cycles each start at index `start` of their pool.
+  const std::int64_t rr_bound =
+      c.disaggregated() ? std::min(c.prefill_replicas, c.decode_replicas) : c.replicas;
+  if (c.router.policy == RouterPolicy::kRoundRobin && c.router.start >= rr_bound)
+    throw yaml_error(router["start"], rctx.child("start"),
+                     c.disaggregated()
+                         ? fmt::format("{}: {} is not an index of both pools ({} prefill and {} "
+                                       "decode replicas; expected 0 .. {})",
+                                       rctx.child("start").path, c.router.start,
+                                       c.prefill_replicas, c.decode_replicas, rr_bound - 1)
+                         : fmt::format("{}: {} is not a replica of {} (expected 0 .. {})",
+                                       rctx.child("start").path, c.router.start, c.replicas,
+                                       c.replicas - 1));
   if ((c.router.policy == RouterPolicy::kLlmD ||
        c.router.policy == RouterPolicy::kSglangCacheAware ||
        c.router.policy == RouterPolicy::kDynamoKv ||
@@ -250,6 +391,13 @@ ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx, b
                                  ctx.child("replicas").path, router_policy_name(c.router.policy)));
   if (cluster.IsDefined() && cluster.IsMap() && cluster["overrides"].IsDefined())
     c.overrides = parse_overrides(cluster["overrides"], ctx.child("overrides"), c.replicas);
+  if (c.disaggregated() && cache_only) {
+    const std::string_view key = "prefill_replicas";
+    throw yaml_error(key_node(cluster, key), ctx.child(key),
+                     fmt::format("{}: P/D disaggregation needs engine.mode: timed (a cache_only "
+                                 "run has no time for the KV transfer)",
+                                 ctx.child(key).path));
+  }
   if (c.enabled() && cache_only && router_policy_timed_only(c.router.policy))
     throw yaml_error(
         router["policy"], ctx.child("router").child("policy"),
@@ -259,9 +407,29 @@ ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx, b
   return c;
 }
 
+void check_pd_engine(const ClusterConfig& c, const YAML::Node& cluster, const YamlContext& ctx,
+                     std::string_view profile, bool cpu_tier) {
+  if (!c.disaggregated()) return;
+  const std::string_view key = "prefill_replicas";
+  if (profile != "vllm-0.20")
+    throw yaml_error(key_node(cluster, key), ctx.child(key),
+                     fmt::format("{}: P/D disaggregation is modelled for engine.profile "
+                                 "vllm-0.20 (vLLM v0.20.1's NixlConnector), not {}",
+                                 ctx.child(key).path, profile));
+  if (cpu_tier)
+    throw yaml_error(key_node(cluster, key), ctx.child(key),
+                     fmt::format("{}: P/D disaggregation together with the CPU tier "
+                                 "(cache.kv_offloading) is not modelled in kvsim",
+                                 ctx.child(key).path));
+}
+
 YAML::Node cluster_yaml(const ClusterConfig& c) {
   YAML::Node n(YAML::NodeType::Map);
   n["replicas"] = c.replicas;
+  if (c.disaggregated()) {
+    n["prefill_replicas"] = c.prefill_replicas;
+    n["decode_replicas"] = c.decode_replicas;
+  }
   YAML::Node r(YAML::NodeType::Map);
   r["policy"] = std::string(router_policy_name(c.router.policy));
   r["seed"] = c.router.seed;
@@ -309,6 +477,19 @@ YAML::Node cluster_yaml(const ClusterConfig& c) {
         v["delay_ms"] = number_node(static_cast<double>(c.router.view_delay_ns) / 1e6);
       r["view"] = v;
     }
+  }
+  if (c.disaggregated()) {
+    const PdConfig& p = c.router.pd;
+    YAML::Node pd(YAML::NodeType::Map);
+    pd["proxy"] = std::string(pd_proxy_name(p.proxy));
+    if (p.proxy == PdProxy::kLlmD) pd["non_cached_tokens"] = p.non_cached_tokens;
+    pd["link_bandwidth_gb_per_s"] = number_node(p.link_bandwidth_gb_per_s);
+    pd["efficiency"] = number_node(p.efficiency);
+    pd["setup_ms"] = number_node(static_cast<double>(p.setup_ns) / 1e6);
+    pd["handshake_ms"] = number_node(static_cast<double>(p.handshake_ns) / 1e6);
+    pd["proxy_hop_ms"] = number_node(static_cast<double>(p.proxy_hop_ns) / 1e6);
+    pd["shared_nic"] = p.shared_nic;
+    r["pd"] = pd;
   }
   n["router"] = r;
   return n;

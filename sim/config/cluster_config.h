@@ -5,7 +5,10 @@
 // replicas > 1).
 //
 //   cluster:
-//     replicas: N                 [1]
+//     replicas: N                 [1]  aggregated serving: every replica `mixed`
+//     prefill_replicas: P         [none]  P/D disaggregation (spec §7): replicas [0, P) are
+//     decode_replicas: D          [none]  `prefill`, [P, P + D) `decode`; both >= 1, given
+//                                 together; `replicas`, when given too, must be P + D
 //     router:
 //       policy: NAME              [round_robin]  (kRouterPolicyNames)
 //       seed: S                   [0]  the router's own random stream (random, power_of_two)
@@ -29,6 +32,24 @@
 //         prefix_ideal: none (the engines' own lookups, from their KV events)
 //         sglang_cache_aware: cache_threshold [0.3], balance_abs_threshold [64],
 //           balance_rel_threshold [1.5] (the command line's defaults)
+//       pd:                       P/D only (an error without prefill_replicas/decode_replicas):
+//         proxy: toy_proxy | llm_d | dynamo   [from policy: round_robin -> toy_proxy (vLLM's toy
+//           proxy: one round-robin cycle per pool, §7.1), llm_d -> llm_d (decode profile, the
+//           prefix-based decider, prefill profile, §4.4), dynamo_kv -> dynamo (a prefill and a
+//           decode router, §5.5); without a policy: toy_proxy]. The policy follows the proxy
+//           when absent; given both, they must pair so. round_robin's `start` is both cycles'
+//           first index within their pool (< min(P, D)).
+//         non_cached_tokens [16]  llm_d only: disaggregate when the decode pod's uncached suffix
+//           is >= this (llm-d's decider; its code default 0 disables P/D, 16 is the sample
+//           pd-epp-config.yaml's)
+//         the KV transfer model (§7.5; defaults to be calibrated):
+//         link_bandwidth_gb_per_s [50]  one GPU's link, GB/s = 1e9 bytes/s (a 400 Gb/s NIC)
+//         efficiency [0.8]        the fraction of it a read gets, in (0, 1]
+//         setup_ms [0.5]          per read, before its bytes move
+//         handshake_ms [50]       the first read of a decode replica from a prefill replica
+//         proxy_hop_ms [1]        each proxy hop (proxy->P, P->proxy, proxy->D)
+//         shared_nic [false]      reads also share each replica's NIC, not only their P->D link
+//       P/D needs engine.profile vllm-0.20, engine.mode timed and no CPU tier.
 //     overrides:                  [none]  replicas that differ from the scenario (a mixed fleet):
 //       - replicas: [i, j, ...]   indices in [0, N), each in at most one group
 //         hardware: {...}         these sections' keys over the scenario's own (one level deep: a
@@ -74,6 +95,29 @@ inline constexpr std::array<std::string_view, 12> kRouterPolicyNames = {
     "sglang_cache_aware", "prefix_hash", "prefix_ideal",   "prefix_bounded"};
 [[nodiscard]] std::string_view router_policy_name(RouterPolicy p);
 
+/// P/D's proxy (`cluster.router.pd.proxy`).
+enum class PdProxy : std::uint8_t { kToyProxy, kLlmD, kDynamo };
+inline constexpr std::array<std::string_view, 3> kPdProxyNames = {"toy_proxy", "llm_d", "dynamo"};
+[[nodiscard]] std::string_view pd_proxy_name(PdProxy p);
+/// The router policy a proxy routes with (toy_proxy: round_robin, llm_d: llm_d, dynamo:
+/// dynamo_kv).
+[[nodiscard]] RouterPolicy pd_proxy_policy(PdProxy p);
+
+/// `cluster.router.pd:` -- P/D's proxy and the KV transfer model (spec §7.5).
+struct PdConfig {
+  PdProxy proxy = PdProxy::kToyProxy;
+  std::int64_t non_cached_tokens = 16;  // llm_d's prefix-based decider threshold, tokens
+  double link_bandwidth_gb_per_s = 50;  // one GPU's link, 1e9 bytes/s
+  double efficiency = 0.8;              // in (0, 1]
+  std::int64_t setup_ns = 500'000;       // per read, before its bytes move
+  std::int64_t handshake_ns = 50'000'000;  // first read of a (P, D) pair, before its setup
+  std::int64_t proxy_hop_ns = 1'000'000;   // each proxy hop
+  bool shared_nic = false;                 // reads share each replica's NIC too
+  /// One GPU's rate on a link: link_bandwidth * 1e9 * efficiency bytes/s, rounded to the
+  /// nearest integer once (>= 1); what the transfer model's integer arithmetic starts from.
+  [[nodiscard]] std::int64_t gpu_bytes_per_s() const;
+};
+
 /// `cluster.router:` -- the policy and its parameters (only the policy's own are read).
 struct RouterConfig {
   RouterPolicy policy = RouterPolicy::kRoundRobin;
@@ -102,6 +146,7 @@ struct RouterConfig {
   double cache_threshold = 0.3;
   std::int64_t balance_abs_threshold = 64;
   double balance_rel_threshold = 1.5;
+  PdConfig pd;  // P/D only
 };
 /// Whether the router reads the replicas' KV events (an index of their cached blocks: a vLLM V1
 /// engine's, core/common/kv_event.h).
@@ -124,9 +169,15 @@ inline constexpr std::string_view kOverrideSections[] = {"hardware", "cache", "s
 /// set it: cache.block_size and the CPU tier (cache.kv_offloading*), scheduler.max_model_len.
 [[nodiscard]] bool cluster_shared_key(std::string_view section, std::string_view key);
 
+/// A replica's part in serving (spec §1.1).
+enum class ReplicaRole : std::uint8_t { kMixed, kPrefill, kDecode };
+[[nodiscard]] std::string_view replica_role_name(ReplicaRole r);  // mixed | prefill | decode
+
 /// `cluster:`.
 struct ClusterConfig {
-  std::int64_t replicas = 1;
+  std::int64_t replicas = 1;  // P/D: prefill_replicas + decode_replicas
+  std::int64_t prefill_replicas = 0;  // P/D: replicas [0, P); 0 = aggregated serving
+  std::int64_t decode_replicas = 0;   // P/D: replicas [P, P + D)
   RouterConfig router;
   std::vector<ReplicaOverride> overrides;
   /// The override of replica r, or nullptr (the scenario's own settings).
@@ -138,8 +189,16 @@ struct ClusterConfig {
   }
   /// A cluster run (else the single engine).
   [[nodiscard]] bool enabled() const { return replicas > 1; }
+  /// Prefill/decode disaggregation (prefill_replicas and decode_replicas given).
+  [[nodiscard]] bool disaggregated() const { return prefill_replicas > 0; }
+  /// Replica r's role: mixed when aggregated, else prefill below prefill_replicas, else decode.
+  [[nodiscard]] ReplicaRole role_of(std::int64_t r) const {
+    if (!disaggregated()) return ReplicaRole::kMixed;
+    return r < prefill_replicas ? ReplicaRole::kPrefill : ReplicaRole::kDecode;
+  }
 };
-inline constexpr std::string_view kClusterKeys[] = {"replicas", "router", "overrides"};
+inline constexpr std::string_view kClusterKeys[] = {"replicas", "prefill_replicas",
+                                                    "decode_replicas", "router", "overrides"};
 /// Whether a timed cluster's replicas run in lockstep: vllm_dp over an MoE model (`moe`, else the
 /// model's `moe_model`) with more than one replica (spec §3.2; sim/cluster/dp_lockstep.h).
 [[nodiscard]] bool dp_lockstep(const ClusterConfig& c, bool moe_model);
@@ -148,7 +207,12 @@ inline constexpr std::string_view kClusterKeys[] = {"replicas", "router", "overr
 /// that reads engine queues (router_policy_timed_only) needs a timed run.
 [[nodiscard]] ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx,
                                           bool cache_only);
-/// Every key the run uses: replicas, and router with the policy's own parameters.
+/// P/D's checks against the engine (after parse_cluster): the profile must be vllm-0.20 and the
+/// scenario must have no CPU tier (`cpu_tier`); a ConfigError at the cluster's prefill_replicas.
+void check_pd_engine(const ClusterConfig& c, const YAML::Node& cluster, const YamlContext& ctx,
+                     std::string_view profile, bool cpu_tier);
+/// Every key the run uses: replicas, and router with the policy's own parameters; P/D adds
+/// prefill_replicas, decode_replicas and router.pd (an aggregated run's text is unchanged).
 [[nodiscard]] YAML::Node cluster_yaml(const ClusterConfig& c);
 
 }  // namespace kvsim

@@ -504,6 +504,8 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
   s.validate = parse_validate(root["validate"], top.child("validate"));
   s.outputs = parse_outputs(root["outputs"], top.child("outputs"));
   s.cluster = parse_cluster(root["cluster"], top.child("cluster"), !timed);
+  check_pd_engine(s.cluster, root["cluster"], top.child("cluster"), profile_name(s.engine.profile),
+                  s.cache.kv_offloading.has_value());
   if (s.cluster.enabled() && router_reads_kv_events(s.cluster.router) &&
       profile_info(s.engine.profile).family != EngineFamily::kV1) {
     const YamlContext pctx = top.child("cluster").child("router").child("policy");

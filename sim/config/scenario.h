@@ -64,7 +64,8 @@
 //   validate:  backend [cpu] | cuda, sample_every_steps [0], sample_prob [0], dtype [auto]
 //              (read by the validation harness, unused by `run`; scenario_sections.h)
 //   outputs:   trace_json [false], metrics_prom [false], steps_every [10] (scenario_sections.h)
-//   cluster:   replicas [1], router: {policy [round_robin], seed [0], the policy's parameters}
+//   cluster:   replicas [1], router: {policy [round_robin], seed [0], the policy's parameters},
+//              or prefill_replicas and decode_replicas with router.pd (P/D)
 //              (ClusterConfig, sim/config/cluster_config.h); written back only when replicas > 1
 //   sweep:     {dotted.key: [values...], ...}: the grid `kvsim sweep` expands (first key slowest),
 //              or [{dotted.key: value, ...}, ...]: exactly these points, in order (configurations

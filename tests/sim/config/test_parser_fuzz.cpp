@@ -506,3 +506,45 @@ TEST_CASE("a mutated cluster with overrides resolves to a fixed point with the s
   });
   CHECK(ok > 0);
 }
+
+TEST_CASE("a mutated P/D cluster resolves to a fixed point with the same roles and transfer model",
+          "[sim]") {
+  // The P/D counts, the proxy and the transfer model's keys, with an override of the prefill
+  // pool, mutated: ConfigError, or a scenario whose resolved text is a fixed point with the same
+  // roles, proxy and transfer settings.
+  RngStream r = make_stream(2047, "fuzz.pd");
+  const std::string model = std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/qwen2-1.5b.json";
+  const std::string text =
+      "name: f\nseed: 3\nengine: {profile: vllm-0.20, mode: timed}\n"
+      "model: {config: '" +
+      model +
+      "', num_hidden_layers: 4}\n"
+      "hardware: {gpu: H100}\n"
+      "cache: {block_size: 16, kv_cache_memory_bytes: 1e9}\n"
+      "scheduler: {max_num_seqs: 8, max_model_len: 4096}\n"
+      "workload: {num_requests: 4, prompt_tokens: 64, output_tokens: 4}\n"
+      "cluster:\n  replicas: 3\n  prefill_replicas: 1\n  decode_replicas: 2\n"
+      "  router: {policy: llm_d, pd: {proxy: llm_d, non_cached_tokens: 32, "
+      "link_bandwidth_gb_per_s: 25, efficiency: 0.7, setup_ms: 0.2, handshake_ms: 40, "
+      "proxy_hop_ms: 2, shared_nic: true}}\n"
+      "  overrides:\n    - {replicas: [0], hardware: {gpu: A100-80GB}}\n";
+  const int ok = mutated_round_trips(r, 400, text, [](const Scenario& s, const Scenario& again) {
+    const ClusterConfig& a = s.cluster;
+    const ClusterConfig& b = again.cluster;
+    REQUIRE(b.replicas == a.replicas);
+    REQUIRE(b.prefill_replicas == a.prefill_replicas);
+    REQUIRE(b.decode_replicas == a.decode_replicas);
+    for (std::int64_t i = 0; i < a.replicas; ++i) REQUIRE(b.role_of(i) == a.role_of(i));
+    REQUIRE(b.router.policy == a.router.policy);
+    const PdConfig& p = a.router.pd;
+    const PdConfig& q = b.router.pd;
+    REQUIRE(q.proxy == p.proxy);
+    REQUIRE(q.non_cached_tokens == p.non_cached_tokens);
+    REQUIRE(q.gpu_bytes_per_s() == p.gpu_bytes_per_s());
+    REQUIRE(q.setup_ns == p.setup_ns);
+    REQUIRE(q.handshake_ns == p.handshake_ns);
+    REQUIRE(q.proxy_hop_ns == p.proxy_hop_ns);
+    REQUIRE(q.shared_nic == p.shared_nic);
+  });
+  CHECK(ok > 0);
+}
