@@ -43,7 +43,8 @@ PdTransferModel::PdTransferModel(const PdConfig& config, std::vector<std::int32_
       shared_nic_(config.shared_nic),
       tp_(std::move(tp)) {
   for (std::int32_t t : tp_) KVSIM_ASSERT(t >= 1, "a replica's tp must be >= 1");
-  state_.nic_reads.assign(tp_.size(), 0);
+  state_.nic_out.assign(tp_.size(), 0);
+  state_.nic_in.assign(tp_.size(), 0);
 }
 
 void PdTransferModel::start(std::uint64_t id, std::int32_t p, std::int32_t d, std::int64_t blocks,
@@ -123,8 +124,8 @@ void PdTransferModel::step_instant(State& s, SimTimeNs t) const {
   for (Read& r : s.reads) {
     if (!r.moving || r.rec.end_ns > t) continue;
     KVSIM_ASSERT(r.rec.end_ns == t, "a read's end was passed");
-    --s.nic_reads[static_cast<std::size_t>(r.rec.prefill_replica)];
-    --s.nic_reads[static_cast<std::size_t>(r.rec.decode_replica)];
+    --s.nic_out[static_cast<std::size_t>(r.rec.prefill_replica)];
+    --s.nic_in[static_cast<std::size_t>(r.rec.decode_replica)];
     s.done.push_back(r.rec);
     r.moving = false;
     r.rec.end_ns = -1;  // marks it for removal below
@@ -142,8 +143,8 @@ void PdTransferModel::step_instant(State& s, SimTimeNs t) const {
     r.remaining_nb = static_cast<I128>(r.rec.bytes) * 1'000'000'000;
     r.since_ns = t;
     r.rate_num = 0;  // not rated yet
-    ++s.nic_reads[static_cast<std::size_t>(r.rec.prefill_replica)];
-    ++s.nic_reads[static_cast<std::size_t>(r.rec.decode_replica)];
+    ++s.nic_out[static_cast<std::size_t>(r.rec.prefill_replica)];
+    ++s.nic_in[static_cast<std::size_t>(r.rec.decode_replica)];
     changed = true;
   }
   std::erase_if(s.reads, [](const Read& r) { return !r.moving && r.rec.end_ns == -1; });
@@ -165,7 +166,7 @@ void PdTransferModel::rerate(State& s, SimTimeNs t) const {
     std::int64_t den = on_link;
     if (shared_nic_) {
       const std::int64_t caps[2] = {gpu_bytes_per_s_ * tp_[p], gpu_bytes_per_s_ * tp_[d]};
-      const std::int64_t users[2] = {s.nic_reads[p], s.nic_reads[d]};
+      const std::int64_t users[2] = {s.nic_out[p], s.nic_in[d]};
       for (int k = 0; k < 2; ++k)
         if (less_frac(caps[k], users[k], num, den)) {
           num = caps[k];

@@ -11,8 +11,9 @@
 //  - While bytes move, a read's rate is the smallest of its fair shares (processor sharing) of
 //    the resources it uses: its P->D link, capacity gpu_bytes_per_s * min(tp_P, tp_D) (with
 //    TP, rank pairs move B / tp each in parallel, one link per GPU), shared by the n reads
-//    moving on that link; with shared_nic, also P's NIC (gpu_bytes_per_s * tp_P, shared by
-//    every read moving out of P) and D's NIC (likewise into D). Rate = min(capacity / n) over
+//    moving on that link; with shared_nic, also P's NICs' sending side (gpu_bytes_per_s *
+//    tp_P, shared by every read moving out of P) and D's NICs' receiving side (likewise into
+//    D; NICs are full duplex, so a replica's reads in and out do not share). Rate = min(capacity / n) over
 //    those resources (not max-min water filling: a share left unused by a read is not given
 //    to the others).
 //  - Rates change only when a read starts or stops moving; then, and only for the reads whose
@@ -113,7 +114,8 @@ class PdTransferModel {
     SimTimeNs now_ns = 0;
     std::vector<Read> reads;                // waiting or moving, in start order
     std::vector<PdTransferRecord> done;     // ended, not popped
-    std::vector<std::int32_t> nic_reads;    // per replica: reads moving through its NIC
+    std::vector<std::int32_t> nic_out;  // per replica: reads moving out of it (its NICs' sending side)
+    std::vector<std::int32_t> nic_in;   // per replica: reads moving into it (receiving side)
   };
 
   /// Processes every instant with an end or a move start at or before t, in time order.

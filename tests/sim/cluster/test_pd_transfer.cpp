@@ -156,6 +156,16 @@ TEST_CASE("reads on different links do not interact unless they share a NIC", "[
     CHECK(of(out, 1).end_ns == 150'000);
     CHECK(of(out, 1).concurrent == 1);  // its link's count, not the NIC's
   }
+  SECTION("shared_nic: NICs are full duplex (a replica's reads in and out do not share)") {
+    PdConfig c = bare();
+    c.shared_nic = true;
+    PdTransferModel m(c, {1, 1, 1});
+    m.start(1, 0, 1, 0, 4'000'000, 0);
+    m.start(2, 1, 2, 0, 2'000'000, 0);
+    const auto out = drain(m);
+    CHECK(of(out, 1).end_ns == 100'000);
+    CHECK(of(out, 2).end_ns == 50'000);
+  }
   SECTION("shared_nic: a chain 0->2, 0->3, 1->3 through NICs 0 and 3") {
     PdConfig c = bare();
     c.shared_nic = true;
@@ -229,6 +239,38 @@ TEST_CASE("with tensor parallelism each rank pair moves its share in parallel", 
   CHECK(of(o2, 1).end_ns == 100'000);
   CHECK(of(o2, 2).end_ns == 100'000);
   CHECK(of(o2, 3).end_ns == 100'000);
+}
+
+TEST_CASE("one link's reads started together end by size, the last when all bytes are moved",
+          "[sim]") {
+  // Processor sharing on one link is work conserving: the last read ends when the link has
+  // moved every byte at its full rate (up to 1 ns of rounding per rate change), and reads
+  // started together end smallest first.
+  std::uint64_t seed = 12345;
+  const auto next = [&seed] {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<std::int64_t>(seed >> 33);
+  };
+  for (int iter = 0; iter < 200; ++iter) {
+    INFO("iteration " << iter);
+    PdTransferModel m(bare(), {1, 2});
+    const int n = 1 + static_cast<int>(next() % 12);
+    std::int64_t total = 0;
+    std::vector<std::int64_t> bytes;
+    for (int i = 0; i < n; ++i) {
+      bytes.push_back(1 + next() % 5'000'000);
+      total += bytes.back();
+      m.start(static_cast<std::uint64_t>(i), 0, 1, 0, bytes.back(), 1'000);
+    }
+    const auto out = drain(m);
+    REQUIRE(out.size() == static_cast<std::size_t>(n));
+    const std::int64_t ideal = 1'000 + (total + 39) / 40;  // 40 B/ns, rounded up
+    CHECK(out.back().end_ns >= ideal);
+    CHECK(out.back().end_ns <= ideal + n);
+    for (std::size_t i = 1; i < out.size(); ++i)
+      CHECK(bytes[out[i - 1].id] <= bytes[out[i].id]);
+    for (const auto& r : out) CHECK(r.concurrent == n);
+  }
 }
 
 TEST_CASE("a read of no bytes only notifies and shares nothing", "[sim]") {
