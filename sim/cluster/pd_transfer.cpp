@@ -174,8 +174,8 @@ void PdTransferModel::rerate(State& s, SimTimeNs t) const {
         }
     }
     r.rec.concurrent = std::max(r.rec.concurrent, static_cast<std::int32_t>(on_link));
-    if (r.rate_num > 0 && static_cast<I128>(num) * r.rate_den ==
-                              static_cast<I128>(r.rate_num) * den)
+    if (r.rate_num > 0 &&
+        static_cast<I128>(num) * r.rate_den == static_cast<I128>(r.rate_num) * den)
       continue;  // the same rate: its end stands
     if (r.rate_num > 0) {
       const I128 moved = static_cast<I128>(t - r.since_ns) * r.rate_num / r.rate_den;

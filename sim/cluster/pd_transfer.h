@@ -13,8 +13,8 @@
 //    TP, rank pairs move B / tp each in parallel, one link per GPU), shared by the n reads
 //    moving on that link; with shared_nic, also P's NICs' sending side (gpu_bytes_per_s *
 //    tp_P, shared by every read moving out of P) and D's NICs' receiving side (likewise into
-//    D; NICs are full duplex, so a replica's reads in and out do not share). Rate = min(capacity / n) over
-//    those resources (not max-min water filling: a share left unused by a read is not given
+//    D; NICs are full duplex, so a replica's reads in and out do not share). Rate = min(capacity /
+//    n) over those resources (not max-min water filling: a share left unused by a read is not given
 //    to the others).
 //  - Rates change only when a read starts or stops moving; then, and only for the reads whose
 //    rate changed, the bytes moved since the last change are taken off (in nanobytes, 1e-9
@@ -58,9 +58,9 @@ struct PdTransferRecord {
   std::int32_t decode_replica = 0;
   std::int64_t blocks = 0;
   std::int64_t bytes = 0;
-  SimTimeNs start_ns = 0;  // the read was started (D began the step that allocated its blocks)
-  SimTimeNs move_ns = 0;   // its bytes began to move (after the handshake, if any, and setup)
-  SimTimeNs end_ns = 0;    // its last byte landed
+  SimTimeNs start_ns = 0;       // the read was started (D began the step that allocated its blocks)
+  SimTimeNs move_ns = 0;        // its bytes began to move (after the handshake, if any, and setup)
+  SimTimeNs end_ns = 0;         // its last byte landed
   std::int32_t concurrent = 0;  // most reads moving on its P->D link while it moved, itself
                                 // included; 0 for a read of 0 bytes
   bool handshake = false;       // it started the pair's handshake
@@ -91,11 +91,12 @@ class PdTransferModel {
   /// Advances to t (>= every earlier call's time) and appends to `out` the reads ended at or
   /// before t, by (end, id): every decode replica's, or only `decode`'s (the others stay until
   /// popped). Leaves `out`'s earlier contents.
-  void pop_completions(SimTimeNs t, std::vector<PdTransferRecord>& out,
-                       std::int32_t decode = -1);
+  void pop_completions(SimTimeNs t, std::vector<PdTransferRecord>& out, std::int32_t decode = -1);
 
   /// Reads started and not yet popped.
-  [[nodiscard]] std::size_t num_in_flight() const { return state_.reads.size() + state_.done.size(); }
+  [[nodiscard]] std::size_t num_in_flight() const {
+    return state_.reads.size() + state_.done.size();
+  }
   /// Whether D's handshake with P has been started.
   [[nodiscard]] bool handshake_started(std::int32_t p, std::int32_t d) const {
     return handshake_end_.count({p, d}) != 0;
@@ -106,16 +107,17 @@ class PdTransferModel {
     PdTransferRecord rec;
     bool moving = false;
     detail::PdInt128 remaining_nb = 0;  // nanobytes left at since_ns
-    SimTimeNs since_ns = 0;     // the last rate change
-    std::int64_t rate_num = 0;  // rate = rate_num / rate_den bytes per second
+    SimTimeNs since_ns = 0;             // the last rate change
+    std::int64_t rate_num = 0;          // rate = rate_num / rate_den bytes per second
     std::int64_t rate_den = 1;
   };
   struct State {
     SimTimeNs now_ns = 0;
-    std::vector<Read> reads;                // waiting or moving, in start order
-    std::vector<PdTransferRecord> done;     // ended, not popped
-    std::vector<std::int32_t> nic_out;  // per replica: reads moving out of it (its NICs' sending side)
-    std::vector<std::int32_t> nic_in;   // per replica: reads moving into it (receiving side)
+    std::vector<Read> reads;             // waiting or moving, in start order
+    std::vector<PdTransferRecord> done;  // ended, not popped
+    std::vector<std::int32_t>
+        nic_out;  // per replica: reads moving out of it (its NICs' sending side)
+    std::vector<std::int32_t> nic_in;  // per replica: reads moving into it (receiving side)
   };
 
   /// Processes every instant with an end or a move start at or before t, in time order.

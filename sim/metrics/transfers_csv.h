@@ -23,9 +23,9 @@ struct TransferRow {
   std::int32_t decode_replica = 0;
   std::int64_t blocks = 0;
   std::int64_t bytes = 0;
-  SimTimeNs start_ns = 0;  // the read started
-  SimTimeNs end_ns = 0;    // its last byte landed
-  SimTimeNs seen_ns = 0;   // the decode replica saw it (>= end_ns)
+  SimTimeNs start_ns = 0;       // the read started
+  SimTimeNs end_ns = 0;         // its last byte landed
+  SimTimeNs seen_ns = 0;        // the decode replica saw it (>= end_ns)
   std::int32_t concurrent = 0;  // most reads on its P->D link while it moved, itself included
 };
 

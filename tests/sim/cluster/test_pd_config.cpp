@@ -26,8 +26,7 @@ const std::string kTimed =
 
 }  // namespace
 
-TEST_CASE("prefill and decode replicas give the roles and the transfer model's defaults",
-          "[sim]") {
+TEST_CASE("prefill and decode replicas give the roles and the transfer model's defaults", "[sim]") {
   const Scenario s = parse_text(kTimed + "cluster: {prefill_replicas: 2, decode_replicas: 3}\n");
   const ClusterConfig& c = s.cluster;
   CHECK(c.enabled());
@@ -129,11 +128,13 @@ TEST_CASE("the P/D proxy and the router policy pair", "[sim]") {
   // The decider's threshold belongs to llm_d.
   e = scenario_error(kTimed + pd + "  router: {pd: {non_cached_tokens: 8}}\n");
   CHECK_THAT(e, Catch::Contains("s.yaml:9:17"));
-  CHECK_THAT(e, Catch::Contains("a parameter of the llm_d proxy (its P/D decider), not of toy_proxy"));
+  CHECK_THAT(e,
+             Catch::Contains("a parameter of the llm_d proxy (its P/D decider), not of toy_proxy"));
   // round_robin's start indexes both pools.
   CHECK(parse_text(kTimed + pd + "  router: {start: 1}\n").cluster.router.start == 1);
-  e = scenario_error(kTimed + "cluster: {prefill_replicas: 1, decode_replicas: 3, router: "
-                              "{start: 1}}\n");
+  e = scenario_error(kTimed +
+                     "cluster: {prefill_replicas: 1, decode_replicas: 3, router: "
+                     "{start: 1}}\n");
   CHECK_THAT(e, Catch::Contains("s.yaml:6:68"));
   CHECK_THAT(e, Catch::Contains("1 is not an index of both pools (1 prefill and 3 decode"));
 }
@@ -179,13 +180,16 @@ TEST_CASE("bad P/D settings are one-line errors at file:line:col", "[sim]") {
       "model: {config: " + std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/qwen2-1.5b.json}\n";
   e = scenario_error("name: c\nengine: {profile: vllm-0.8.5, mode: timed}\n" + model +
                      "cache: {block_size: 16, num_gpu_blocks_override: 1000}\n"
-                     "workload: {num_requests: 1, prompt_tokens: 8, output_tokens: 2}\n" + pd);
+                     "workload: {num_requests: 1, prompt_tokens: 8, output_tokens: 2}\n" +
+                     pd);
   CHECK_THAT(e, Catch::Contains("s.yaml:7:3"));
   CHECK_THAT(e, Catch::Contains("modelled for engine.profile vllm-0.20"));
   CHECK_THAT(e, Catch::Contains("not vllm-0.8.5"));
-  e = scenario_error("name: c\nengine: {profile: vllm-0.20, mode: cache_only}\n"
-                     "cache: {block_size: 16, num_gpu_blocks_override: 1000}\n"
-                     "workload: {num_requests: 1, prompt_tokens: 8, output_tokens: 2}\n" + pd);
+  e = scenario_error(
+      "name: c\nengine: {profile: vllm-0.20, mode: cache_only}\n"
+      "cache: {block_size: 16, num_gpu_blocks_override: 1000}\n"
+      "workload: {num_requests: 1, prompt_tokens: 8, output_tokens: 2}\n" +
+      pd);
   CHECK_THAT(e, Catch::Contains("s.yaml:6:3"));
   CHECK_THAT(e, Catch::Contains("needs engine.mode: timed"));
   e = scenario_error("name: c\nengine: {profile: vllm-0.20, mode: timed}\n" + model +
@@ -193,7 +197,8 @@ TEST_CASE("bad P/D settings are one-line errors at file:line:col", "[sim]") {
                      "cache: {block_size: 16, num_gpu_blocks_override: 300, kv_offloading_size: "
                      "0.25, disable_hybrid_kv_cache_manager: true}\n"
                      "scheduler: {async_scheduling: false}\n"
-                     "workload: {num_requests: 1, prompt_tokens: 8, output_tokens: 2}\n" + pd);
+                     "workload: {num_requests: 1, prompt_tokens: 8, output_tokens: 2}\n" +
+                     pd);
   CHECK_THAT(e, Catch::Contains("s.yaml:9:3"));
   CHECK_THAT(e, Catch::Contains("together with the CPU tier"));
   // A value --set wrote is reported at the argument; every message is one line.

@@ -209,7 +209,7 @@ TEST_CASE("setup delays a read's bytes and takes no bandwidth", "[sim]") {
   PdTransferModel m(c, {1, 1});
   m.start(1, 0, 1, 0, 40, 1'000);
   CHECK(m.next_completion_ns() == 501'001);
-  m.start(2, 0, 1, 0, 4'000'000, 2'000);  // moves from 502,000
+  m.start(2, 0, 1, 0, 4'000'000, 2'000);    // moves from 502,000
   m.start(3, 0, 1, 0, 4'000'000, 550'000);  // in setup while read 2 moves: moves from 1,050,000
   const auto out = drain(m);
   CHECK(of(out, 1).end_ns == 501'001);
@@ -267,8 +267,7 @@ TEST_CASE("one link's reads started together end by size, the last when all byte
     const std::int64_t ideal = 1'000 + (total + 39) / 40;  // 40 B/ns, rounded up
     CHECK(out.back().end_ns >= ideal);
     CHECK(out.back().end_ns <= ideal + n);
-    for (std::size_t i = 1; i < out.size(); ++i)
-      CHECK(bytes[out[i - 1].id] <= bytes[out[i].id]);
+    for (std::size_t i = 1; i < out.size(); ++i) CHECK(bytes[out[i - 1].id] <= bytes[out[i].id]);
     for (const auto& r : out) CHECK(r.concurrent == n);
   }
 }
@@ -285,8 +284,7 @@ TEST_CASE("a read of no bytes only notifies and shares nothing", "[sim]") {
   CHECK(of(out, 1).end_ns == 100'100);
 }
 
-TEST_CASE("completions pop by (end, id), per decode replica on request, at any instants",
-          "[sim]") {
+TEST_CASE("completions pop by (end, id), per decode replica on request, at any instants", "[sim]") {
   const auto script = [](PdTransferModel& m, std::vector<SimTimeNs> pops) {
     std::vector<PdTransferRecord> out;
     const std::uint64_t ids[] = {9, 4, 6, 1, 8, 3};
@@ -294,7 +292,8 @@ TEST_CASE("completions pop by (end, id), per decode replica on request, at any i
     std::size_t next_pop = 0;
     for (int i = 0; i < 6; ++i) {
       t += 3'333 * (i % 3);
-      while (next_pop < pops.size() && pops[next_pop] <= t) m.pop_completions(pops[next_pop++], out);
+      while (next_pop < pops.size() && pops[next_pop] <= t)
+        m.pop_completions(pops[next_pop++], out);
       m.start(ids[i], i % 2, 2 + i % 3, 1, 333'333 + 77'777 * i, t);
     }
     while (next_pop < pops.size()) m.pop_completions(pops[next_pop++], out);
@@ -307,7 +306,8 @@ TEST_CASE("completions pop by (end, id), per decode replica on request, at any i
   const auto a = script(once, {});
   REQUIRE(a.size() == 6);
   for (std::size_t i = 1; i < a.size(); ++i)
-    CHECK((a[i - 1].end_ns < a[i].end_ns || (a[i - 1].end_ns == a[i].end_ns && a[i - 1].id < a[i].id)));
+    CHECK((a[i - 1].end_ns < a[i].end_ns ||
+           (a[i - 1].end_ns == a[i].end_ns && a[i - 1].id < a[i].id)));
   // Popping (and asking) at many other instants changes no end.
   std::vector<SimTimeNs> pops;
   for (SimTimeNs t = 0; t < 200'000; t += 1'777) pops.push_back(t);
@@ -349,21 +349,21 @@ TEST_CASE("the next completion looks through reads that start moving before it",
 
 TEST_CASE("a block's bytes are kv-size's pages over all layers, groups and TP ranks", "[sim]") {
   const auto scenario = [](const std::string& model, const std::string& extra) {
-    return parse_text("name: c\nengine: {profile: vllm-0.20, mode: timed}\n"
-                      "model: {config: " +
-                      std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/" + model + ".json}\n" +
-                      extra +
-                      "scheduler: {max_model_len: 4096}\n"
-                      "workload: {num_requests: 1, prompt_tokens: 8, output_tokens: 2}\n");
+    return parse_text(
+        "name: c\nengine: {profile: vllm-0.20, mode: timed}\n"
+        "model: {config: " +
+        std::string(KVSIM_SOURCE_DIR) + "/scenarios/models/" + model + ".json}\n" + extra +
+        "scheduler: {max_model_len: 4096}\n"
+        "workload: {num_requests: 1, prompt_tokens: 8, output_tokens: 2}\n");
   };
   // `kvsim kv-size --model qwen2-1.5b --max-model-len 4096`: FullAttentionSpec, 28 layers,
   // page 16,384 B.
   CHECK(pd_block_bytes(scenario("qwen2-1.5b", "cache: {block_size: 16}\n")) == 28 * 16'384);
   // `kv-size --model deepseek-v3 --tensor-parallel-size 8 --kv-cache-memory-bytes 1e10`:
   // MLAAttentionSpec, 61 layers, page 18,432 B on each of the 8 ranks.
-  CHECK(pd_block_bytes(scenario("deepseek-v3", "hardware: {gpu: H200, tensor_parallel_size: 8}\n"
-                                               "cache: {kv_cache_memory_bytes: 1e10}\n")) ==
-        61 * 18'432 * 8);
+  CHECK(pd_block_bytes(scenario("deepseek-v3",
+                                "hardware: {gpu: H200, tensor_parallel_size: 8}\n"
+                                "cache: {kv_cache_memory_bytes: 1e10}\n")) == 61 * 18'432 * 8);
   // `kv-size --model gpt-oss-20b --kv-cache-memory-bytes 1e10`: SlidingWindowSpec and
   // FullAttentionSpec groups, 12 layers each, page 32,768 B.
   CHECK(pd_block_bytes(scenario("gpt-oss-20b", "cache: {kv_cache_memory_bytes: 1e10}\n")) ==
@@ -379,8 +379,8 @@ TEST_CASE("a block's bytes are kv-size's pages over all layers, groups and TP ra
 
 TEST_CASE("transfers.csv rows are exact", "[sim]") {
   std::string line;
-  append_transfer_row(line, TransferRow{12, 0, 3, 5, 2'293'760, 1'500'000'001, 1'550'557'344,
-                                        1'551'000'000, 2});
+  append_transfer_row(
+      line, TransferRow{12, 0, 3, 5, 2'293'760, 1'500'000'001, 1'550'557'344, 1'551'000'000, 2});
   CHECK(line == "12,0,3,5,2293760,1.500000001,1.550557344,1.551000000,2\n");
   const auto dir = std::filesystem::temp_directory_path() / "kvsim_test_transfers_csv";
   std::filesystem::create_directories(dir);
