@@ -13,9 +13,9 @@
 //    TP, rank pairs move B / tp each in parallel, one link per GPU), shared by the n reads
 //    moving on that link; with shared_nic, also P's NICs' sending side (gpu_bytes_per_s *
 //    tp_P, shared by every read moving out of P) and D's NICs' receiving side (likewise into
-//    D; NICs are full duplex, so a replica's reads in and out do not share). Rate = min(capacity /
-//    n) over those resources (not max-min water filling: a share left unused by a read is not given
-//    to the others).
+//    D; NICs are full duplex, so a replica's reads in and out do not share).
+//    Rate = min over those resources of capacity / n (not max-min water filling: a share left
+//    unused by a read is not given to the others).
 //  - Rates change only when a read starts or stops moving; then, and only for the reads whose
 //    rate changed, the bytes moved since the last change are taken off (in nanobytes, 1e-9
 //    byte: elapsed_ns * bytes_per_s / n exactly, rounded down) and the end is recomputed as
