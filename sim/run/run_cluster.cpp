@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/cluster/cluster_simulator.h"
+#include "sim/common/errors.h"
 #include "sim/engine/offload_tier.h"
 #include "sim/metrics/cluster_outputs.h"
 #include "sim/metrics/metrics.h"
@@ -48,6 +49,15 @@ void add_tier(OffloadTierStats& sum, const OffloadTierStats& t) {
 
 RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out_dir,
                       const RunOptions& options) {
+  // The P/D keys parse and validate, and the transfer model exists (sim/cluster/pd_transfer.h),
+  // but the cluster does not yet run prefill and decode roles: refuse rather than serve the
+  // replicas as an aggregated cluster.
+  if (scenario.cluster.disaggregated())
+    throw ConfigError(fmt::format(
+        "{}: cluster.prefill_replicas / decode_replicas: prefill/decode disaggregation is not "
+        "simulated yet (its configuration and transfer model are; the roles' run is not); use "
+        "cluster.replicas for aggregated serving",
+        scenario.file));
   std::unique_ptr<RequestSource> source =
       make_request_source(scenario.workload, scenario.seed, scenario_vocab_size(scenario));
   RunFolder folder(out_dir, scenario.name);

@@ -3,9 +3,12 @@
 // one-line errors at file:line:col.
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <string>
 
+#include "sim/common/errors.h"
 #include "sim/config/scenario.h"
+#include "sim/run/run_scenario.h"
 #include "sim_test_util.h"
 
 using namespace kvsim;
@@ -234,4 +237,16 @@ TEST_CASE("overrides still apply per replica index in a P/D cluster", "[sim]") {
                                      "  overrides:\n    - {replicas: [2], cache: {cache_dtype: "
                                      "fp8}}\n"),
              Catch::Contains("cluster.overrides[0].replicas[0]"));
+}
+
+TEST_CASE("a P/D run is refused until the roles run, and writes nothing", "[sim]") {
+  const Scenario s = parse_text(kTimed + "cluster: {prefill_replicas: 1, decode_replicas: 1}\n");
+  const kvsim::test::TempDir tmp("pd-refused");
+  try {
+    run_scenario(s, tmp.path);
+    FAIL("a P/D run was served");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("prefill/decode disaggregation is not simulated yet"));
+  }
+  CHECK(std::filesystem::is_empty(tmp.path));
 }
