@@ -83,6 +83,7 @@ std::uint64_t Simulator::advance_to(SimTimeNs t_ns) {
 void Simulator::finish() {
   if (scenario_.engine.mode == EngineConfig::Mode::kTimed) {
     if (tier_) tier_->reap(free_slots_);
+    if (pd_) pd_->reap(free_slots_);
     KVSIM_ASSERT(unadmitted_.empty(), "arrivals left unadmitted after the last step");
     if (core_->num_unfinished_requests() > 0) {
       const Request* r =
@@ -152,6 +153,7 @@ void Simulator::describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs
 }
 
 void Simulator::start_step() {
+  if (pd_) return start_step_pd();
   if (async_) return start_step_async();
   schedule_queued_ = false;
   if (step_in_flight_) return;
@@ -251,6 +253,7 @@ void Simulator::end_dummy_step() {
 }
 
 void Simulator::end_step() {
+  if (pd_) return end_step_pd();
   if (async_) return end_step_async();
   if (tier_) return end_step_tier();
   if (dummy_in_flight_) {

@@ -25,6 +25,12 @@
 // still computes it, and its token is not delivered. At one instant a step's end comes first: a
 // request that step finishes is not aborted, and the token it gets is delivered.
 //
+// P/D (set_pd_role; sim/engine/pd_endpoint.h): a replica of a prefill/decode cluster runs vLLM
+// v0.20.1's NixlConnector and EngineCore's loop with it (simulator_pd.cpp): steps that schedule
+// nothing still run the connector, a 1 ms sleep while requests wait for remote KV or held blocks,
+// finished requests whose blocks P holds for D (or D holds for an aborted read) stay until the
+// worker reports them. The transfers are the cluster's (PdHooks, read_done, notify).
+//
 // cache_only mode (hit-rate studies): requests in arrival order, one at a time, through the same
 // KVCacheManager: lookup (get_computed_blocks, with the scheduler's full-hit last-block rule),
 // allocate_slots for the rest of the prompt with the hits, then free (tail first). No timing.
@@ -47,6 +53,7 @@
 #include "sim/engine/forward_barrier.h"
 #include "sim/engine/observer.h"
 #include "sim/engine/offload_tier.h"
+#include "sim/engine/pd_endpoint.h"
 #include "sim/engine/pending_arrivals.h"
 #include "sim/engine/server_admission.h"
 #include "sim/workload/workload.h"
@@ -165,6 +172,18 @@ class Simulator {
   /// it. Does not call the source (the caller reports the request to its source).
   bool serve_cache_only(RequestSpec& spec, std::vector<std::int32_t>& outputs);
 
+  /// Makes this replica a prefill (P) or decode (D) engine of a P/D cluster
+  /// (sim/engine/pd_endpoint.h: the interface, who calls what and when): vllm-0.20 in timed mode,
+  /// no CPU tier, no forward barrier, one sample per request; before begin(). `hooks` (the
+  /// cluster) must outlive the simulator.
+  void set_pd_role(PdRole role, PdHooks* hooks, std::string engine_id);
+  /// The P/D endpoint (nullptr without a role): the cluster calls its read_done() and notify().
+  PdEndpoint* pd_endpoint() { return pd_.get(); }
+  const PdEndpoint* pd_endpoint() const { return pd_.get(); }
+  /// inject_arrival of a request with kv_transfer_params `params` (the replica's role decides
+  /// which are allowed): on P (do_remote_decode) with the toy proxy's max_tokens 1.
+  void inject_pd_arrival(RequestSpec spec, PdTransferParams params);
+
   const EngineCore& engine() const { return *core_; }
   /// EngineCore::set_kv_event_log of this replica's engine (a cluster's KV-event index).
   bool set_kv_event_log(std::vector<KvEvent>* log) { return core_->set_kv_event_log(log); }
@@ -229,6 +248,20 @@ class Simulator {
   /// Fills `v` with the batch features of `out` (scheduled at `now`). The tokens the model samples
   /// are not written here: every engine reads them from Request::planned_outputs.
   void describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs now);
+  /// With a P/D role (simulator_pd.cpp): vLLM v0.20.1's EngineCore loop with NixlConnector,
+  /// synchronous (step) and with async scheduling (step_with_batch_queue): steps that schedule
+  /// nothing still run the connector, the 1 ms sleep after an iteration that ran no new batch
+  /// while requests are unfinished, aborts taken at each iteration's start.
+  void start_step_pd();
+  void end_step_pd();
+  void start_step_async_pd();
+  void end_step_async_pd();
+  /// The async loop pops its oldest batch (ended): its report, update_from_output, post_step.
+  void update_oldest_async_pd();
+  /// After an update: the next iteration, at once or after EngineCore's 1 ms sleep.
+  void next_iteration_pd(bool model_executed);
+  /// Ends the run when an empty step left nothing that could ever change.
+  void check_pd_progress();
   /// vLLM v0.20's async scheduling: EngineCore's batch queue of two steps (step k+1 scheduled
   /// before step k's tokens are known; a step's outputs applied at its end, in order).
   void start_step_async();
@@ -297,6 +330,11 @@ class Simulator {
   std::unique_ptr<EngineCore> core_;  // the engine family's state machines
   std::unique_ptr<OffloadTier> tier_;  // the CPU tier (timed runs with cache.kv_offloading)
   bool step_executed_ = false;         // the step in flight has a forward pass (tier loop)
+  std::unique_ptr<PdEndpoint> pd_;     // the P/D connector (set_pd_role)
+  bool pd_sleeping_ = false;           // P/D: EngineCore's 1 ms sleep (aborts wait for it)
+  bool pd_blocked_ = false;            // P/D async: the loop waits for its oldest batch's end
+  bool pd_iter_executed_ = false;      // P/D async: the iteration's new batch has a forward pass
+  int pd_ended_ = 0;                   // P/D async: batches ended, not yet updated (from head)
   SchedulerOutput out_;
   std::vector<RequestOutput> outputs_;
   std::vector<SimTimeNs> prev_token_ns_;

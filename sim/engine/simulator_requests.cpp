@@ -166,6 +166,7 @@ void Simulator::make_request(std::int64_t slot) {
                                         std::vector<MMPlaceholder>{}, num_outputs);
   l.request->oracle_final_num_tokens = l.request->num_tokens() + num_outputs;
   l.request->planned_outputs = l.outputs;  // every engine reads its samples from it
+  if (pd_) pd_->on_admit(*l.request, request_ids_[s]);  // its id and kv_transfer_params
   // Size the per-request tables once: the step loop then never grows them.
   core_->reserve_request(*l.request, final_kv_tokens_[s] + 1);
   spec.prompt.clear();
@@ -193,11 +194,11 @@ void Simulator::admit_waiting() {
   // before looking at one more once running reaches max_num_seqs, and at the first that does not
   // fit (which is then within that count too). Arrivals beyond those wait here, in arrival order,
   // with their prompts unmade.
-  // With the CPU tier the loop goes on past requests that start a load (they do not run), so it
-  // may look at any of them: every arrival is handed over.
+  // With the CPU tier or P/D the loop goes on past requests that start a load (they do not
+  // run), so it may look at any of them: every arrival is handed over.
   const EngineCore& eng = *core_;
   const std::int64_t examined =
-      tier_ ? std::numeric_limits<std::int64_t>::max()
+      tier_ || pd_ ? std::numeric_limits<std::int64_t>::max()
             : std::max<std::int64_t>(
                   scenario_.scheduler.max_num_seqs - static_cast<std::int64_t>(eng.running().size()),
                   0);
@@ -239,7 +240,7 @@ void Simulator::on_client_timeout(std::int64_t payload) {
   }
   // vLLM's EngineCore takes aborts between steps: the step in flight (under async scheduling,
   // the oldest of the batch queue) ends first.
-  if (step_in_flight_ || async_count_ > 0) {
+  if (step_in_flight_ || async_count_ > 0 || pd_sleeping_) {
     pending_aborts_.push_back(slot);
     return;
   }
@@ -271,9 +272,12 @@ void Simulator::release_slot(std::int64_t slot, bool dropped) {
   if (dropped && l.sample == 0) source_.on_dropped(l.spec);
   // A request whose blocks the scheduler holds for the CPU tier (a delayed free) keeps its
   // object and its slot (the connector and the worker know it by both) until it is let go.
-  const bool parked = tier_ && l.request && tier_->holds(*l.request);
-  if (parked)
+  const bool parked = (tier_ && l.request && tier_->holds(*l.request)) ||
+                      (pd_ && l.request && pd_->holds(*l.request));
+  if (parked && tier_)
     tier_->park(std::move(l.request), slot);
+  else if (parked)
+    pd_->park(std::move(l.request), slot);
   else if (async_count_ > 0 && l.request)
     retired_.push_back(std::move(l.request));  // a step in flight may still name it
   else
