@@ -108,7 +108,8 @@ void PdEndpoint::start_execution(SimTimeNs t_ns) {
     stats_.blocks_read += n;
     const auto it = remote_.find(r->id);
     KVSIM_ASSERT(it != remote_.end());
-    if (hooks_ != nullptr) hooks_->on_read_start(it->second.request_id, n, it->second.engine_id, t_ns);
+    if (hooks_ != nullptr)
+      hooks_->on_read_start(it->second.request_id, n, it->second.engine_id, t_ns);
   }
   for (const NixlRecv* r : notify_only_) {
     // _read_blocks with no local blocks: only the notification (at once).
@@ -116,8 +117,8 @@ void PdEndpoint::start_execution(SimTimeNs t_ns) {
     const auto it = remote_.find(r->id);
     if (it == remote_.end()) continue;
     if (hooks_ != nullptr)
-      hooks_->on_read_notify(it->second.request_id, it->second.engine_id,
-                             it->second.request_name, t_ns);
+      hooks_->on_read_notify(it->second.request_id, it->second.engine_id, it->second.request_name,
+                             t_ns);
     remote_.erase(it);
   }
   unstarted_.pop_front();

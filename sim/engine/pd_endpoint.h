@@ -75,8 +75,8 @@ enum class PdRole : std::uint8_t { kPrefill, kDecode };
 /// toy_proxy_server.py @ v0.20.1): to P {do_remote_decode: true, remote_*: null}; to D what P
 /// returned. host, port and tp_size are not modelled (homogeneous TP, handshake done).
 struct PdTransferParams {
-  bool do_remote_decode = false;   // P: hold the blocks for D's read once finished
-  bool do_remote_prefill = false;  // D: read the prompt's KV from P
+  bool do_remote_decode = false;          // P: hold the blocks for D's read once finished
+  bool do_remote_prefill = false;         // D: read the prompt's KV from P
   std::vector<BlockId> remote_block_ids;  // P's blocks (D reads the last ones it allocates)
   std::string remote_engine_id;           // P's engine id
   std::string remote_request_id;          // P's request id (what P's notify() takes)
@@ -112,10 +112,10 @@ class PdHooks {
 
 /// Running totals of an endpoint.
 struct PdStats {
-  std::int64_t prefills_returned = 0;  // P: requests that returned kv_transfer_params
+  std::int64_t prefills_returned = 0;               // P: requests that returned kv_transfer_params
   std::int64_t reads_started = 0, blocks_read = 0;  // D: reads with blocks, and their blocks
   std::int64_t notify_only = 0;                     // D: notifications without a read
-  std::int64_t notifications_received = 0;         // P: notify() calls seen by get_finished
+  std::int64_t notifications_received = 0;          // P: notify() calls seen by get_finished
   std::int64_t expired = 0;                         // P: holds ended by the 480 s expiry
   std::int64_t freed_by_notification = 0;           // P: holds ended by D's notification
 };
@@ -207,15 +207,15 @@ class PdEndpoint final : public KVConnector {
   std::map<std::string, Remote, std::less<>> remote_;
   std::vector<std::pair<std::uint64_t, PdTransferParams>> expected_;  // not arrived yet
   std::deque<NixlStepMeta> unstarted_;  // metadata of scheduled steps not started, oldest first
-  std::size_t started_steps_ = 0;        // steps started and not ended
+  std::size_t started_steps_ = 0;       // steps started and not ended
   std::vector<std::pair<std::string, SimTimeNs>> reads_done_, notifications_;  // not applied
   struct Report {
     std::vector<std::string> sending, recving;
   };
-  std::deque<Report> reports_;  // ended steps' get_finished, oldest first
-  std::vector<std::string> sending_, recving_, expired_;      // get_finished scratch
-  std::vector<Request*> sending_req_, recving_req_;           // handed to the scheduler
-  std::vector<const NixlRecv*> started_, notify_only_;        // start_load_kv scratch
+  std::deque<Report> reports_;                            // ended steps' get_finished, oldest first
+  std::vector<std::string> sending_, recving_, expired_;  // get_finished scratch
+  std::vector<Request*> sending_req_, recving_req_;       // handed to the scheduler
+  std::vector<const NixlRecv*> started_, notify_only_;    // start_load_kv scratch
   struct Parked {
     std::unique_ptr<Request> request;
     std::int64_t slot = 0;

@@ -407,40 +407,43 @@ TEST_CASE("P/D: without a notification P frees at its first step end 480 s on", 
 }
 
 TEST_CASE("P/D: a request aborted while waiting for its read keeps its blocks", "[sim][pd]") {
-  const Scenario s = kvsim::test::parse_text(scenario(false));
-  Cluster c(s);
-  c.transfer_ns = 20 * kMs;  // read 11-31 ms
-  c.d_client_timeout_ns = 4'500 * kUs;  // D's client gives up at 15.5 ms (D polls at 15, 16)
-  c.submit(spec(0, 0, 40, 5, 1));
-  const std::int64_t free0 = c.d.engine().pool_stats().num_free_blocks;
-  c.run_until(15'700 * kUs);
-  // The abort waits for D's next iteration (EngineCore sleeps); the row is written at 15.5 ms.
-  REQUIRE(c.rd.record(0) != nullptr);
-  CHECK(c.rd.record(0)->reason == FinishReason::kAbort);
-  CHECK(c.rd.record(0)->finish_ns == 15'500 * kUs);
-  CHECK(c.sd().num_waiting() == 1);
-  c.run_until(16 * kMs + 1);
-  // Aborted at 16 ms: out of the queues, its 3 blocks held until the read ends.
-  CHECK(c.sd().num_waiting() == 0);
-  CHECK(c.sd().held().size() == 1);
-  CHECK(c.d.engine().pool_stats().num_free_blocks == free0 - 3);
-  // D has nothing unfinished: it stops stepping; the read ends at 31 ms (P is notified then).
-  c.run_until(40 * kMs);
-  REQUIRE(c.notes.size() == 1);
-  CHECK(c.notes[0].sent_ns == 31 * kMs);
-  CHECK(c.sd().held().size() == 1);
-  CHECK(c.d.next_event_ns() == Simulator::kNeverNs);
-  // D's next step (a new request at 50 ms, 50-60 ms) sees the read in get_finished and frees.
-  c.d.inject_arrival(spec(8, 50 * kMs, 20, 1, 6));
-  c.run_until(60 * kMs);
-  CHECK(c.sd().held().size() == 1);
-  c.run_until(60 * kMs + 1);
-  CHECK(c.sd().held().empty());
-  CHECK(c.d.engine().pool_stats().num_free_blocks == free0);
-  // P frees when it steps again (the notification came at 31.5 ms).
-  CHECK(c.sp().held().size() == 1);
-  c.run_until(Simulator::kNeverNs);
-  c.d.finish();
+  for (const bool async : {false, true}) {
+    CAPTURE(async);
+    const Scenario s = kvsim::test::parse_text(scenario(async));
+    Cluster c(s);
+    c.transfer_ns = 20 * kMs;             // read 11-31 ms
+    c.d_client_timeout_ns = 4'500 * kUs;  // D's client gives up at 15.5 ms (D polls at 15, 16)
+    c.submit(spec(0, 0, 40, 5, 1));
+    const std::int64_t free0 = c.d.engine().pool_stats().num_free_blocks;
+    c.run_until(15'700 * kUs);
+    // The abort waits for D's next iteration (EngineCore sleeps); the row is written at 15.5 ms.
+    REQUIRE(c.rd.record(0) != nullptr);
+    CHECK(c.rd.record(0)->reason == FinishReason::kAbort);
+    CHECK(c.rd.record(0)->finish_ns == 15'500 * kUs);
+    CHECK(c.sd().num_waiting() == 1);
+    c.run_until(16 * kMs + 1);
+    // Aborted at 16 ms: out of the queues, its 3 blocks held until the read ends.
+    CHECK(c.sd().num_waiting() == 0);
+    CHECK(c.sd().held().size() == 1);
+    CHECK(c.d.engine().pool_stats().num_free_blocks == free0 - 3);
+    // D has nothing unfinished: it stops stepping; the read ends at 31 ms (P is notified then).
+    c.run_until(40 * kMs);
+    REQUIRE(c.notes.size() == 1);
+    CHECK(c.notes[0].sent_ns == 31 * kMs);
+    CHECK(c.sd().held().size() == 1);
+    CHECK(c.d.next_event_ns() == Simulator::kNeverNs);
+    // D's next step (a new request at 50 ms, 50-60 ms) sees the read in get_finished and frees.
+    c.d.inject_arrival(spec(8, 50 * kMs, 20, 1, 6));
+    c.run_until(60 * kMs);
+    CHECK(c.sd().held().size() == 1);
+    c.run_until(60 * kMs + 1);
+    CHECK(c.sd().held().empty());
+    CHECK(c.d.engine().pool_stats().num_free_blocks == free0);
+    // P frees when it steps again (the notification came at 31.5 ms).
+    CHECK(c.sp().held().size() == 1);
+    c.run_until(Simulator::kNeverNs);
+    c.d.finish();
+  }
 }
 
 TEST_CASE("P/D: a request aborted before its allocation only notifies P", "[sim][pd]") {
@@ -493,4 +496,25 @@ TEST_CASE("P/D with instant transfers gives D's requests the aggregated engine's
     // The last request's notification came after P's last step: P still holds its blocks.
     CHECK(c.sp().held().size() == 1);
   }
+}
+
+TEST_CASE("P/D: blocks P holds are hit on P; blocks D read are cached on D", "[sim][pd]") {
+  const Scenario s = kvsim::test::parse_text(scenario(false));
+  Cluster c(s);
+  c.drop_notifications = true;  // P holds request 0's blocks all along
+  c.submit(spec(0, 0, 40, 3, 1));
+  c.submit(spec(1, 100 * kMs, 40, 3, 1));  // the same prompt, later
+  c.run_until(Simulator::kNeverNs);
+  REQUIRE(c.reads.size() == 2);
+  CHECK(c.reads[0].blocks == 3);
+  // P: request 1 hits the 2 full blocks P holds for request 0 (hits stop before the last token).
+  REQUIRE(c.rp.record(1) != nullptr);
+  CHECK(c.rp.record(1)->first_lookup_hit_tokens == 32);
+  CHECK(c.prefills[1].params.remote_block_ids.size() == 3);
+  CHECK(c.prefills[1].params.remote_block_ids[0] == c.prefills[0].params.remote_block_ids[0]);
+  // D: request 0's read blocks were cached at its promotion: request 1 hits 32 tokens locally and
+  // reads only its last block.
+  CHECK(c.reads[1].blocks == 1);
+  CHECK(c.d.engine().pool_stats().num_free_blocks == c.d.engine().pool_stats().num_blocks - 1);
+  CHECK(c.rd.tokens[1].size() == 3);
 }
