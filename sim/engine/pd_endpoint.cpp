@@ -92,13 +92,24 @@ void PdEndpoint::on_admit(Request& request, std::uint64_t request_id) {
   nixl_.set_params(request, p);
 }
 
+void PdEndpoint::on_dropped(std::uint64_t request_id) {
+  const auto it = std::find_if(expected_.begin(), expected_.end(),
+                               [&](const auto& e) { return e.first == request_id; });
+  if (it == expected_.end()) return;
+  if (it->second.do_remote_prefill)
+    dropped_.push_back({request_id, it->second.remote_engine_id, it->second.remote_request_id});
+  expected_.erase(it);
+}
+
 bool PdEndpoint::has_requests() const {
-  return scheduler_.num_unfinished_requests() > 0 || scheduler_.has_finished_requests();
+  // (A dropped request is a finished id to flush in vLLM.)
+  return scheduler_.num_unfinished_requests() > 0 || scheduler_.has_finished_requests() ||
+         !dropped_.empty();
 }
 
 void PdEndpoint::start_execution(SimTimeNs t_ns) {
   KVSIM_ASSERT(!unstarted_.empty(), "a step starts with no metadata");
-  const NixlStepMeta& meta = unstarted_.front();
+  const NixlStepMeta& meta = unstarted_.front().meta;
   started_.clear();
   notify_only_.clear();
   worker_.start_load_kv(meta, started_, notify_only_);
@@ -120,6 +131,10 @@ void PdEndpoint::start_execution(SimTimeNs t_ns) {
       hooks_->on_read_notify(it->second.request_id, it->second.engine_id, it->second.request_name,
                              t_ns);
     remote_.erase(it);
+  }
+  for (const Remote& r : unstarted_.front().dropped) {  // aborted before admission
+    ++stats_.notify_only;
+    if (hooks_ != nullptr) hooks_->on_read_notify(r.request_id, r.engine_id, r.request_name, t_ns);
   }
   unstarted_.pop_front();
   ++started_steps_;
@@ -205,7 +220,9 @@ void PdEndpoint::update_state_after_alloc(Request& request, const ConnectorBlock
 
 const char* PdEndpoint::build_connector_meta(const SchedulerOutput& out) {
   const char* error = nixl_.build_connector_meta(out);
-  unstarted_.push_back(nixl_.meta());
+  StepMeta& m = unstarted_.emplace_back();
+  m.meta = nixl_.meta();
+  m.dropped.swap(dropped_);
   return error;
 }
 

@@ -149,6 +149,10 @@ class PdEndpoint final : public KVConnector {
   void expect(std::uint64_t request_id, PdTransferParams params);
   /// The request was made (before its first schedule()): its id and kv_transfer_params.
   void on_admit(Request& request, std::uint64_t request_id);
+  /// Request `request_id` was aborted before the scheduler saw it (its client gave up while it
+  /// waited for the engine's next iteration): vLLM adds and aborts it in one pass of the input
+  /// queue, so a D request's read of no blocks notifies P at the start of the next step.
+  void on_dropped(std::uint64_t request_id);
   /// EngineCore's scheduler.has_requests(): unfinished requests or finished ids to flush.
   bool has_requests() const;
   /// The worker starts executing the oldest scheduled step not started yet, at `t_ns`:
@@ -205,9 +209,16 @@ class PdEndpoint final : public KVConnector {
     std::string engine_id, request_name;
   };
   std::map<std::string, Remote, std::less<>> remote_;
+  std::vector<Remote> dropped_;  // D requests aborted before admission: P to notify
   std::vector<std::pair<std::uint64_t, PdTransferParams>> expected_;  // not arrived yet
-  std::deque<NixlStepMeta> unstarted_;  // metadata of scheduled steps not started, oldest first
-  std::size_t started_steps_ = 0;       // steps started and not ended
+  /// A scheduled step's metadata, and the requests dropped before it was scheduled (their reads
+  /// of no blocks are in it).
+  struct StepMeta {
+    NixlStepMeta meta;
+    std::vector<Remote> dropped;
+  };
+  std::deque<StepMeta> unstarted_;  // scheduled steps not started, oldest first
+  std::size_t started_steps_ = 0;   // steps started and not ended
   std::vector<std::pair<std::string, SimTimeNs>> reads_done_, notifications_;  // not applied
   struct Report {
     std::vector<std::string> sending, recving;

@@ -270,6 +270,7 @@ RequestRecord Simulator::record_of(std::int64_t slot, FinishReason reason) const
 void Simulator::release_slot(std::int64_t slot, bool dropped) {
   Live& l = live_[static_cast<std::size_t>(slot)];
   if (dropped && l.sample == 0) source_.on_dropped(l.spec);
+  if (pd_ && dropped && !l.request) pd_->on_dropped(request_ids_[static_cast<std::size_t>(slot)]);
   // A request whose blocks the scheduler holds for the CPU tier (a delayed free) keeps its
   // object and its slot (the connector and the worker know it by both) until it is let go.
   const bool parked = (tier_ && l.request && tier_->holds(*l.request)) ||

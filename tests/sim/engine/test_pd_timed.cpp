@@ -518,3 +518,25 @@ TEST_CASE("P/D: blocks P holds are hit on P; blocks D read are cached on D", "[s
   CHECK(c.d.engine().pool_stats().num_free_blocks == c.d.engine().pool_stats().num_blocks - 1);
   CHECK(c.rd.tokens[1].size() == 3);
 }
+
+TEST_CASE("P/D: a request aborted before D's scheduler saw it still notifies P", "[sim][pd]") {
+  for (const bool async : {false, true}) {
+    CAPTURE(async);
+    const Scenario s = kvsim::test::parse_text(scenario(async));
+    Cluster c(s);
+    c.d.inject_arrival(spec(9, 0, 16, 20, 3));  // D steps every 10 ms from 0
+    c.d_client_timeout_ns = 4 * kMs;            // D's copy arrives at 11 ms, aborted at 15 ms
+    c.submit(spec(0, 0, 40, 5, 1));
+    c.run_until(200 * kMs);
+    REQUIRE(c.rd.record(0) != nullptr);
+    CHECK(c.rd.record(0)->reason == FinishReason::kAbort);
+    CHECK(c.reads.empty());
+    // vLLM adds and aborts it at D's next iteration (20 ms); the read of no blocks is in the
+    // metadata of the step scheduled then, which starts at 20 ms (async: at 30 ms, behind the
+    // batch in flight).
+    REQUIRE(c.notes.size() == 1);
+    CHECK(c.notes[0].request == PdEndpoint::request_name(0));
+    CHECK(c.notes[0].sent_ns == (async ? 30 : 20) * kMs);
+    CHECK(c.d.pd_endpoint()->stats().notify_only == 1);
+  }
+}
