@@ -498,7 +498,7 @@ TEST_CASE("P/D with instant transfers gives D's requests the aggregated engine's
   }
 }
 
-TEST_CASE("P/D: blocks P holds are hit on P; blocks D read are cached on D", "[sim][pd]") {
+TEST_CASE("P/D: blocks P holds are hit on P and blocks D read are cached on D", "[sim][pd]") {
   const Scenario s = kvsim::test::parse_text(scenario(false));
   Cluster c(s);
   c.drop_notifications = true;  // P holds request 0's blocks all along
