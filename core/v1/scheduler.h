@@ -164,8 +164,9 @@ class Scheduler final : public EngineCore {
   /// waiting requests hold no blocks, running ones are RUNNING. Returns the first violation.
   std::string find_violation() const override;
 
-  /// Fast-forward (core/engine_api.h) for the releases before v0.20 with one KV cache group, full
-  /// attention and no connector; 0 otherwise (core/v1/scheduler_decode.cpp).
+  /// Fast-forward (core/engine_api.h) for every release with one KV cache group of full
+  /// attention and no connector, v0.20 on its synchronous loop; 0 otherwise
+  /// (core/v1/scheduler_decode.cpp).
   std::int64_t decode_horizon(std::int64_t max_steps) const override;
   void advance_decode(std::int64_t k, std::span<KVPoolStats> pool_after) override;
 
