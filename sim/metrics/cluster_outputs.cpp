@@ -8,16 +8,10 @@
 #include <vector>
 
 #include "core/common/assert.h"
+#include "sim/metrics/writers.h"
 
 namespace kvsim {
 namespace {
-
-template <class Int>
-void append_int(std::string& out, Int v) {
-  char buf[24];
-  const auto res = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, res.ptr);
-}
 
 void append_f6(std::string& out, double v) {
   char buf[64];

@@ -15,15 +15,6 @@
 
 namespace kvsim {
 namespace fs = std::filesystem;
-namespace {
-
-/// Appends the decimal text of `v` (std::to_chars: no locale, no allocation once `out` is sized).
-template <class Int>
-void append_int(std::string& out, Int v) {
-  char buf[24];
-  const auto res = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, res.ptr);
-}
 
 /// Integer ns as fixed-point seconds / milliseconds (exact, no floating point).
 void append_fixed(std::string& out, std::int64_t ns, std::int64_t unit_ns, int decimals) {
@@ -45,8 +36,6 @@ void append_fixed(std::string& out, std::int64_t ns, std::int64_t unit_ns, int d
 void append_s(std::string& out, SimTimeNs ns) { append_fixed(out, ns, kNsPerSecond, 9); }
 void append_ms(std::string& out, SimTimeNs ns) { append_fixed(out, ns, kNsPerMs, 6); }
 void append_us(std::string& out, SimTimeNs ns) { append_fixed(out, ns, kNsPerUs, 3); }
-
-}  // namespace
 
 RunFolder::RunFolder(const fs::path& out_dir, const std::string& name) {
   final_ = out_dir / name;

@@ -3,6 +3,8 @@
 // writers of its files. CSV rows are streamed through a buffered file, so memory does not grow
 // with the number of requests or steps. Every number has a fixed format: same run => same bytes.
 
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -12,6 +14,22 @@
 #include "sim/metrics/metrics.h"
 
 namespace kvsim {
+
+// ---- exact text of numbers, for every CSV writer -------------------------------------------
+/// Appends the decimal text of `v` (std::to_chars: no locale, no allocation once `out` is sized).
+template <class Int>
+void append_int(std::string& out, Int v) {
+  char buf[24];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, res.ptr);
+}
+/// Integer ns as fixed-point text in `unit_ns` units with `decimals` decimals (exact, no floating
+/// point; unit_ns / 10^decimals must be a whole number of ns).
+void append_fixed(std::string& out, std::int64_t ns, std::int64_t unit_ns, int decimals);
+/// Integer ns as seconds (9 decimals), milliseconds (6) and microseconds (3).
+void append_s(std::string& out, SimTimeNs ns);
+void append_ms(std::string& out, SimTimeNs ns);
+void append_us(std::string& out, SimTimeNs ns);
 
 /// `<out>/<name>.tmp-<pid>/` while the run writes; commit() renames it to `<out>/<name>/`
 /// (replacing an older folder of that name). Destroyed uncommitted, it removes the temp folder.
