@@ -146,7 +146,7 @@ struct RouterConfig {
   double cache_threshold = 0.3;
   std::int64_t balance_abs_threshold = 64;
   double balance_rel_threshold = 1.5;
-  PdConfig pd;  // P/D only
+  PdConfig pd{};  // P/D only
 };
 /// Whether the router reads the replicas' KV events (an index of their cached blocks: a vLLM V1
 /// engine's, core/common/kv_event.h).
