@@ -73,7 +73,7 @@ void Simulator::fast_forward() {
     v.sum_context_tokens = step_sum;
     v.sum_context_sq = static_cast<double>(step_sq);
     v.attention_pairs = static_cast<double>(step_sum);  // one query token per request
-    const SimTimeNs dur = std::max<SimTimeNs>(step_time_(v), 1);
+    const SimTimeNs dur = forward_ns(v);
     if (t + dur >= limit) {
       k = j - 1;
       break;

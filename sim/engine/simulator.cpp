@@ -183,8 +183,7 @@ void Simulator::start_step() {
   const SimTimeNs now = engine_.now();
   StepView& v = view_;
   describe_step(v, out_, now);
-  SimTimeNs dur = step_time_ ? step_time_(v) : 1;
-  if (dur < 1) dur = 1;  // time must advance for the run to make progress
+  const SimTimeNs dur = forward_ns(v);
   step_start_ns_ = now;
   if (barrier_ != nullptr) {
     step_in_flight_ = true;
@@ -217,7 +216,7 @@ void Simulator::set_forward_barrier(ForwardBarrier* barrier, std::int32_t rank) 
   d.sum_context_tokens = 1;
   d.sum_context_sq = 1;
   d.attention_pairs = 1;
-  dummy_ns_ = std::max<SimTimeNs>(step_time_ ? step_time_(d) : 1, 1);
+  dummy_ns_ = forward_ns(d);
 }
 
 void Simulator::set_forward_end(SimTimeNs end_ns) {
@@ -346,12 +345,13 @@ void Simulator::start_step_tier() {
   const SimTimeNs start = tier_->begin_step(now, out_);
   StepView& v = view_;
   describe_step(v, out_, now);
-  SimTimeNs dur = 0;  // a step that schedules nothing runs no forward pass
-  if (step_executed_) {
-    dur = step_time_ ? step_time_(v) : 1;
-    if (dur < 1) dur = 1;
-  }
+  // A step that schedules nothing runs no forward pass.
+  const SimTimeNs dur = step_executed_ ? forward_ns(v) : 0;
   tier_->report(start, step_executed_, out_);
+  launch_step(v, now, start, dur);
+}
+
+void Simulator::launch_step(StepView& v, SimTimeNs now, SimTimeNs start, SimTimeNs dur) {
   v.end_ns = start + dur;
   step_start_ns_ = now;
   if (step_executed_)
@@ -443,11 +443,7 @@ void Simulator::start_step_async() {
   StepView& v = a.view;
   describe_step(v, a.out, now);
   v.step = step_ + executed_in_flight;
-  SimTimeNs dur = 0;  // an empty batch runs no forward pass
-  if (a.executed) {
-    dur = step_time_ ? step_time_(v) : 1;
-    if (dur < 1) dur = 1;
-  }
+  const SimTimeNs dur = a.executed ? forward_ns(v) : 0;  // an empty batch runs no forward pass
   if (barrier_ != nullptr) {
     ++async_count_;
     launch_forward(v, a.executed ? dur : dummy_ns_);

@@ -233,6 +233,16 @@ class Simulator {
   void admit_waiting();
   /// Waiting requests: the scheduler's and those not yet admitted.
   std::int64_t num_waiting() const;
+  /// The duration of the forward pass of the batch in `v` (the step-time function's, at least
+  /// 1 ns: time must advance for a run to make progress).
+  SimTimeNs forward_ns(const StepView& v) const {
+    const SimTimeNs d = step_time_ ? step_time_(v) : 1;
+    return d < 1 ? 1 : d;
+  }
+  /// The synchronous loops with a connector (CPU tier, P/D): the step scheduled at `now` runs
+  /// from `start` for `dur` (0: nothing executed, no forward pass); observers see it begin when it
+  /// executes, and its end is queued.
+  void launch_step(StepView& v, SimTimeNs now, SimTimeNs start, SimTimeNs dur);
   /// At a synchronous step start: advances the next steps at once when they are a run of pure
   /// decodes that ends before the next event and before advance_to's limit (fast_forward.cpp).
   void fast_forward();

@@ -59,17 +59,8 @@ void Simulator::start_step_pd() {
   pd_->start_execution(now);  // start_load_kv, even for a step that schedules nothing
   StepView& v = view_;
   describe_step(v, out_, now);
-  SimTimeNs dur = 0;  // a step that schedules nothing runs no forward pass
-  if (step_executed_) {
-    dur = step_time_ ? step_time_(v) : 1;
-    if (dur < 1) dur = 1;
-  }
-  v.end_ns = now + dur;
-  step_start_ns_ = now;
-  if (step_executed_)
-    for (StepObserver* o : observers_) o->on_step_begin(v);
-  step_in_flight_ = true;
-  engine_.schedule(v.end_ns, kPriorityStepEnd, EventKind::kStepEnd);
+  // A step that schedules nothing runs no forward pass.
+  launch_step(v, now, now, step_executed_ ? forward_ns(v) : 0);
 }
 
 void Simulator::end_step_pd() {
@@ -138,11 +129,8 @@ void Simulator::start_step_async_pd() {
     StepView& v = a.view;
     describe_step(v, a.out, now);
     v.step = step_ + executed_in_flight;
-    SimTimeNs dur = 0;  // an empty batch runs no forward pass (the connector still runs)
-    if (a.executed) {
-      dur = step_time_ ? step_time_(v) : 1;
-      if (dur < 1) dur = 1;
-    }
+    // An empty batch runs no forward pass (the connector still runs).
+    const SimTimeNs dur = a.executed ? forward_ns(v) : 0;
     // The worker runs the batches in order: this one starts now when every batch queued before
     // it has ended, else when the last of them ends (end_step_async_pd starts it).
     const bool worker_free = pd_ended_ == async_count_;
