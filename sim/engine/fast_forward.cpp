@@ -29,17 +29,17 @@ constexpr std::int64_t kExactDoubleLimit = std::int64_t{1} << 53;
 }  // namespace
 
 void Simulator::fast_forward() {
+  // Before any visit of the batch: the run is not worth it when the next event comes within a
+  // few steps of the last step's length (the usual case under dense arrivals).
+  const SimTimeNs limit = std::min(advance_limit_ns_, next_event_ns());
+  const SimTimeNs last_ns = view_.end_ns - view_.start_ns;
+  if (limit != kNeverNs && last_ns > 0 && (limit - engine_.now()) / last_ns < kMinRunSteps) return;
   std::int64_t max_steps = kMaxRunSteps;
   for (StepObserver* o : observers_) {
     if (!o->takes_decode_runs()) return;
     max_steps = std::min(max_steps, o->next_step_needed(step_) - step_);
   }
   if (max_steps < 2) return;
-  // Before any visit of the batch: the run is not worth it when the next event comes within a
-  // few steps of the last step's length (the usual case under dense arrivals).
-  const SimTimeNs limit = std::min(advance_limit_ns_, next_event_ns());
-  const SimTimeNs last_ns = view_.end_ns - view_.start_ns;
-  if (limit != kNeverNs && last_ns > 0 && (limit - engine_.now()) / last_ns < kMinRunSteps) return;
   std::int64_t k = core_->decode_horizon(max_steps);
   if (k < 2) return;  // one step costs what stepping does
 
