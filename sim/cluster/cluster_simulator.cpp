@@ -1,5 +1,7 @@
 #include "sim/cluster/cluster_simulator.h"
 
+#include "sim/cluster/cluster_pd.h"
+
 #include <fmt/format.h>
 #include <xxhash.h>
 
@@ -21,10 +23,12 @@ class ClusterSimulator::EmptySource final : public RequestSource {
 /// turn goes to the cluster's source and comes back as a cluster arrival (routed like any other).
 class ClusterSimulator::ForwardSource final : public RequestSource {
  public:
-  explicit ForwardSource(ClusterSimulator& c) : c_(c) {}
+  /// `replica` >= 0: a P/D replica's (a request P hands on to D is not the client's end).
+  explicit ForwardSource(ClusterSimulator& c, std::int32_t replica = -1) : c_(c), r_(replica) {}
   std::optional<RequestSpec> next() override { return std::nullopt; }
   std::optional<RequestSpec> on_finished(const RequestSpec& done, SimTimeNs finish_ns,
                                          std::span<const std::int32_t> outputs) override {
+    if (r_ >= 0 && !c_.pd_ends_here(r_, done.id)) return std::nullopt;
     std::optional<RequestSpec> follow = c_.source_.on_finished(done, finish_ns, outputs);
     if (follow) c_.queue_arrival(std::move(*follow), false, finish_ns);
     return std::nullopt;
@@ -33,6 +37,7 @@ class ClusterSimulator::ForwardSource final : public RequestSource {
 
  private:
   ClusterSimulator& c_;
+  std::int32_t r_;
 };
 
 /// Forwards replica r's requests to the cluster's observers, with r as the current replica;
@@ -41,26 +46,29 @@ class ClusterSimulator::Tap final : public StepObserver {
  public:
   Tap(ClusterSimulator& c, std::int32_t r) : c_(c), r_(r) {}
   void on_request_done(const RequestRecord& rec) override {
+    if (c_.timed_)
+      c_.on_replica_done(r_, rec.request_id / static_cast<std::uint64_t>(c_.samples_per_request_));
+    // P/D: a client's request is recorded once, where it ended (the cluster rewrites it).
+    if (c_.pd_) return c_.pd_on_record(r_, rec);
     c_.current_ = r_;
     ++c_.requests_done_;
-    if (c_.timed_) {
-      const std::int64_t left = --c_.loads_[static_cast<std::size_t>(r_)].in_flight;
-      if (c_.tracks_in_flight_) c_.router_->on_in_flight(r_, left);
-      if (c_.books_)
-        c_.router_->on_finished(
-            r_, rec.request_id / static_cast<std::uint64_t>(c_.samples_per_request_));
-    }
     for (StepObserver* o : c_.cluster_observers_) o->on_request_done(rec);
   }
   void on_step(const StepView& v) override {
     // vLLM publishes the step's KV events at its end (Scheduler.update_from_output).
-    if (c_.kv_index_) c_.take_kv_events(r_, v.end_ns);
-    if (c_.books_)
+    if (c_.reads_kv_events_) c_.take_kv_events(r_, v.end_ns);
+    Pool& pool = c_.pool_of(r_);
+    const bool books = pool.books;
+    if (books || c_.pd_)
       for (std::size_t i = 0; i < v.outputs.size(); ++i)
-        if (v.prev_token_ns[i] < 0)  // the request's first token
-          c_.router_->on_first_token(
-              r_, v.request_id_of_index[static_cast<std::size_t>(v.outputs[i].request->index())] /
-                      static_cast<std::uint64_t>(c_.samples_per_request_));
+        if (v.prev_token_ns[i] < 0) {  // the request's first token
+          const std::uint64_t id =
+              v.request_id_of_index[static_cast<std::size_t>(v.outputs[i].request->index())];
+          if (books)
+            pool.router->on_first_token(r_ - pool.first,
+                                        id / static_cast<std::uint64_t>(c_.samples_per_request_));
+          if (c_.pd_) c_.pd_on_first_token(r_, id, v.start_ns);
+        }
     ReplicaView& s = c_.step_end_[static_cast<std::size_t>(r_)];
     s.num_waiting = v.num_waiting;
     s.num_running = static_cast<std::int64_t>(v.engine->running().size());
@@ -109,9 +117,13 @@ ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& sour
   RequestSource& replica_source =
       timed_ ? static_cast<RequestSource&>(*forward_source_) : *empty_source_;
   KVSIM_ASSERT(step_times.size() == static_cast<std::size_t>(n));
+  if (scenario.cluster.disaggregated())
+    for (std::int32_t r = 0; r < n; ++r)
+      pd_sources_.push_back(std::make_unique<ForwardSource>(*this, r));
   for (std::int32_t r = 0; r < n; ++r) {
     replicas_.push_back(std::make_unique<Simulator>(
-        replica_scenario(scenario, r), replica_source,
+        replica_scenario(scenario, r),
+        pd_sources_.empty() ? replica_source : *pd_sources_[static_cast<std::size_t>(r)],
         timed_ ? std::move(step_times[static_cast<std::size_t>(r)]) : StepTimeFn{}));
     taps_.push_back(std::make_unique<Tap>(*this, r));
   }
@@ -135,29 +147,61 @@ ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& sour
   env.block_size = scenario.cache.sizing.block_size;
   env.num_gpu_blocks = scenario.num_gpu_blocks;
   env.samples_per_request = timed_ ? samples_per_request_ : 1;  // cache_only serves one
-  router_ = make_router(scenario.cluster.router, n, env);
-  books_ = router_->books_requests();
-  tracks_in_flight_ = router_->tracks_in_flight();
-  KVSIM_ASSERT(router_->kv_index_removal().has_value() ==
-               router_reads_kv_events(scenario.cluster.router));
-  if (const std::optional<KvBlockIndex::Removal> removal = router_->kv_index_removal()) {
-    kv_index_ = std::make_unique<KvBlockIndex>(n, *removal);
+  // The pools: every replica behind one router, or P/D's prefill and decode pools.
+  pool_index_.assign(static_cast<std::size_t>(n), 0);
+  if (scenario.cluster.disaggregated()) {
+    const auto p = static_cast<std::int32_t>(scenario.cluster.prefill_replicas);
+    add_pool(0, p, make_pd_router(scenario.cluster.router, p, env, false));
+    add_pool(p, n - p, make_pd_router(scenario.cluster.router, n - p, env, true));
+    for (std::int32_t r = p; r < n; ++r) pool_index_[static_cast<std::size_t>(r)] = 1;
+  } else {
+    add_pool(0, n, make_router(scenario.cluster.router, n, env));
+    KVSIM_ASSERT(pools_[0].router->kv_index_removal().has_value() ==
+                 router_reads_kv_events(scenario.cluster.router));
+  }
+  for (Pool& pool : pools_) {
+    pool.books = pool.router->books_requests();
+    pool.tracks_in_flight = pool.router->tracks_in_flight();
+    if (const std::optional<KvBlockIndex::Removal> removal = pool.router->kv_index_removal()) {
+      pool.kv_index = std::make_unique<KvBlockIndex>(pool.size, *removal);
+      reads_kv_events_ = true;
+    }
+  }
+  if (reads_kv_events_) {
     kv_logs_.resize(static_cast<std::size_t>(n));
     kv_delay_ns_ = timed_ ? scenario.cluster.router.kv_event_delay_ns : 0;
     for (std::int32_t r = 0; r < n; ++r) {
+      if (!pool_of(r).kv_index) continue;
       // (The parser refuses such a router for a family without KV events.)
       const bool publishes = replicas_[static_cast<std::size_t>(r)]->set_kv_event_log(
           &kv_logs_[static_cast<std::size_t>(r)]);
       KVSIM_ASSERT(publishes, "a router that reads KV events over an engine without them");
     }
   }
+  if (scenario.cluster.disaggregated()) pd_setup();
+}
+
+void ClusterSimulator::add_pool(std::int32_t first, std::int32_t size,
+                                std::unique_ptr<Router> router) {
+  Pool& pool = pools_.emplace_back();
+  pool.first = first;
+  pool.size = size;
+  pool.router = std::move(router);
+}
+
+void ClusterSimulator::on_replica_done(std::int32_t r, std::uint64_t request_id) {
+  Pool& pool = pool_of(r);
+  const std::int64_t left = --loads_[static_cast<std::size_t>(r)].in_flight;
+  if (pool.tracks_in_flight) pool.router->on_in_flight(r - pool.first, left);
+  if (pool.books) pool.router->on_finished(r - pool.first, request_id);
 }
 
 void ClusterSimulator::take_kv_events(std::int32_t r, SimTimeNs now_ns) {
   std::vector<KvEvent>& log = kv_logs_[static_cast<std::size_t>(r)];
   if (log.empty()) return;
   if (kv_delay_ns_ == 0) {
-    kv_index_->apply(r, log);
+    Pool& pool = pool_of(r);
+    pool.kv_index->apply(r - pool.first, log);
     log.clear();
     return;
   }
@@ -174,7 +218,8 @@ void ClusterSimulator::take_kv_events(std::int32_t r, SimTimeNs now_ns) {
 void ClusterSimulator::apply_due_kv_events() {
   while (!kv_in_transit_.empty() && kv_in_transit_.front().due_ns <= now_ns_) {
     KvBatch& b = kv_in_transit_.front();
-    kv_index_->apply(b.replica, b.events);
+    Pool& pool = pool_of(b.replica);
+    pool.kv_index->apply(b.replica - pool.first, b.events);
     b.events.clear();
     kv_spare_.push_back(std::move(b.events));
     kv_in_transit_.pop_front();
@@ -249,40 +294,45 @@ void ClusterSimulator::record_rejected(const RequestSpec& spec) {
     rec.prompt_tokens = spec.num_prompt_tokens();
     rec.reason = FinishReason::kRejected;
     current_ = -1;
+    if (pd_) pd_clear_columns();
     ++requests_done_;
     for (StepObserver* o : cluster_observers_) o->on_request_done(rec);
   }
   source_.on_dropped(spec);
 }
 
-std::int32_t ClusterSimulator::route(RequestSpec& spec) {
+std::int32_t ClusterSimulator::route(RequestSpec& spec, std::size_t pool_index,
+                                    std::string_view stage, RouteDecision* decision) {
+  Pool& pool = pools_[pool_index];
   spec.materialize_prompt();
   const std::int64_t bs = scenario_.cache.sizing.block_size;
   const std::int64_t prompt_tokens = spec.num_prompt_tokens();
   RouteInput in;
   in.now_ns = now_ns_;
-  in.index = routed_;
+  in.index = pool.routed;
   in.prompt_tokens = prompt_tokens;
   in.prompt_blocks = (prompt_tokens + bs - 1) / bs;
   in.request_id = spec.id;
-  if (const std::int64_t k = router_->block_ids_needed(); k > 0) {
+  if (const std::int64_t k = pool.router->block_ids_needed(); k > 0) {
     block_ids(spec.prompt, bs, k, ids_);
     in.block_ids = ids_;
   }
-  if (kv_index_) {
+  if (pool.kv_index) {
     apply_due_kv_events();
     prompt_content_hashes(spec.prompt, bs, std::numeric_limits<std::int64_t>::max(),
                           content_hashes_);
     in.content_hashes = content_hashes_;
-    in.kv_index = kv_index_.get();
+    in.kv_index = pool.kv_index.get();
   }
-  const RouteDecision d = router_->route(in, loads_);
-  KVSIM_ASSERT(d.replica >= 0 && d.replica < num_replicas(), "router picked no replica");
-  ++routed_;
-  ReplicaLoad& load = loads_[static_cast<std::size_t>(d.replica)];
+  const std::span<ReplicaLoad> loads = std::span<ReplicaLoad>(loads_).subspan(
+      static_cast<std::size_t>(pool.first), static_cast<std::size_t>(pool.size));
+  RouteDecision d = pool.router->route(in, loads);
+  KVSIM_ASSERT(d.replica >= 0 && d.replica < pool.size, "router picked no replica");
+  ++pool.routed;
+  ReplicaLoad& load = loads[static_cast<std::size_t>(d.replica)];
   ++load.routed;
   load.in_flight += timed_ ? samples_per_request_ : 1;  // cache_only: nothing completes
-  if (tracks_in_flight_) router_->on_in_flight(d.replica, load.in_flight);
+  if (pool.tracks_in_flight) pool.router->on_in_flight(d.replica, load.in_flight);
   load.prompt_tokens_routed += prompt_tokens;
   auto it = std::find_if(branches_.begin(), branches_.end(),
                          [&](const auto& b) { return b.first == d.branch; });
@@ -290,10 +340,13 @@ std::int32_t ClusterSimulator::route(RequestSpec& spec) {
     branches_.emplace_back(d.branch, 1);
   else
     ++it->second;
+  d.replica += pool.first;
+  if (d.runner_up >= 0) d.runner_up += pool.first;
   if (routing_) {
     RoutingRecord rec;
     rec.request_id = spec.id;
     rec.time_ns = now_ns_;
+    rec.stage = stage;
     rec.replica = d.replica;
     rec.branch = d.branch;
     rec.has_score = d.has_score;
@@ -305,6 +358,7 @@ std::int32_t ClusterSimulator::route(RequestSpec& spec) {
     rec.view_age_ns = d.view_age_ns;
     routing_->write(rec);
   }
+  if (decision != nullptr) *decision = d;
   return d.replica;
 }
 
@@ -315,10 +369,10 @@ void ClusterSimulator::route_and_serve(RequestSpec& spec) {
   KVSIM_ASSERT(served, "a replica refused a request the server admitted");
   // One request at a time: it is served whole before the next is routed (its events are in the
   // index, and the router learns that it ended).
-  if (kv_index_) take_kv_events(r, now_ns_);
-  if (books_) {
-    router_->on_first_token(r, spec.id);
-    router_->on_finished(r, spec.id);
+  if (reads_kv_events_) take_kv_events(r, now_ns_);
+  if (Pool& pool = pool_of(r); pool.books) {
+    pool.router->on_first_token(r, spec.id);
+    pool.router->on_finished(r, spec.id);
   }
 }
 

@@ -18,6 +18,19 @@
 // then the replicas' step starts, each taking in the arrivals routed to it. A follow-up turn goes
 // back to the cluster's source and is routed like any arrival.
 //
+// P/D (cluster.prefill_replicas / decode_replicas; spec §7; cluster_pd.cpp): replicas [0, P) run
+// vLLM v0.20.1's prefill role, [P, P + D) its decode role (Simulator::set_pd_role). Each pool has
+// its own router (Pool). A client's request goes through the proxy (cluster.router.pd.proxy): to a
+// prefill replica with max_tokens 1 one proxy hop after its arrival; P's response comes back one hop
+// after P finished it, the proxy picks the decode replica (toy_proxy, dynamo) and the request with
+// P's kv_transfer_params reaches it one more hop later (llm_d: the decode pod was picked first and
+// its sidecar is local, so two hops; a request llm-d's decider keeps on the decode pod goes there
+// at once, served whole). D's read of the blocks it allocated is a transfer of the model of §7.5
+// (PdTransferModel), delivered to D (read_done) before D handles events at its end; the read
+// carries P's notification (notify at the same instant). requests.csv has one row per client
+// request: D's record (or P's, when the request ended there) with the client's arrival, P's first
+// schedule, P's prefix hits and both replicas' preemptions.
+//
 // The replicas are driven through Simulator's outside interface (begin, advance_to,
 // advance_before, inject_arrival, serve_cache_only, finish): a replica handles an event only when
 // it is the next one of the whole cluster. One routing decision allocates nothing once warm.
@@ -38,6 +51,8 @@
 #include "sim/engine/pending_arrivals.h"
 #include "sim/engine/simulator.h"
 #include "sim/metrics/cluster_outputs.h"
+#include "sim/metrics/transfers_csv.h"
+#include "sim/metrics/writers.h"
 
 namespace kvsim {
 
@@ -72,6 +87,17 @@ class ClusterSimulator {
   /// The replica whose request is being recorded now (-1: a request refused before routing):
   /// requests.csv's `replica` column reads it.
   const std::int32_t* current_replica() const { return &current_; }
+  /// P/D: the P/D columns of the request being recorded now (requests.csv reads them).
+  const PdRequestColumns* current_pd_columns() const;
+  /// P/D: the run's transfers (transfers.csv rows, in completion order) and its summary keys
+  /// (summary.json lines; empty without P/D). Valid after run().
+  std::span<const TransferRow> transfers() const;
+  std::string pd_summary_keys() const;
+  /// P/D: replica r's vllm:nixl_* and external prefix cache families for metrics.prom (labelled
+  /// model_name only: the cluster adds engine); empty without P/D.
+  std::string pd_prometheus(std::int32_t r, const std::string& model) const;
+  /// Replica r's role.
+  ReplicaRole role(std::int32_t r) const { return scenario_.cluster.role_of(r); }
   const Simulator& replica(std::int32_t r) const { return *replicas_[static_cast<std::size_t>(r)]; }
   std::span<const ReplicaLoad> loads() const { return loads_; }
   /// Decisions per branch name, sorted by name.
@@ -92,8 +118,43 @@ class ClusterSimulator {
  private:
   void queue_arrival(RequestSpec spec, bool open_loop, SimTimeNs now_ns);
   void pull_next_open_loop();
-  /// Routes `spec` (the decision, the loads, routing.csv); returns the replica.
-  std::int32_t route(RequestSpec& spec);
+  /// A pool of replicas one router serves: aggregated serving has one (every replica), P/D two
+  /// (the prefill replicas, then the decode replicas), each with its own router, cycle, books and
+  /// index of KV events; a router sees its pool's replicas as 0 .. size-1.
+  struct Pool {
+    std::int32_t first = 0, size = 0;
+    std::unique_ptr<Router> router;
+    bool books = false;             // the router keeps books of its requests (books_requests)
+    bool tracks_in_flight = false;  // Router::tracks_in_flight
+    std::unique_ptr<KvBlockIndex> kv_index;
+    std::int64_t routed = 0;  // decisions so far (RouteInput::index)
+  };
+  Pool& pool_of(std::int32_t r) { return pools_[static_cast<std::size_t>(pool_index_[static_cast<std::size_t>(r)])]; }
+  /// Routes `spec` in pool `pool` (the decision, the loads, routing.csv with `stage`); returns
+  /// the replica (a cluster index). `decision` (may be null) receives the router's decision.
+  std::int32_t route(RequestSpec& spec, std::size_t pool = 0, std::string_view stage = "route",
+                     RouteDecision* decision = nullptr);
+  void add_pool(std::int32_t first, std::int32_t size, std::unique_ptr<Router> router);
+  /// A request finished (once per sample) on replica r: the router-side counts and books.
+  void on_replica_done(std::int32_t r, std::uint64_t request_id);
+  // P/D (cluster_pd.cpp).
+  void pd_setup();
+  /// The P/D arrival of `spec` at the proxy now (routed, sent on).
+  void pd_arrive(RequestSpec spec);
+  /// Replica r's record of a request: the client's record once the request ended there.
+  void pd_on_record(std::int32_t r, const RequestRecord& rec);
+  /// Replica r's step that started at `start_ns` gave request `id` its first token.
+  void pd_on_first_token(std::int32_t r, std::uint64_t id, SimTimeNs start_ns);
+  /// Whether a request's finish on replica r ends the client's request (P hands it on: no).
+  bool pd_ends_here(std::int32_t r, std::uint64_t id) const;
+  /// The cluster's P/D event at `slot` (pending_'s tag kPdHandOff): P's response at the proxy.
+  void pd_hand_off(std::int64_t slot);
+  /// The time of the next transfer end (kNever: none), and the reads ended by now delivered.
+  SimTimeNs pd_next_read_end() const;
+  void pd_deliver_reads();
+  /// A refused request's P/D columns: empty.
+  void pd_clear_columns();
+  static constexpr std::uint8_t kPdHandOff = 1;  // pending_'s tag of a P/D hand-off
   void route_and_serve(RequestSpec& spec);
   /// Records `spec` refused before routing (one row per sample) and tells the source.
   void record_rejected(const RequestSpec& spec);
@@ -117,15 +178,18 @@ class ClusterSimulator {
   std::unique_ptr<ForwardSource> forward_source_;  // timed: the replicas' follow-ups come back
   std::vector<std::unique_ptr<Simulator>> replicas_;
   std::vector<std::unique_ptr<Tap>> taps_;
-  std::unique_ptr<Router> router_;
+  std::vector<Pool> pools_;
+  std::vector<std::int32_t> pool_index_;  // replica -> its pool
+  class Pd;  // P/D: the proxy, the flows, the transfers (cluster_pd.cpp)
+  std::unique_ptr<Pd> pd_;
+  std::vector<std::unique_ptr<ForwardSource>> pd_sources_;  // P/D: one per replica (its role)
+  std::vector<std::int32_t> touched_;  // replicas handed something outside their own events
   std::unique_ptr<DpLockstep> lockstep_;
   std::vector<StepObserver*> cluster_observers_;
   RoutingCsvWriter* routing_ = nullptr;
   const volatile std::sig_atomic_t* interrupt_ = nullptr;
 
   bool timed_ = false;
-  bool books_ = false;       // the router keeps books of its requests (Router::books_requests)
-  bool tracks_in_flight_ = false;  // Router::tracks_in_flight
   Engine arrivals_;          // the cluster's events: arrivals (kArrival), view refreshes (kUser)
   PendingArrivals pending_;  // arrivals not yet happened
   bool open_loop_done_ = false;
@@ -142,7 +206,7 @@ class ClusterSimulator {
   std::vector<ReplicaView> delayed_view_;
   // Routers that read the replicas' caches: the index of their KV events, each replica's log of
   // events not yet taken, the batches on their way (kv_events.delay_ms), spare event buffers.
-  std::unique_ptr<KvBlockIndex> kv_index_;
+  bool reads_kv_events_ = false;  // some pool's router reads them (its Pool::kv_index)
   std::vector<std::vector<KvEvent>> kv_logs_;
   struct KvBatch {
     SimTimeNs due_ns = 0;
@@ -155,7 +219,6 @@ class ClusterSimulator {
   std::vector<std::uint64_t> content_hashes_;  // scratch: the routed prompt's full blocks
   std::int64_t samples_per_request_ = 1;
   SimTimeNs now_ns_ = 0;
-  std::int64_t routed_ = 0;
   std::int64_t requests_done_ = 0;
   std::int32_t current_ = -1;
 };

@@ -106,6 +106,9 @@ class LlmDRouter final : public Router {
     RouteDecision d = picker_.pick(endpoints_, static_cast<std::int64_t>(ids.size()));
     if (!uses_prefix_)
       d.matched_blocks = uses_precise_ ? precise_[static_cast<std::size_t>(d.replica)] : -1;
+    d.prefix_blocks = uses_prefix_    ? matched_[static_cast<std::size_t>(d.replica)]
+                      : uses_precise_ ? precise_[static_cast<std::size_t>(d.replica)]
+                                      : 0;
     if (uses_prefix_) index_.add(d.replica, ids);  // PreRequest
     d.view_age_ns = in.now_ns - refreshed_ns_;
     return d;

@@ -83,4 +83,26 @@ std::unique_ptr<Router> make_router(const RouterConfig& config, std::int32_t num
   return nullptr;
 }
 
+std::unique_ptr<Router> make_pd_router(const RouterConfig& config, std::int32_t num_replicas,
+                                       const RouterEnv& env, bool decode) {
+  switch (config.pd.proxy) {
+    case PdProxy::kToyProxy:
+      return make_round_robin_router(config.start);
+    case PdProxy::kLlmD: {
+      RouterConfig c = config;
+      if (decode) c.seed = config.seed + 1;
+      return make_router(c, num_replicas, env);
+    }
+    case PdProxy::kDynamo:
+      if (decode)  // TODO(pd): Dynamo's decode stage (overlap 0, no KV reuse, no prefill tokens)
+        return make_dynamo_router(num_replicas, DynamoParams{0.0, config.router_temperature},
+                                  true, config.seed + 1, env.block_size, env.samples_per_request);
+      return make_dynamo_router(
+          num_replicas, DynamoParams{config.overlap_score_weight, config.router_temperature},
+          false, config.seed, env.block_size, env.samples_per_request);
+  }
+  KVSIM_ASSERT(false, "unknown P/D proxy");
+  return nullptr;
+}
+
 }  // namespace kvsim

@@ -62,6 +62,9 @@ struct RouteDecision {
   double runner_up_score = 0;
   std::int64_t matched_blocks = -1;  // prefix routers: blocks the chosen replica matches; -1 none
   SimTimeNs view_age_ns = -1;        // how old the polled state read was; -1: none read
+  /// The chosen replica's prefix match in blocks as the router's prefix scorer has it (llm_d: the
+  /// approximate index, else the precise one; what llm-d's P/D decider reads); -1: none.
+  std::int64_t prefix_blocks = -1;
 };
 
 class Router {
@@ -122,6 +125,14 @@ struct RouterEnv {
 [[nodiscard]] std::unique_ptr<Router> make_router(const RouterConfig& config,
                                                   std::int32_t num_replicas,
                                                   const RouterEnv& env = {});
+/// P/D (spec §7.1, §4.4, §5.5): the router of the prefill pool (`decode` false) or of the decode
+/// pool of `num_replicas` replicas, for config.pd.proxy: toy_proxy -> round_robin from `start`
+/// (one cycle per pool); llm_d -> llm_d in both pools (the decode pool's random stream is the
+/// seed + 1's); dynamo -> dynamo_kv without active-block tracking (prefill), the decode stage's
+/// load-only router (decode).
+[[nodiscard]] std::unique_ptr<Router> make_pd_router(const RouterConfig& config,
+                                                     std::int32_t num_replicas,
+                                                     const RouterEnv& env, bool decode);
 
 // The policies (one file each).
 [[nodiscard]] std::unique_ptr<Router> make_round_robin_router(std::int64_t start);

@@ -408,7 +408,7 @@ ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx, b
 }
 
 void check_pd_engine(const ClusterConfig& c, const YAML::Node& cluster, const YamlContext& ctx,
-                     std::string_view profile, bool cpu_tier) {
+                     std::string_view profile, bool cpu_tier, std::int64_t samples) {
   if (!c.disaggregated()) return;
   const std::string_view key = "prefill_replicas";
   if (profile != "vllm-0.20")
@@ -421,6 +421,11 @@ void check_pd_engine(const ClusterConfig& c, const YAML::Node& cluster, const Ya
                      fmt::format("{}: P/D disaggregation together with the CPU tier "
                                  "(cache.kv_offloading) is not modelled in kvsim",
                                  ctx.child(key).path));
+  if (samples > 1)
+    throw yaml_error(key_node(cluster, key), ctx.child(key),
+                     fmt::format("{}: P/D disaggregation with parallel sampling (workload n = {}) "
+                                 "is not modelled in kvsim",
+                                 ctx.child(key).path, samples));
 }
 
 YAML::Node cluster_yaml(const ClusterConfig& c) {

@@ -208,9 +208,10 @@ inline constexpr std::string_view kClusterKeys[] = {"replicas", "prefill_replica
 [[nodiscard]] ClusterConfig parse_cluster(const YAML::Node& cluster, const YamlContext& ctx,
                                           bool cache_only);
 /// P/D's checks against the engine (after parse_cluster): the profile must be vllm-0.20 and the
-/// scenario must have no CPU tier (`cpu_tier`); a ConfigError at the cluster's prefill_replicas.
+/// scenario must have no CPU tier (`cpu_tier`) and no parallel sampling (`samples` > 1); a
+/// ConfigError at the cluster's prefill_replicas.
 void check_pd_engine(const ClusterConfig& c, const YAML::Node& cluster, const YamlContext& ctx,
-                     std::string_view profile, bool cpu_tier);
+                     std::string_view profile, bool cpu_tier, std::int64_t samples);
 /// Every key the run uses: replicas, and router with the policy's own parameters; P/D adds
 /// prefill_replicas, decode_replicas and router.pd (an aggregated run's text is unchanged).
 [[nodiscard]] YAML::Node cluster_yaml(const ClusterConfig& c);

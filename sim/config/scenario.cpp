@@ -505,7 +505,7 @@ Scenario parse_scenario(const YAML::Node& root, const std::string& file,
   s.outputs = parse_outputs(root["outputs"], top.child("outputs"));
   s.cluster = parse_cluster(root["cluster"], top.child("cluster"), !timed);
   check_pd_engine(s.cluster, root["cluster"], top.child("cluster"), profile_name(s.engine.profile),
-                  s.cache.kv_offloading.has_value());
+                  s.cache.kv_offloading.has_value(), s.workload.per_request.n);
   if (s.cluster.enabled() && router_reads_kv_events(s.cluster.router) &&
       profile_info(s.engine.profile).family != EngineFamily::kV1) {
     const YamlContext pctx = top.child("cluster").child("router").child("policy");

@@ -157,6 +157,7 @@ void PdEndpoint::end_execution(SimTimeNs t_ns) {
   });
   worker_.get_finished(static_cast<double>(t_ns) / 1e9, sending_, recving_, expired_);
   stats_.expired += static_cast<std::int64_t>(expired_.size());
+  if (hooks_ != nullptr) hooks_->on_get_finished(sending_, recving_, t_ns);
   Report& r = reports_.emplace_back();
   r.sending.swap(sending_);
   r.recving.swap(recving_);
@@ -199,6 +200,14 @@ bool PdEndpoint::holds(const Request& request) const {
   return std::find(held.begin(), held.end(), &request) != held.end();
 }
 
+std::int64_t PdEndpoint::take_external_tokens(const Request& request) {
+  const auto it = external_tokens_.find(request.request_id);
+  if (it == external_tokens_.end()) return 0;
+  const std::int64_t n = it->second;
+  external_tokens_.erase(it);
+  return n;
+}
+
 void PdEndpoint::reap(std::vector<std::int64_t>& free_slots) {
   std::erase_if(parked_, [&](Parked& p) {
     if (holds(*p.request)) return false;
@@ -210,15 +219,26 @@ void PdEndpoint::reap(std::vector<std::int64_t>& free_slots) {
 // ---- KVConnector ----------------------------------------------------------------------------
 
 ExternalMatch PdEndpoint::lookup(Request& request, std::int64_t num_local_tokens) {
-  return nixl_.lookup(request, num_local_tokens);
+  const ExternalMatch m = nixl_.lookup(request, num_local_tokens);
+  lookup_queries_ = m.ask_later ? 0 : request.num_tokens() - num_local_tokens;
+  lookup_hits_ = m.ask_later ? 0 : m.num_tokens;
+  return m;
 }
 
 void PdEndpoint::update_state_after_alloc(Request& request, const ConnectorBlocks& blocks,
                                           std::int64_t num_external_tokens) {
   nixl_.update_state_after_alloc(request, blocks, num_external_tokens);
+  if (num_external_tokens > 0) external_tokens_[request.request_id] = num_external_tokens;
+  // Recorded for a request the connector was asked about (a promoted one was not: 0 queries).
+  if (lookup_queries_ != 0) {
+    stats_.external_queries += lookup_queries_;
+    stats_.external_hits += lookup_hits_;
+  }
+  lookup_queries_ = lookup_hits_ = 0;
 }
 
 const char* PdEndpoint::build_connector_meta(const SchedulerOutput& out) {
+  lookup_queries_ = lookup_hits_ = 0;  // a lookup whose allocation failed ended this schedule()
   const char* error = nixl_.build_connector_meta(out);
   StepMeta& m = unstarted_.emplace_back();
   m.meta = nixl_.meta();
@@ -228,6 +248,7 @@ const char* PdEndpoint::build_connector_meta(const SchedulerOutput& out) {
 
 bool PdEndpoint::request_finished(Request& request, std::span<const BlockId> block_ids) {
   nixl_.set_now(now_s());  // time.perf_counter() of the expiry stamp
+  external_tokens_.erase(request.request_id);
   const bool decode_side = nixl_.params(request).present && nixl_.params(request).do_remote_decode;
   const bool delay = nixl_.request_finished(request, block_ids);
   if (decode_side) {

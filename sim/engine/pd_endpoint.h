@@ -108,6 +108,15 @@ class PdHooks {
   /// cluster calls P's notify(remote_request_id, arrival).
   virtual void on_read_notify(std::uint64_t request_id, const std::string& remote_engine_id,
                               const std::string& remote_request_id, SimTimeNs sent_ns) = 0;
+  /// The worker's get_finished at the end of a step at `t_ns`, by engine request name
+  /// (PdEndpoint::request_name): P's holds that end (the blocks are freed by this step's
+  /// update_from_output; expired ones included) and D's reads it sees.
+  virtual void on_get_finished(std::span<const std::string> sending,
+                               std::span<const std::string> recving, SimTimeNs t_ns) {
+    (void)sending;
+    (void)recving;
+    (void)t_ns;
+  }
 };
 
 /// Running totals of an endpoint.
@@ -118,6 +127,9 @@ struct PdStats {
   std::int64_t notifications_received = 0;          // P: notify() calls seen by get_finished
   std::int64_t expired = 0;                         // P: holds ended by the 480 s expiry
   std::int64_t freed_by_notification = 0;           // P: holds ended by D's notification
+  /// vllm:external_prefix_cache_queries / _hits (scheduler.py:638-641, 788-796): at a new
+  /// request's allocation, the tokens past the local hits and those the connector provides.
+  std::int64_t external_queries = 0, external_hits = 0;
 };
 
 class PdEndpoint final : public KVConnector {
@@ -165,6 +177,9 @@ class PdEndpoint final : public KVConnector {
   void apply_report();
   /// Whether something may still change without a new arrival (reads in flight or not started).
   bool transfers_pending() const;
+  /// The tokens the connector provided to `request` (D: its read), once: the first schedule's
+  /// computed tokens less these are its local prefix hits. 0 when none.
+  std::int64_t take_external_tokens(const Request& request);
   /// Whether the scheduler holds `request` (finished, blocks held for the connector).
   bool holds(const Request& request) const;
   /// Keeps a finished request the scheduler holds (and its slot) until the scheduler lets go.
@@ -232,6 +247,8 @@ class PdEndpoint final : public KVConnector {
     std::int64_t slot = 0;
   };
   std::vector<Parked> parked_;
+  std::int64_t lookup_queries_ = 0, lookup_hits_ = 0;
+  std::map<std::string, std::int64_t, std::less<>> external_tokens_;  // until the first schedule  // the last lookup's, until its allocation
   PdStats stats_;
 };
 

@@ -129,7 +129,10 @@ void Simulator::describe_step(StepView& v, const SchedulerOutput& out, SimTimeNs
     Live& l = live_[static_cast<std::size_t>(r.index())];
     if (l.first_scheduled_ns < 0) {
       l.first_scheduled_ns = now;
-      l.first_lookup_hit_tokens = sr.num_computed_tokens;
+      // Local prefix hits: a P/D decode request read its prompt past them (the last token then
+      // recomputed), so they are the prompt less what it read.
+      const std::int64_t read = pd_ ? pd_->take_external_tokens(r) : 0;
+      l.first_lookup_hit_tokens = read > 0 ? r.num_prompt_tokens() - read : sr.num_computed_tokens;
       for (std::int64_t c : l.fork_children) {  // forks share their parent's prompt pass
         live_[static_cast<std::size_t>(c)].first_scheduled_ns = now;
         live_[static_cast<std::size_t>(c)].first_lookup_hit_tokens = sr.num_computed_tokens;

@@ -91,7 +91,12 @@ void ReplicaStats::on_step(const StepView& v) {
   max_usage = std::max(max_usage, usage);
   sum_running += v.engine ? static_cast<double>(v.engine->running().size()) : 0.0;
   sum_waiting += static_cast<double>(v.num_waiting);
-  busy_ns += v.end_ns - v.start_ns;
+  // The union of the steps' spans: under async scheduling a batch is scheduled while the one
+  // before it still runs (their spans overlap).
+  if (v.end_ns > last_end_ns_) {
+    busy_ns += v.end_ns - std::max(v.start_ns, last_end_ns_);
+    last_end_ns_ = v.end_ns;
+  }
   if (v.out != nullptr) {  // timed runs: the lookups of the step's schedule()
     prefix_cache_queries += v.out->prefix_queries_tokens;
     prefix_cache_hits += v.out->prefix_hits_tokens;
@@ -135,14 +140,14 @@ std::string cluster_summary_keys(std::span<const ReplicaStats* const> replicas,
         duration_s > 0 ? static_cast<double>(s.busy_ns) / 1e9 / duration_s : 0.0;
     const double flhr = rate(s.first_lookup_hits, s.first_lookup_prompt);
     o += fmt::format(
-        "    {{\"replica\": {}, \"role\": \"mixed\", \"gpu\": {}, \"num_gpu_blocks\": {}, "
+        "    {{\"replica\": {}, \"role\": \"{}\", \"gpu\": {}, \"num_gpu_blocks\": {}, "
         "\"requests_routed\": {}, "
         "\"prompt_tokens_routed\": {}, \"prefix_cache_queries\": {}, \"prefix_cache_hits\": {}, "
         "\"prefix_cache_hit_rate\": {:.9f}, \"first_lookup_hit_rate\": {:.9f}, "
         "\"num_preemptions\": {}, \"num_evictions\": {}, \"mean_kv_cache_usage_perc\": {:.9f}, "
         "\"max_kv_cache_usage_perc\": {:.9f}, \"mean_num_running\": {:.6f}, "
         "\"mean_num_waiting\": {:.6f}, \"busy_fraction\": {:.9f}}}{}\n",
-        r, nlohmann::json(s.gpu).dump(), s.num_gpu_blocks, s.requests_routed, s.prompt_tokens_routed, s.prefix_cache_queries, s.prefix_cache_hits,
+        r, s.role, nlohmann::json(s.gpu).dump(), s.num_gpu_blocks, s.requests_routed, s.prompt_tokens_routed, s.prefix_cache_queries, s.prefix_cache_hits,
         rate(s.prefix_cache_hits, s.prefix_cache_queries), flhr, s.num_preemptions,
         s.num_evictions, s.sum_usage / steps, s.max_usage, s.sum_running / steps,
         s.sum_waiting / steps, busy_fraction, r + 1 < replicas.size() ? "," : "");

@@ -55,6 +55,7 @@ class ReplicaStats : public StepObserver {
   void on_lookup(std::int64_t query_tokens, std::int64_t hit_tokens) override;
 
   std::int64_t requests_routed = 0, prompt_tokens_routed = 0;  // set by the cluster
+  std::string_view role = "mixed";  // set by the cluster: mixed | prefill | decode
   std::string gpu;                 // set by the cluster: the replica's GPU preset
   std::int64_t num_gpu_blocks = 0;  // set by the cluster: its pool
   std::int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
@@ -64,6 +65,9 @@ class ReplicaStats : public StepObserver {
   std::int64_t num_steps = 0;
   double sum_usage = 0, max_usage = 0, sum_running = 0, sum_waiting = 0;
   SimTimeNs busy_ns = 0;  // time with a step in flight
+
+ private:
+  SimTimeNs last_end_ns_ = 0;
 };
 
 /// The cluster keys of summary.json, each line "  \"key\": value,\n" in the spec's order, for the

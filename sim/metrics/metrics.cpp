@@ -1,5 +1,7 @@
 #include "sim/metrics/metrics.h"
 
+#include "sim/metrics/prom_text.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,12 +27,31 @@ std::vector<double> build_1_2_5(std::int64_t max_value) {
     }
 }
 
+}  // namespace
+
 std::string prom_num(double v) {
   if (std::isinf(v)) return "+Inf";
   return fmt::format("{}", v);
 }
 
-}  // namespace
+void append_prom_scalar(std::string& o, std::string_view name, std::string_view type,
+                        std::string_view help, std::string_view label, double v) {
+  o += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{{{}}} {}\n", name, help, name, type, name,
+                   label, prom_num(v));
+}
+
+void append_prom_histogram(std::string& o, std::string_view name, std::string_view help,
+                           std::string_view label, const PromHistogram& h) {
+  o += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  std::int64_t cum = 0;
+  for (std::size_t i = 0; i <= h.bounds.size(); ++i) {
+    cum += h.counts[i];
+    const std::string le = i < h.bounds.size() ? prom_num(h.bounds[i]) : "+Inf";
+    o += fmt::format("{}_bucket{{le=\"{}\",{}}} {}\n", name, le, label, cum);
+  }
+  o += fmt::format("{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name, label, prom_num(h.sum), name,
+                   label, h.count);
+}
 
 // ---- QuantileSketch -------------------------------------------------------------------------
 
@@ -480,19 +501,10 @@ std::string MetricsCollector::prometheus_text(const std::string& model_name) {
   std::string o;
   const std::string label = fmt::format("model_name=\"{}\"", model_name);
   auto scalar = [&](const char* name, const char* type, const char* help, double v) {
-    o += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{{{}}} {}\n", name, help, name, type, name,
-                     label, prom_num(v));
+    append_prom_scalar(o, name, type, help, label, v);
   };
   auto hist = [&](const char* name, const char* help, const PromHistogram& h) {
-    o += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
-    std::int64_t cum = 0;
-    for (std::size_t i = 0; i <= h.bounds.size(); ++i) {
-      cum += h.counts[i];
-      const std::string le = i < h.bounds.size() ? prom_num(h.bounds[i]) : "+Inf";
-      o += fmt::format("{}_bucket{{le=\"{}\",{}}} {}\n", name, le, label, cum);
-    }
-    o += fmt::format("{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name, label, prom_num(h.sum), name,
-                     label, h.count);
+    append_prom_histogram(o, name, help, label, h);
   };
   scalar("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
          static_cast<double>(last_running_));

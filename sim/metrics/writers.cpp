@@ -1,5 +1,7 @@
 #include "sim/metrics/writers.h"
 
+#include "core/common/assert.h"
+
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -141,7 +143,6 @@ CsvRecordWriter::CsvRecordWriter(const fs::path& requests_csv, const fs::path& s
   requests_.write(
       "request_id,arrival_s,prompt_tokens,output_tokens,first_scheduled_s,first_token_s,finish_s,"
       "ttft_ms,tpot_ms,e2el_ms,queue_ms,first_lookup_hit_tokens,num_preemptions,finish_reason");
-  requests_.write(replica_ ? ",replica\n" : "\n");
   steps_.write(
       "step,time_s,duration_ms,num_running,num_waiting,num_scheduled,prefill_tokens,decode_tokens,"
       "batch_tokens,kv_cache_usage_perc,num_free_blocks,slots_token_states,slots_reservation,"
@@ -163,8 +164,14 @@ CsvRecordWriter::CsvRecordWriter(const fs::path& requests_csv, const fs::path& s
   line_.reserve(512);
 }
 
+void CsvRecordWriter::set_pd_columns(const PdRequestColumns* pd) {
+  KVSIM_ASSERT(!header_done_, "set_pd_columns after the first row");
+  pd_ = pd;
+}
+
 void CsvRecordWriter::on_request_record(const RequestRecord& r) {
   std::string& l = line_;
+  finish_header();
   l.clear();
   append_int(l, r.request_id);
   l += ',';
@@ -198,7 +205,22 @@ void CsvRecordWriter::on_request_record(const RequestRecord& r) {
   append_int(l, r.num_preemptions);
   l += ',';
   l += finish_reason_name(r.reason);
-  if (replica_) {
+  if (pd_) {
+    const auto id = [&](std::int32_t v) {
+      l += ',';
+      if (v >= 0) append_int(l, v);
+    };
+    const auto ms = [&](SimTimeNs v) {
+      l += ',';
+      if (v >= 0) append_ms(l, v);
+    };
+    id(pd_->prefill_replica);
+    id(pd_->decode_replica);
+    ms(pd_->kv_transfer_ns);
+    l += ',';
+    if (pd_->kv_transfer_bytes >= 0) append_int(l, pd_->kv_transfer_bytes);
+    for (const SimTimeNs p : pd_->ttft_parts_ns) ms(p);
+  } else if (replica_) {
     l += ',';
     if (*replica_ >= 0) append_int(l, *replica_);
   }
@@ -261,7 +283,15 @@ void CsvRecordWriter::on_step_record(const StepRecord& r) {
   steps_.write(l);
 }
 
+void CsvRecordWriter::finish_header() {
+  if (header_done_) return;
+  header_done_ = true;  // the header's tail: the cluster's columns
+  requests_.write(pd_ ? kPdRequestColumnsHeader : replica_ ? ",replica" : "");
+  requests_.write("\n");
+}
+
 void CsvRecordWriter::close() {
+  finish_header();
   requests_.close();
   steps_.close();
 }

@@ -76,6 +76,21 @@ class OutFile {
 /// Writes `text` to `path` in one go; throws std::runtime_error on failure.
 void write_text_file(const std::filesystem::path& path, std::string_view text);
 
+/// A P/D cluster's columns of the request being written (requests.csv, sim/OUTPUTS.md): its
+/// replicas, its KV read and its TTFT in parts that add up to ttft_ms (ns; -1 = empty).
+struct PdRequestColumns {
+  std::int32_t prefill_replica = -1, decode_replica = -1;
+  SimTimeNs kv_transfer_ns = -1;
+  std::int64_t kv_transfer_bytes = -1;
+  static constexpr int kParts = 7;
+  /// proxy hops, P queue, P prefill, D queue, transfer, D wait, first-token step
+  SimTimeNs ttft_parts_ns[kParts] = {-1, -1, -1, -1, -1, -1, -1};
+};
+inline constexpr std::string_view kPdRequestColumnsHeader =
+    ",prefill_replica,decode_replica,kv_transfer_ms,kv_transfer_bytes,ttft_proxy_ms,"
+    "ttft_p_queue_ms,ttft_prefill_ms,ttft_d_queue_ms,ttft_transfer_ms,ttft_d_wait_ms,"
+    "ttft_first_token_ms";
+
 /// requests.csv and steps.csv, streamed (either may be disabled by passing an empty path).
 /// `v0_columns` appends vLLM V0's columns to steps.csv, `num_kv_groups` > 0 each KV cache group's
 /// (g0_blocks, g0_token_states, ...), `offload_columns` the CPU tier's (sim/OUTPUTS.md).
@@ -86,6 +101,9 @@ class CsvRecordWriter : public RecordSink {
   CsvRecordWriter(const std::filesystem::path& requests_csv, const std::filesystem::path& steps_csv,
                   bool v0_columns = false, std::int32_t num_kv_groups = 0,
                   const std::int32_t* replica = nullptr, bool offload_columns = false);
+  /// A P/D cluster run: requests.csv ends with the P/D columns of *pd (kPdRequestColumnsHeader)
+  /// in place of `replica`. Call before the first row.
+  void set_pd_columns(const PdRequestColumns* pd);
   void on_step_record(const StepRecord& r) override;
   void on_request_record(const RequestRecord& r) override;
   void close();
@@ -97,6 +115,10 @@ class CsvRecordWriter : public RecordSink {
   bool offload_columns_ = false;
   std::int32_t num_kv_groups_ = 0;
   const std::int32_t* replica_ = nullptr;
+  const PdRequestColumns* pd_ = nullptr;
+  bool header_done_ = false;
+  /// requests.csv's header ends with the cluster's columns, known at the first row.
+  void finish_header();
 };
 
 /// trace.json (Chrome / Perfetto trace events): one complete event per step, counters for KV

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "sim/cluster/cluster_simulator.h"
-#include "sim/common/errors.h"
 #include "sim/engine/offload_tier.h"
 #include "sim/metrics/cluster_outputs.h"
 #include "sim/metrics/metrics.h"
+#include "sim/metrics/transfers_csv.h"
 #include "sim/metrics/writers.h"
 #include "sim/run/run_scenario.h"
 
@@ -49,15 +49,6 @@ void add_tier(OffloadTierStats& sum, const OffloadTierStats& t) {
 
 RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out_dir,
                       const RunOptions& options) {
-  // The P/D keys parse and validate, and the transfer model exists (sim/cluster/pd_transfer.h),
-  // but the cluster does not yet run prefill and decode roles: refuse rather than serve the
-  // replicas as an aggregated cluster.
-  if (scenario.cluster.disaggregated())
-    throw ConfigError(fmt::format(
-        "{}: cluster.prefill_replicas / decode_replicas: prefill/decode disaggregation is not "
-        "simulated yet (its configuration and transfer model are; the roles' run is not); use "
-        "cluster.replicas for aggregated serving",
-        scenario.file));
   std::unique_ptr<RequestSource> source =
       make_request_source(scenario.workload, scenario.seed, scenario_vocab_size(scenario));
   RunFolder folder(out_dir, scenario.name);
@@ -84,6 +75,7 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
   const bool tier = cluster.replica(0).offload_tier() != nullptr;
   CsvRecordWriter csv(folder.file("requests.csv"), folder.file("steps.csv"), v0, num_groups,
                       cluster.current_replica(), tier);
+  if (const PdRequestColumns* pd = cluster.current_pd_columns()) csv.set_pd_columns(pd);
   // Cluster-wide figures over every replica's steps (sums, and means over all steps); no step rows
   // (steps_every past any step number): each replica's are in replicas/<r>/steps.csv.
   MetricsCollector metrics(&cluster.replica(0).final_kv_tokens(),
@@ -139,6 +131,7 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
     s.num_gpu_blocks = rs.num_gpu_blocks;
     s.prompt_tokens_routed = load.prompt_tokens_routed;
     s.num_evictions = engines[static_cast<std::size_t>(r)]->pool_stats().evictions;
+    s.role = replica_role_name(cluster.role(r));
     views.push_back(&s);
   }
   RunResult result;
@@ -159,13 +152,18 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
         ls->waves(), ls->forwards(), static_cast<double>(cluster.replica(0).dummy_step_ns()) / 1e9,
         dummies, waits);
   }
+  keys += cluster.pd_summary_keys();
+  if (scenario.cluster.disaggregated())  // transfers.csv: one row per KV read, in completion order
+    write_transfers_csv(folder.file("transfers.csv"), cluster.transfers());
   result.summary_json = insert_summary_keys(summary, keys);
   write_text_file(folder.file("summary.json"), result.summary_json);
   if (scenario.outputs.metrics_prom) {
     const std::string model = scenario.model ? scenario.model->name : scenario.name;
     // One series per replica, labelled engine="<r>" (spec §10).
     std::vector<std::string> texts;
-    for (auto& m : replica_metrics) texts.push_back(m->prometheus_text(model));
+    for (std::int32_t r = 0; r < n; ++r)
+      texts.push_back(replica_metrics[static_cast<std::size_t>(r)]->prometheus_text(model) +
+                      cluster.pd_prometheus(r, model));
     write_text_file(folder.file("metrics.prom"), prometheus_by_engine(texts, model));
   }
   folder.commit();

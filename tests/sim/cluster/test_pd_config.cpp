@@ -239,14 +239,11 @@ TEST_CASE("overrides still apply per replica index in a P/D cluster", "[sim]") {
              Catch::Contains("cluster.overrides[0].replicas[0]"));
 }
 
-TEST_CASE("a P/D run is refused until the roles run, and writes nothing", "[sim]") {
-  const Scenario s = parse_text(kTimed + "cluster: {prefill_replicas: 1, decode_replicas: 1}\n");
-  const kvsim::test::TempDir tmp("pd-refused");
-  try {
-    run_scenario(s, tmp.path);
-    FAIL("a P/D run was served");
-  } catch (const ConfigError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("prefill/decode disaggregation is not simulated yet"));
-  }
-  CHECK(std::filesystem::is_empty(tmp.path));
+TEST_CASE("P/D with parallel sampling is a one-line error at prefill_replicas", "[sim]") {
+  std::string text = kTimed;
+  const std::string out = "output_tokens: 10}";
+  text.replace(text.find(out), out.size(), "output_tokens: 10, n: 2}");
+  const std::string e = scenario_error(text + "cluster: {prefill_replicas: 1, decode_replicas: 1}\n");
+  CHECK_THAT(e, Catch::Contains("s.yaml:6:11"));
+  CHECK_THAT(e, Catch::Contains("parallel sampling (workload n = 2)"));
 }
