@@ -6,8 +6,8 @@
 
 namespace kvsim {
 
-DynamoKvSelector::DynamoKvSelector(DynamoParams params, std::uint64_t seed)
-    : params_(params), rng_(make_stream(seed, "router.dynamo_kv")) {}
+DynamoKvSelector::DynamoKvSelector(DynamoParams params, std::uint64_t seed, std::string_view stream)
+    : params_(params), rng_(make_stream(seed, stream)) {}
 
 double DynamoKvSelector::cost(const DynamoWorker& w, std::int64_t isl, std::int64_t block_size,
                               double overlap_score_weight) {

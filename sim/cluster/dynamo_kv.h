@@ -12,7 +12,9 @@
 // reaches u ("softmax"); all costs equal -> uniform ("softmax_uniform").
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "sim/cluster/replica_view.h"
@@ -24,7 +26,8 @@ struct DynamoWorker {
   std::int64_t overlap_blocks = 0;  // leading request blocks w holds (radix index, KV events)
   std::int64_t tree_size = 0;       // blocks indexed for w
   std::int64_t active_tokens = 0;   // booked prefill tokens of w's requests not past prefill
-  std::int64_t active_blocks = 0;   // distinct block hashes of w's in-flight requests
+  std::int64_t active_blocks = 0;   // distinct block hashes of w's in-flight requests (no reuse:
+                                    // their full blocks, summed)
   std::int64_t new_blocks = 0;      // request blocks not among w's active ones
   bool tracked = true;              // the router tracks w's active sequences
 };
@@ -34,9 +37,33 @@ struct DynamoParams {
   double router_temperature = 0.0;
 };
 
+/// What the router books of the requests it routes (dynamo_router.cpp): Dynamo's three switches
+/// (KvRouterConfig, per request RouterConfigOverride), and the selector's random stream.
+struct DynamoTracking {
+  bool active_blocks = true;    // router_track_active_blocks: book the requests' blocks
+  bool assume_kv_reuse = true;  // router_assume_kv_reuse: the blocks' own hashes (else fresh ones)
+  bool prefill_tokens = true;   // router_track_prefill_tokens: book isl - overlap * block_size
+  std::string_view stream = "router.dynamo_kv";  // make_stream's name for the selector
+};
+
+/// The P/D decode stage (spec §5.5; Dynamo's decode-router override: overlap weight 0,
+/// assume_kv_reuse false, track_prefill_tokens false; the temperature is the default 0).
+inline constexpr DynamoParams kDynamoDecodeParams{0.0, 0.0};
+inline constexpr DynamoTracking kDynamoDecodeTracking{true, false, false,
+                                                      "router.dynamo_kv.decode"};
+
+/// dynamo_kv under an explicit booking policy (make_dynamo_router: the defaults with
+/// track_active_blocks as given; make_dynamo_decode_router: the decode stage's).
+/// Precondition: 1 <= num_replicas <= 64.
+[[nodiscard]] std::unique_ptr<Router> make_dynamo_policy_router(
+    std::int32_t num_replicas, const DynamoParams& params, const DynamoTracking& tracking,
+    std::uint64_t seed, std::int64_t block_size, std::int64_t samples_per_request);
+
 class DynamoKvSelector {
  public:
-  DynamoKvSelector(DynamoParams params, std::uint64_t seed);
+  /// `stream`: the random stream's name (make_stream), one per router of a cluster.
+  DynamoKvSelector(DynamoParams params, std::uint64_t seed,
+                   std::string_view stream = "router.dynamo_kv");
   /// One decision for a request of `isl` tokens. O(N); allocates nothing once warm. score = the
   /// chosen worker's cost, runner-up the cheapest other worker.
   RouteDecision select(std::span<const DynamoWorker> workers, std::int64_t isl,

@@ -11,9 +11,21 @@
 // A decision is O(request blocks x workers holding each block) + O(N), not O(N x blocks): the
 // active hashes are indexed by block, a bit per worker. With router_track_active_blocks false the
 // workers are untracked (new_blocks_w = floor(prefill_blocks_w), no active blocks).
+// What the router books is a named policy (DynamoTracking), Dynamo's three switches:
+//   - router_track_active_blocks (above);
+//   - router_assume_kv_reuse false: the router books random hashes, one per full prompt block
+//     (KvRouterConfig::compute_seq_hashes_for_tracking), so no two requests share one: new_blocks_w
+//     = the request's full blocks on every worker, active_blocks_w = the sum of the full blocks of
+//     w's in-flight requests (kvsim keeps the counts, not the hashes);
+//   - router_track_prefill_tokens false: add_request books 0 prefill tokens (active_tokens_w = 0).
+// The P/D decode stage (spec §5.5; Dynamo's build_decode_router_override) is overlap weight 0
+// with the last two off: cost_w = decode_blocks_w. Its overlap is still read from the decode
+// workers' KV events (find_best_match always asks the indexer), and only the tree sizes matter:
+// the tie-break among equal costs.
 // Not modelled: the 300 s force-expiry of stale sequences (kvsim reports every end), the router
 // queue (router_queue_threshold), approximate mode (--no-router-kv-events).
 #include <bit>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -25,15 +37,18 @@ namespace {
 
 class DynamoRouter final : public Router {
  public:
-  DynamoRouter(std::int32_t n, const DynamoParams& params, bool track_active_blocks,
+  DynamoRouter(std::int32_t n, const DynamoParams& params, const DynamoTracking& tracking,
                std::uint64_t seed, std::int64_t block_size, std::int64_t samples_per_request)
-      : selector_(params, seed),
+      : selector_(params, seed, tracking.stream),
         workers_(static_cast<std::size_t>(n)),
         overlap_(static_cast<std::size_t>(n)),
         active_in_request_(static_cast<std::size_t>(n)),
         active_tokens_(static_cast<std::size_t>(n)),
+        active_sum_(static_cast<std::size_t>(n)),
         refs_(static_cast<std::size_t>(n)),
-        track_(track_active_blocks),
+        track_(tracking.active_blocks),
+        dedup_(tracking.active_blocks && tracking.assume_kv_reuse),
+        book_prefill_(tracking.prefill_tokens),
         block_size_(block_size),
         samples_(samples_per_request) {}
 
@@ -43,7 +58,7 @@ class DynamoRouter final : public Router {
     const std::span<const std::uint64_t> blocks = in.content_hashes;
     in.kv_index->longest_prefix(blocks, overlap_);
     std::fill(active_in_request_.begin(), active_in_request_.end(), 0);
-    if (track_)
+    if (dedup_)
       for (std::uint64_t h : blocks)
         if (const auto it = active_.find(h); it != active_.end())
           for (std::uint64_t m = it->second; m != 0; m &= m - 1)
@@ -56,8 +71,13 @@ class DynamoRouter final : public Router {
       x.tree_size = in.kv_index->num_blocks(w);
       x.tracked = track_;
       x.active_tokens = active_tokens_[i];
-      x.active_blocks = static_cast<std::int64_t>(refs_[i].size());
-      x.new_blocks = num_blocks - active_in_request_[i];
+      if (dedup_) {
+        x.active_blocks = static_cast<std::int64_t>(refs_[i].size());
+        x.new_blocks = num_blocks - active_in_request_[i];
+      } else {  // fresh hashes: nothing shared (untracked: active_sum_ stays 0)
+        x.active_blocks = active_sum_[i];
+        x.new_blocks = num_blocks;
+      }
     }
     RouteDecision d = selector_.select(workers_, in.prompt_tokens, block_size_);
     d.matched_blocks = overlap_[static_cast<std::size_t>(d.replica)];
@@ -83,6 +103,7 @@ class DynamoRouter final : public Router {
     KVSIM_ASSERT(b.worker == replica);
     const auto w = static_cast<std::size_t>(replica);
     if (!b.prefilled) active_tokens_[w] -= b.prefill_tokens;
+    active_sum_[w] -= b.num_blocks;
     for (std::uint64_t h : b.blocks) {
       const auto r = refs_[w].find(h);
       if (--r->second > 0) continue;
@@ -100,19 +121,24 @@ class DynamoRouter final : public Router {
     std::int64_t prefill_tokens = 0;
     bool prefilled = false;
     std::int64_t samples_left = 1;
-    std::vector<std::uint64_t> blocks;  // tracked: the hashes booked on the worker
+    std::vector<std::uint64_t> blocks;  // tracked, dedup: the hashes booked on the worker
+    std::int64_t num_blocks = 0;        // tracked, no dedup: the full blocks booked
   };
   /// add_request: the request on worker w.
   void book(const RouteInput& in, std::int32_t w, std::span<const std::uint64_t> blocks) {
     Booking b;
     b.worker = w;
-    b.prefill_tokens = in.prompt_tokens - overlap_[static_cast<std::size_t>(w)] * block_size_;
+    if (book_prefill_)
+      b.prefill_tokens = in.prompt_tokens - overlap_[static_cast<std::size_t>(w)] * block_size_;
     b.samples_left = samples_;
     active_tokens_[static_cast<std::size_t>(w)] += b.prefill_tokens;
-    if (track_) {
+    if (dedup_) {
       b.blocks.assign(blocks.begin(), blocks.end());
       for (std::uint64_t h : blocks)
         if (++refs_[static_cast<std::size_t>(w)][h] == 1) active_[h] |= std::uint64_t{1} << w;
+    } else if (track_) {
+      b.num_blocks = static_cast<std::int64_t>(blocks.size());
+      active_sum_[static_cast<std::size_t>(w)] += b.num_blocks;
     }
     booked_.insert_or_assign(in.request_id, std::move(b));
   }
@@ -122,23 +148,45 @@ class DynamoRouter final : public Router {
   std::vector<std::int64_t> overlap_;
   std::vector<std::int64_t> active_in_request_;  // scratch: request blocks active on w
   std::vector<std::int64_t> active_tokens_;
+  std::vector<std::int64_t> active_sum_;  // no dedup: the full blocks of w's in-flight requests
   std::vector<std::unordered_map<std::uint64_t, std::int32_t>> refs_;  // w: hash -> requests
   std::unordered_map<std::uint64_t, std::uint64_t> active_;  // hash -> workers with it active
   std::unordered_map<std::uint64_t, Booking> booked_;        // by request id
-  bool track_;
+
+  bool track_;         // router_track_active_blocks
+  bool dedup_;         // ... and router_assume_kv_reuse: the active blocks are distinct hashes
+  bool book_prefill_;  // router_track_prefill_tokens
   std::int64_t block_size_;
   std::int64_t samples_;
 };
 
 }  // namespace
 
+std::unique_ptr<Router> make_dynamo_policy_router(std::int32_t num_replicas,
+                                                  const DynamoParams& params,
+                                                  const DynamoTracking& tracking,
+                                                  std::uint64_t seed, std::int64_t block_size,
+                                                  std::int64_t samples_per_request) {
+  KVSIM_ASSERT(num_replicas >= 1 && num_replicas <= 64, "dynamo_kv: 1 to 64 replicas");
+  return std::make_unique<DynamoRouter>(num_replicas, params, tracking, seed, block_size,
+                                        samples_per_request);
+}
+
 std::unique_ptr<Router> make_dynamo_router(std::int32_t num_replicas, const DynamoParams& params,
                                            bool track_active_blocks, std::uint64_t seed,
                                            std::int64_t block_size,
                                            std::int64_t samples_per_request) {
-  KVSIM_ASSERT(num_replicas >= 1 && num_replicas <= 64, "dynamo_kv: 1 to 64 replicas");
-  return std::make_unique<DynamoRouter>(num_replicas, params, track_active_blocks, seed, block_size,
-                                        samples_per_request);
+  DynamoTracking tracking;
+  tracking.active_blocks = track_active_blocks;
+  return make_dynamo_policy_router(num_replicas, params, tracking, seed, block_size,
+                                   samples_per_request);
+}
+
+std::unique_ptr<Router> make_dynamo_decode_router(std::int32_t num_replicas, std::uint64_t seed,
+                                                  std::int64_t block_size,
+                                                  std::int64_t samples_per_request) {
+  return make_dynamo_policy_router(num_replicas, kDynamoDecodeParams, kDynamoDecodeTracking, seed,
+                                   block_size, samples_per_request);
 }
 
 }  // namespace kvsim

@@ -151,6 +151,14 @@ struct DynamoParams;
 [[nodiscard]] std::unique_ptr<Router> make_dynamo_router(
     std::int32_t num_replicas, const DynamoParams& params, bool track_active_blocks,
     std::uint64_t seed, std::int64_t block_size, std::int64_t samples_per_request);
+/// dynamo_kv's decode stage in P/D (spec §5.5; dynamo_router.cpp) over the decode replicas:
+/// overlap weight 0, assume_kv_reuse false, track_prefill_tokens false, temperature 0. It reads
+/// the decode replicas' KV events for the tree-size tie-break only.
+/// Precondition: 1 <= num_replicas <= 64.
+[[nodiscard]] std::unique_ptr<Router> make_dynamo_decode_router(std::int32_t num_replicas,
+                                                                std::uint64_t seed,
+                                                                std::int64_t block_size,
+                                                                std::int64_t samples_per_request);
 [[nodiscard]] std::unique_ptr<Router> make_least_waiting_router(std::int32_t num_replicas,
                                                                 SimTimeNs refresh_interval_ns,
                                                                 SimTimeNs phase_ns);
