@@ -23,7 +23,8 @@ def _need_cluster(run):
 
 def _routed_over_time(run):
     """(times, replica) of every request routed, in arrival order, from requests.csv's
-    `replica` column (refused requests, with an empty replica, left out)."""
+    `replica` column (refused requests, with an empty replica, left out); in a P/D run from
+    `prefill_replica` and `decode_replica` (a request counts on both of its replicas)."""
     path = run.file("requests.csv")
     if not path:
         raise Skipped("no requests.csv in %s" % run.path)
@@ -31,17 +32,20 @@ def _routed_over_time(run):
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         header = [c.strip() for c in next(reader, [])]
-        if "replica" not in header or "arrival_s" not in header:
+        cols = ["replica"] if "replica" in header else ["prefill_replica", "decode_replica"]
+        if any(c not in header for c in cols) or "arrival_s" not in header:
             raise Skipped("%s has no replica column" % path)
-        ia, ir = header.index("arrival_s"), header.index("replica")
+        ia = header.index("arrival_s")
+        irs = [header.index(c) for c in cols]
         for line, row in enumerate(reader, start=2):
-            if not row or row[ir] == "":
-                continue
-            try:
-                t.append(float(row[ia]))
-                rep.append(int(row[ir]))
-            except (ValueError, IndexError):
-                raise DataError("%s:%d: malformed row" % (path, line))
+            for ir in irs:
+                if not row or row[ir] == "":
+                    continue
+                try:
+                    t.append(float(row[ia]))
+                    rep.append(int(row[ir]))
+                except (ValueError, IndexError):
+                    raise DataError("%s:%d: malformed row" % (path, line))
     if not t:
         raise Skipped("%s: no routed request" % path)
     t = np.asarray(t)
@@ -63,12 +67,16 @@ def replica_requests(run, out, formats, max_points):
     idx = np.unique(np.linspace(0, t.size - 1, min(t.size, max_points)).astype(np.int64))
     for r in range(n):
         cum = np.cumsum(rep == r)
-        ax.plot(t[idx], cum[idx], color=cols[r], lw=1.2, label="replica %d" % r)
+        role = reps[r].get("role", "mixed") if isinstance(reps[r], dict) else "mixed"
+        ax.plot(t[idx], cum[idx], color=cols[r], lw=1.2,
+                label="replica %d%s" % (r, "" if role == "mixed" else " (%s)" % role))
     ax.set_xlabel("arrival time (s)")
     ax.set_ylabel("requests routed (cumulative)")
     ax.yaxis.set_major_formatter(thousands)
-    ax.set_title("%s: requests per replica (%s, %d replicas; load imbalance %.3f)" % (
-        run.name, run.summary.get("router_policy", "?"), n,
+    npre = int(run.summary.get("num_prefill_replicas", 0) or 0)
+    ax.set_title("%s: requests per replica (%s, %s; load imbalance %.3f)" % (
+        run.name, run.summary.get("router_policy", "?"),
+        "%d prefill + %d decode replicas" % (npre, n - npre) if npre else "%d replicas" % n,
         run.summary.get("load_imbalance_requests", float("nan"))))
     if n <= 16:
         ax.legend(loc="upper left", ncol=2 if n > 8 else 1, frameon=False)

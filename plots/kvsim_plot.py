@@ -60,6 +60,13 @@ def _parse_args(argv):
     ap.add_argument("--at", metavar="VALUE",
                     help="the value of the x key the breakdown bars are drawn at (default: its "
                          "largest)")
+    ap.add_argument("--ttft-slo-ms", type=float, metavar="MS",
+                    help="P/D sweeps' goodput figure: the TTFT target (default 1000)")
+    ap.add_argument("--tpot-slo-ms", type=float, metavar="MS",
+                    help="P/D sweeps' goodput figure: the TPOT target (default 50)")
+    ap.add_argument("--attainment", type=float, metavar="FRACTION",
+                    help="P/D sweeps' goodput figure: the share of requests that must meet both "
+                         "targets (default 0.9, DistServe's)")
     ap.add_argument("--per-run", action="store_true",
                     help="when comparing, also draw each run's own figures under OUT_DIR/runs/")
     ap.add_argument("-q", "--quiet", action="store_true", help="print only errors")
@@ -121,6 +128,7 @@ class Drawer:
 
 def plot_single(run, out, formats, max_points, drawer):
     import cluster
+    import pd
     import single_run
     from report import write_index
 
@@ -130,6 +138,9 @@ def plot_single(run, out, formats, max_points, drawer):
         drawer.draw(fn.__name__, fn, figures, skipped, run, out, formats, max_points)
     if cluster.is_cluster(run):
         for fn in cluster.FIGURES:
+            drawer.draw(fn.__name__, fn, figures, skipped, run, out, formats, max_points)
+    if pd.is_pd(run):
+        for fn in pd.FIGURES:
             drawer.draw(fn.__name__, fn, figures, skipped, run, out, formats, max_points)
     os.makedirs(out, exist_ok=True)
     write_index(out, "kvsim run: %s" % run.label, os.path.abspath(run.path), figures, skipped,
@@ -166,8 +177,9 @@ def _check_lines(lines, sweeps, runs):
 
 
 def plot_compare(runs, sweeps, out, formats, max_points, per_run, heatmap_keys, drawer,
-                 lines=None):
+                 lines=None, slo=None):
     import cluster
+    import pd
     import compare
     import sweep_lines
     from report import write_index
@@ -216,6 +228,9 @@ def plot_compare(runs, sweeps, out, formats, max_points, per_run, heatmap_keys, 
         if any(cluster.is_cluster(r) for r in sw.runs):
             drawer.draw("cluster hit rate %s" % sw.name, cluster.sweep_hit_rate, figures,
                         skipped, sw, out, formats, prefix)
+        if pd.is_pd_sweep(sw):
+            drawer.draw("P/D goodput %s" % sw.name, pd.goodput_with_table, figures, skipped,
+                        sw, out, formats, prefix, slo)
         # A cache_only sweep has no steps, latencies or throughput: its default line figures and
         # breakdown bars would be all zeros.
         cache_only = sw.runs and all(r.summary.get("mode") == "cache_only" for r in sw.runs)
@@ -272,6 +287,14 @@ def main(argv=None):
     if args.lines:
         metrics = [m.strip() for m in args.lines.split(",") if m.strip()]
         lines["metrics"] = [] if metrics == ["none"] else metrics
+    import pd
+
+    slo = {k: v for k, v in (("ttft_slo_ms", args.ttft_slo_ms), ("tpot_slo_ms", args.tpot_slo_ms),
+                             ("attainment", args.attainment)) if v is not None}
+    msg = pd.check_slo_args(slo.get("ttft_slo_ms", 1.0), slo.get("tpot_slo_ms", 1.0),
+                            slo.get("attainment", 1.0))
+    if msg:
+        _die(msg)
     drawer = Drawer(args.quiet)
     try:
         runs, sweeps = collect(args.paths)
@@ -286,7 +309,7 @@ def main(argv=None):
             else:
                 out = "plots-compare"
             plot_compare(runs, sweeps, out, formats, args.max_points, args.per_run,
-                         heatmap_keys, drawer, lines)
+                         heatmap_keys, drawer, lines, slo)
     except DataError as e:
         _die(str(e))
     drawer.say("index: %s" % os.path.join(out, "index.html"))
