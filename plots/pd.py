@@ -193,6 +193,58 @@ def ttft_breakdown(run, out, formats, max_points=3000):
                   "(the parts add up to ttft_ms within %.6f ms)" % d["max_gap_ms"])
 
 
+def kv_transfers(run, out, formats, max_points=3000):
+    """The KV reads of a P/D run (transfers.csv): each read's duration over its start time, by
+    its `concurrent` (the reads sharing its link), and the CDFs of the durations and of the lag
+    from a read's end to the D step end that saw it."""
+    if not is_pd(run):
+        raise Skipped("not a P/D run (no num_prefill_replicas in %s/summary.json)" % run.path)
+    path = run.file("transfers.csv")
+    if not path:
+        raise Skipped("no transfers.csv in %s" % run.path)
+    cols = _read_columns(path, ["bytes", "start_s", "end_s", "seen_s", "concurrent"])
+    start = _floats(cols["start_s"], path, "start_s")
+    if start.size == 0:
+        raise Skipped("%s: no transfer (every request served on D alone?)" % path)
+    dur = (_floats(cols["end_s"], path, "end_s") - start) * 1e3
+    lag = _floats(cols["seen_s"], path, "seen_s") * 1e3 - (start * 1e3 + dur)
+    conc = _floats(cols["concurrent"], path, "concurrent")
+    nbytes = _floats(cols["bytes"], path, "bytes")
+    from common import cdf_points
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    idx = np.unique(np.linspace(0, start.size - 1, min(start.size, max_points)).astype(np.int64))
+    sc = ax.scatter(start[idx], dur[idx], c=conc[idx], s=6, cmap="viridis", lw=0)
+    cb = fig.colorbar(sc, ax=ax, pad=0.01)
+    cb.set_label("transfers.csv concurrent (reads sharing the link)")
+    ax.set_xlabel("read start (s)")
+    ax.set_ylabel("read duration (ms, end_s - start_s)")
+    ax.set_ylim(0, None)
+    ax.set_title("each KV read")
+    for v, label, c in ((dur, "read duration", "#756bb1"), (lag, "read end to the D step end "
+                                                            "that sees it", "#6baed6")):
+        x, y = cdf_points(v)
+        bx.plot(x, y, color=c, lw=1.5, label=label)
+    bx.set_xlabel("ms")
+    bx.set_ylabel("share of reads")
+    bx.set_ylim(0, 1.02)
+    percent_axis(bx)
+    bx.legend(loc="lower right", frameon=False)
+    bx.set_title("CDFs")
+    s = run.summary
+    fig.suptitle("%s: %d KV reads, %.3g GiB in all, mean %s ms, p99 %s ms (transfer model: "
+                 "the spec's defaults unless cluster.router.pd sets them)" % (
+                     run.name, start.size, float(nbytes.sum()) / 2 ** 30,
+                     _ms(float(s.get("mean_kv_transfer_ms", np.mean(dur)))),
+                     _ms(float(s.get("p99_kv_transfer_ms", np.percentile(dur, 99))))),
+                 fontsize=10)
+    save(fig, out, "pd_transfers", formats, rect=(0, 0, 1, 0.95))
+    return Figure("pd_transfers", "KV reads (P/D)",
+                  "Each KV read's duration over time by the reads sharing its link "
+                  "(transfers.csv), and the CDFs of the durations and of the lag to the D step "
+                  "end that sees a read complete")
+
+
 def _ms(v):
     if not math.isfinite(v):
         return "?"
@@ -292,10 +344,12 @@ def is_pd_sweep(sweep):
 
 
 def goodput_figure(sweep, out, formats, prefix="", ttft_slo_ms=DEFAULT_TTFT_SLO_MS,
-                   tpot_slo_ms=DEFAULT_TPOT_SLO_MS, attainment=DEFAULT_ATTAINMENT):
+                   tpot_slo_ms=DEFAULT_TPOT_SLO_MS, attainment=DEFAULT_ATTAINMENT, curves=None):
     """SLO attainment against the request rate per layout, the goodput per layout, and the
     requests meeting each target alone (which one binds)."""
-    curves = goodput_curves(sweep, ttft_slo_ms, tpot_slo_ms)
+    if curves is None:
+        curves = goodput_curves(sweep, ttft_slo_ms, tpot_slo_ms)
+    top_rate = max(p[0] for pts in curves.values() for p in pts)
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     (ax, gx), (tx, px) = axes
     cols = colors(len(curves))
@@ -330,11 +384,11 @@ def goodput_figure(sweep, out, formats, prefix="", ttft_slo_ms=DEFAULT_TTFT_SLO_
     gx.barh(y, [g for _, g, _ in goods], color=[c for _, _, c in goods], alpha=0.8)
     top = max([g for _, g, _ in goods] + [1e-9])
     for i, (label, g, _) in enumerate(goods):
-        gx.text(g + 0.01 * top, i, "%s req/s" % fmt_value(g), va="center", fontsize=9)
+        gx.text(g + 0.01 * top, i, _goodput_text(g, top_rate), va="center", fontsize=9)
     gx.set_yticks(y)
     gx.set_yticklabels([label for label, _, _ in goods])
     gx.invert_yaxis()
-    gx.set_xlim(0, top * 1.2)
+    gx.set_xlim(0, top * 1.45)
     gx.set_xlabel("goodput (requests/s, the swept rates)")
     gx.set_title("goodput per layout (%g%% of requests meet both)" % (100 * attainment))
     fig.suptitle("%s: goodput by layout (DistServe's definition; targets are plot options "
@@ -342,15 +396,22 @@ def goodput_figure(sweep, out, formats, prefix="", ttft_slo_ms=DEFAULT_TTFT_SLO_
     stem = prefix + "pd_goodput"
     save(fig, out, stem, formats, rect=(0, 0, 1, 0.97))
     caption = "Goodput per layout (%s for %g%% of requests): %s" % (
-        slo, 100 * attainment, "; ".join("%s %s req/s" % (label, fmt_value(g))
+        slo, 100 * attainment, "; ".join("%s %s" % (label, _goodput_text(g, top_rate))
                                           for label, g, _ in goods))
     return Figure(stem, "Goodput by P/D layout", caption)
 
 
-def _write_goodput_csv(sweep, out, prefix, ttft_slo_ms, tpot_slo_ms, attainment):
+def _goodput_text(g, top_rate):
+    if g <= 0:
+        return "0 (no swept rate)"
+    if g >= top_rate:
+        return ">= %s req/s (the highest rate swept)" % fmt_value(g)
+    return "%s req/s" % fmt_value(g)
+
+
+def _write_goodput_csv(curves, out, prefix, ttft_slo_ms, tpot_slo_ms, attainment):
     """OUT/<prefix>pd_goodput.csv: layout,rate_per_s,requests,attainment,ttft_attainment,
-    tpot_attainment,goodput (the layout's goodput on every row)."""
-    curves = goodput_curves(sweep, ttft_slo_ms, tpot_slo_ms)
+    tpot_attainment,goodput (the layout's goodput on every row),ttft_slo_ms,tpot_slo_ms,target."""
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, prefix + "pd_goodput.csv")
     with open(path, "w", encoding="utf-8", newline="") as f:
@@ -371,12 +432,13 @@ def goodput_with_table(sweep, out, formats, prefix="", slo=None):
     t, p, a = (slo.get("ttft_slo_ms", DEFAULT_TTFT_SLO_MS),
                slo.get("tpot_slo_ms", DEFAULT_TPOT_SLO_MS),
                slo.get("attainment", DEFAULT_ATTAINMENT))
-    fig = goodput_figure(sweep, out, formats, prefix, t, p, a)
-    _write_goodput_csv(sweep, out, prefix, t, p, a)
+    curves = goodput_curves(sweep, t, p)
+    fig = goodput_figure(sweep, out, formats, prefix, t, p, a, curves)
+    _write_goodput_csv(curves, out, prefix, t, p, a)
     return fig
 
 
-FIGURES = [ttft_breakdown]
+FIGURES = [ttft_breakdown, kv_transfers]
 
 
 def check_slo_args(ttft_slo_ms, tpot_slo_ms, attainment):

@@ -101,6 +101,8 @@ TEST_CASE("a P/D run draws its TTFT as the sum of its seven parts", "[sim][plots
   REQUIRE(rc == 0);
   require_figure(out, "pd_ttft_breakdown");
   require_figure(out, "replica_requests");  // from prefill_replica and decode_replica
+  require_figure(out, "pd_transfers");
+  CHECK(slurp(out / "pd_transfers.svg").find("38 KV reads") != std::string::npos);
   const std::string svg = slurp(out / "pd_ttft_breakdown.svg");
   for (const char* label : {"P queue", "P prefill", "D queue", "KV read", "D wait",
                             "D first-token step", "proxy hops", "1P3D", "40 requests",
