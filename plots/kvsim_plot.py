@@ -63,7 +63,7 @@ def _parse_args(argv):
     ap.add_argument("--ttft-slo-ms", type=float, metavar="MS",
                     help="P/D sweeps' goodput figure: the TTFT target (default 1000)")
     ap.add_argument("--tpot-slo-ms", type=float, metavar="MS",
-                    help="P/D sweeps' goodput figure: the TPOT target (default 50)")
+                    help="P/D sweeps' goodput figure: the TPOT target (default 25)")
     ap.add_argument("--attainment", type=float, metavar="FRACTION",
                     help="P/D sweeps' goodput figure: the share of requests that must meet both "
                          "targets (default 0.9, DistServe's)")
