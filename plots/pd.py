@@ -464,14 +464,15 @@ def _write_goodput_csv(curves, out, prefix, ttft_slo_ms, tpot_slo_ms, attainment
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, prefix + "pd_goodput.csv")
     with open(path, "w", encoding="utf-8", newline="") as f:
-        f.write("layout,rate_per_s,requests,attainment,ttft_attainment,tpot_attainment,goodput,"
-                "ttft_slo_ms,tpot_slo_ms,target\n")
+        w = csv.writer(f, lineterminator="\n")  # a layout with other swept values has commas
+        w.writerow(["layout", "rate_per_s", "requests", "attainment", "ttft_attainment",
+                    "tpot_attainment", "goodput", "ttft_slo_ms", "tpot_slo_ms", "target"])
         for label, pts in curves.items():
             g = goodput(pts, attainment)
             for rate, both, t1, t2, n, _ in pts:
-                f.write("%s,%s,%d,%.6f,%.6f,%.6f,%s,%s,%s,%s\n" % (
-                    label, fmt_value(rate), n, both, t1, t2, fmt_value(g), fmt_value(ttft_slo_ms),
-                    fmt_value(tpot_slo_ms), fmt_value(attainment)))
+                w.writerow([label, fmt_value(rate), n, "%.6f" % both, "%.6f" % t1, "%.6f" % t2,
+                            fmt_value(g), fmt_value(ttft_slo_ms), fmt_value(tpot_slo_ms),
+                            fmt_value(attainment)])
     return path
 
 

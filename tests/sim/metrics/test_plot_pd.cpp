@@ -179,6 +179,14 @@ TEST_CASE("goodput per P/D layout is the highest rate at which 90% of requests m
   CHECK(table.find("4 aggregated,8,20,0.500000,0.650000,0.650000,4,1000,50,0.9\n") !=
         std::string::npos);
   CHECK(slurp(out / "index.html").find("1P3D 6 req/s") != std::string::npos);
+  // Same inputs, same bytes.
+  const fs::path again = fx.root / "plots-again";
+  REQUIRE(plot(sweep.string() + " -o " + again.string() + " --ttft-slo-ms 1000 --tpot-slo-ms 50",
+               fx.root / "log.txt") == 0);
+  for (const char* f : {"pd_goodput.png", "pd_goodput.svg", "pd_goodput.csv"}) {
+    INFO(f);
+    CHECK(slurp(out / f) == slurp(again / f));
+  }
 
   // One request over the TTFT target at 1P3D's highest passing rate moves its goodput down.
   set_cell(sweep / "cluster.prefill_replicas=1,cluster.decode_replicas=3,"
