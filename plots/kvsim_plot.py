@@ -9,7 +9,9 @@ latency CDFs, preemptions and evictions). Several run folders, or a sweep folder
 (hit rate vs capacity, breakdown bars, latency table and CDF overlays, headline metric bars, KV
 usage / hit rate / preemption timelines, sweep heatmaps, metrics against a numeric swept key with
 one line per value of another, breakdown bars per value) in
-./plots-compare/ (SWEEP_DIR/plots/ for a single sweep). Every figure is written as PNG and SVG,
+./plots-compare/ (SWEEP_DIR/plots/ for a single sweep). Prefill/decode disaggregated runs add
+their TTFT breakdown and KV reads, and a sweep of them the goodput per layout (plots/pd.py).
+Every figure is written as PNG and SVG,
 with an index.html showing them beside the summary table. Needs matplotlib: use Debian's
 /usr/bin/python3 (apt-get install python3-matplotlib).
 Exit status: 0 done, 1 a figure failed, 2 bad input.
