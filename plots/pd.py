@@ -418,7 +418,7 @@ def goodput_figure(sweep, out, formats, prefix="", ttft_slo_ms=DEFAULT_TTFT_SLO_
         a.set_ylabel("goodput (requests/s)")
         a.set_ylim(0, top_rate * 1.05)
         a.set_title("goodput against the %s target (%s)" % (what, other))
-        a.legend(loc="upper left" if what == "TPOT" else "center right", frameon=False)
+        a.legend(loc="upper left" if what == "TPOT" else "upper right", frameon=False)
     y = np.arange(len(goods))
     gx.barh(y, [g for _, g, _ in goods], color=[c for _, _, c in goods], alpha=0.8)
     top = max([g for _, g, _ in goods] + [1e-9])
