@@ -94,9 +94,9 @@ std::unique_ptr<Router> make_pd_router(const RouterConfig& config, std::int32_t 
       return make_router(c, num_replicas, env);
     }
     case PdProxy::kDynamo:
-      if (decode)  // TODO(pd): Dynamo's decode stage (overlap 0, no KV reuse, no prefill tokens)
-        return make_dynamo_router(num_replicas, DynamoParams{0.0, config.router_temperature},
-                                  true, config.seed + 1, env.block_size, env.samples_per_request);
+      if (decode)  // overlap weight 0, no KV reuse assumed, no prefill tokens booked (§5.5)
+        return make_dynamo_decode_router(num_replicas, config.seed, env.block_size,
+                                         env.samples_per_request);
       return make_dynamo_router(
           num_replicas, DynamoParams{config.overlap_score_weight, config.router_temperature},
           false, config.seed, env.block_size, env.samples_per_request);

@@ -129,7 +129,7 @@ struct RouterEnv {
 /// pool of `num_replicas` replicas, for config.pd.proxy: toy_proxy -> round_robin from `start`
 /// (one cycle per pool); llm_d -> llm_d in both pools (the decode pool's random stream is the
 /// seed + 1's); dynamo -> dynamo_kv without active-block tracking (prefill), the decode stage's
-/// load-only router (decode).
+/// load-only router (decode: make_dynamo_decode_router, its own random stream).
 [[nodiscard]] std::unique_ptr<Router> make_pd_router(const RouterConfig& config,
                                                      std::int32_t num_replicas,
                                                      const RouterEnv& env, bool decode);

@@ -269,3 +269,37 @@ TEST_CASE("llm-d's decider keeps short uncached prompts on the decode pod", "[si
   CHECK(kept < 40);
   CHECK(j150["pd_requests_kept_on_decode"] == kept);
 }
+
+TEST_CASE("Dynamo's P/D: a prefill router and a load-only decode router, both from KV events",
+          "[sim][pd]") {
+  for (const bool async : {false, true}) {
+    CAPTURE(async);
+    TempDir tmp("pd-dynamo");
+    const Scenario s = parse_text(scenario(async, 2, 2, kPoisson, "", "dynamo_kv"));
+    const fs::path out = run_scenario(s, tmp.path / "run").folder;
+    const nlohmann::json j = read_json(out / "summary.json");
+    CHECK(j["pd_proxy"] == "dynamo");
+    CHECK(j["completed"] == 40);
+    CHECK(j["kv_transfers"] == 40);
+    // Each request: a prefill decision on replica 0 or 1, later a decode decision on 2 or 3.
+    const auto routing = read_csv(out / "routing.csv");
+    std::map<std::string, std::string> stage_of;
+    std::int64_t prefill = 0, decode = 0;
+    for (std::size_t i = 1; i < routing.size(); ++i) {
+      const std::int64_t r = std::stoll(routing[i][3]);
+      if (routing[i][2] == "prefill") {
+        CHECK(r < 2);
+        CHECK(stage_of.count(routing[i][0]) == 0);
+        ++prefill;
+      } else {
+        REQUIRE(routing[i][2] == "decode");
+        CHECK(r >= 2);
+        CHECK(stage_of[routing[i][0]] == "prefill");  // after its prefill decision
+        ++decode;
+      }
+      stage_of[routing[i][0]] = routing[i][2];
+    }
+    CHECK(prefill == 40);
+    CHECK(decode == 40);
+  }
+}
