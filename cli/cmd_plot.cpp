@@ -66,7 +66,7 @@ int plot(const Args& args) {
                  "Figures (PNG + SVG) and an index.html of run folders (or summary.json files) and "
                  "sweep folders; several runs or a sweep give comparisons (plots/README.md).");
   std::vector<std::string> paths;
-  std::optional<std::string> out, formats, heatmap_keys;
+  std::optional<std::string> out, formats, heatmap_keys, ttft_slo, tpot_slo, attainment;
   std::optional<std::int64_t> max_points;
   bool per_run = false, quiet = false;
   cl.positional("RUN_DIR", texts(&paths, "RUN_DIR"), -1);
@@ -81,6 +81,12 @@ int plot(const Args& args) {
       ("heatmap-keys", text(&heatmap_keys, "ROWS,COLS"),
        "the two swept keys a sweep heatmap is drawn over (full or short names, e.g. "
        "block_size,enable_prefix_caching; default: the first two)")  //
+      ("ttft-slo-ms", text(&ttft_slo, "MS"),
+       "P/D goodput (pd_goodput): the TTFT target (default: 1000)")  //
+      ("tpot-slo-ms", text(&tpot_slo, "MS"),
+       "P/D goodput: the TPOT target (default: 25)")  //
+      ("attainment", text(&attainment, "FRACTION"),
+       "P/D goodput: the fraction of requests that must meet both targets (default: 0.9)")  //
       ("per-run", flag(&per_run),
        "when comparing, also draw each run's own figures under OUT_DIR/runs/")  //
       ("quiet,q", flag(&quiet), "print only errors");
@@ -101,6 +107,9 @@ int plot(const Args& args) {
   pass("--format", formats);
   if (max_points) pass("--max-points", std::to_string(*max_points));
   pass("--heatmap-keys", heatmap_keys);
+  pass("--ttft-slo-ms", ttft_slo);
+  pass("--tpot-slo-ms", tpot_slo);
+  pass("--attainment", attainment);
   if (per_run) argv_s.push_back("--per-run");
   if (quiet) argv_s.push_back("--quiet");
   argv_s.push_back("--");
