@@ -244,9 +244,9 @@ class ClusterSimulator::Pd final {
       row.end_ns = t.end_ns;
       row.seen_ns = -1;
       row.concurrent = t.concurrent;
-      if (t.blocks > 0) {  // a read NIXL posts (its duration from the post: after the handshake)
+      if (t.blocks > 0) {  // a read NIXL posts: from the post (after the handshake), setup included
         const auto d = static_cast<std::size_t>(t.decode_replica);
-        xfer_time_[d].observe(static_cast<double>(t.end_ns - t.move_ns) / 1e9);
+        xfer_time_[d].observe(static_cast<double>(t.end_ns - t.move_ns + cfg_.setup_ns) / 1e9);
         xfer_bytes_[d].observe(static_cast<double>(t.bytes));
       }
       unseen_[t.id] = rows_.size();

@@ -95,11 +95,12 @@ TEST_CASE("one request through the toy proxy, P, the read and D, at hand-checked
   //   step ending at 64 ms sees it; the next schedule() (after the 1 ms sleep, at 65) promotes
   //   the request and recomputes the last prompt token: its first output at 75 ms.
   TempDir tmp("pd-one");
-  const Scenario s = parse_text(scenario(
-      false, 1, 1,
-      "{num_requests: 1, arrival: {process: poisson, rate_per_s: 1000000}, prompt_tokens: 100, "
-      "output_tokens: 5, ignore_eos: true}",
-      "link_bandwidth_gb_per_s: 10"));
+  const Scenario s = parse_text(
+      scenario(false, 1, 1,
+               "{num_requests: 1, arrival: {process: poisson, rate_per_s: 1000000}, "
+               "prompt_tokens: 100, output_tokens: 5, ignore_eos: true}",
+               "link_bandwidth_gb_per_s: 10") +
+      "outputs: {metrics_prom: true}\n");
   const fs::path out = run_scenario(s, tmp.path / "run").folder;
   const auto rows = read_csv(out / "requests.csv");
   REQUIRE(rows.size() == 2);
@@ -141,6 +142,18 @@ TEST_CASE("one request through the toy proxy, P, the read and D, at hand-checked
   // P was idle after its step: it learns of D's read at its next step only (never here), so the
   // blocks stay held to the end of the run and no hold ended.
   CHECK(j["mean_prefill_hold_ms"] == 0.0);
+  // metrics.prom: vLLM's connector families per engine (D read 3,211,264 bytes in 0.901408 ms of
+  // posted transfer: setup and bytes, not the handshake).
+  const std::string prom = slurp_file(out / "metrics.prom");
+  const std::string l1 = "{model_name=\"qwen2-1.5b\",engine=\"1\"}";
+  const std::string l0 = "{model_name=\"qwen2-1.5b\",engine=\"0\"}";
+  CHECK_THAT(prom, Catch::Contains("vllm:nixl_bytes_transferred_count" + l1 + " 1\n"));
+  CHECK_THAT(prom, Catch::Contains("vllm:nixl_bytes_transferred_sum" + l1 + " 3211264\n"));
+  CHECK_THAT(prom, Catch::Contains("vllm:nixl_bytes_transferred_count" + l0 + " 0\n"));
+  CHECK_THAT(prom, Catch::Contains("vllm:nixl_xfer_time_seconds_sum" + l1 + " 0.000901408\n"));
+  CHECK_THAT(prom, Catch::Contains("vllm:external_prefix_cache_hits_total" + l1 + " 100\n"));
+  CHECK_THAT(prom, Catch::Contains("vllm:external_prefix_cache_queries_total" + l0 + " 100\n"));
+  CHECK_THAT(prom, Catch::Contains("vllm:nixl_num_kv_expired_reqs_total" + l0 + " 0\n"));
 }
 
 TEST_CASE("P/D with transfers of almost no time gives every request the aggregated tokens",
