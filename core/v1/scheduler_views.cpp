@@ -189,6 +189,10 @@ KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
     ++used_hashed;
   };
   const bool window = !group_tables && kv_.specialized_manager().skips_blocks();
+  // With a connector (P/D, the CPU tier) blocks are cached late (a read's at its promotion), so
+  // two blocks of one hash are common and a request's table may share a block past one it owns:
+  // the shared blocks are not a prefix of the table. Block by block then, as for a window.
+  const bool per_block = window || connector_ != nullptr;
   const auto walk = [&](const Request* r) {
     const std::vector<BlockId>& table = group_tables ? r->kv_groups[0].blocks : r->blocks;
     const auto nb = static_cast<std::int64_t>(table.size());
@@ -196,7 +200,7 @@ KVBreakdown Scheduler::breakdown(std::span<const std::int64_t> final_kv_tokens,
     const std::int64_t fin = idx >= 0 && static_cast<std::size_t>(idx) < final_kv_tokens.size()
                                  ? final_kv_tokens[static_cast<std::size_t>(idx)]
                                  : r->num_tokens();
-    if (window) {
+    if (per_block) {
       // Sliding window: null entries (positions that left the window) hold nothing, and a hit
       // run may share blocks anywhere in the table: block by block.
       for (std::int64_t k = 0; k < nb; ++k) {

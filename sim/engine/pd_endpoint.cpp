@@ -186,6 +186,7 @@ void PdEndpoint::apply_report() {
   // the scheduler holds until their read ends).
   convert(r.sending, /*held_only=*/true, sending_req_);
   convert(r.recving, /*held_only=*/false, recving_req_);
+  last_report_changed_ = !sending_req_.empty() || !recving_req_.empty();
   reports_.pop_front();
   scheduler_.set_connector_output({sending_req_, recving_req_});
 }
@@ -219,26 +220,21 @@ void PdEndpoint::reap(std::vector<std::int64_t>& free_slots) {
 // ---- KVConnector ----------------------------------------------------------------------------
 
 ExternalMatch PdEndpoint::lookup(Request& request, std::int64_t num_local_tokens) {
-  const ExternalMatch m = nixl_.lookup(request, num_local_tokens);
-  lookup_queries_ = m.ask_later ? 0 : request.num_tokens() - num_local_tokens;
-  lookup_hits_ = m.ask_later ? 0 : m.num_tokens;
-  return m;
+  return nixl_.lookup(request, num_local_tokens);
 }
 
 void PdEndpoint::update_state_after_alloc(Request& request, const ConnectorBlocks& blocks,
                                           std::int64_t num_external_tokens) {
   nixl_.update_state_after_alloc(request, blocks, num_external_tokens);
   if (num_external_tokens > 0) external_tokens_[request.request_id] = num_external_tokens;
-  // Recorded for a request the connector was asked about (a promoted one was not: 0 queries).
-  if (lookup_queries_ != 0) {
-    stats_.external_queries += lookup_queries_;
-    stats_.external_hits += lookup_hits_;
-  }
-  lookup_queries_ = lookup_hits_ = 0;
 }
 
 const char* PdEndpoint::build_connector_meta(const SchedulerOutput& out) {
-  lookup_queries_ = lookup_hits_ = 0;  // a lookup whose allocation failed ended this schedule()
+  // The scheduler's connector_prefix_cache_stats of this schedule() (first lookups and those
+  // after a preemption, as the CPU tier counts them).
+  const ConnectorCacheStats cs = scheduler_.take_connector_cache_stats();
+  stats_.external_queries += cs.queries + cs.preempted_queries;
+  stats_.external_hits += cs.hits + cs.preempted_hits;
   const char* error = nixl_.build_connector_meta(out);
   StepMeta& m = unstarted_.emplace_back();
   m.meta = nixl_.meta();

@@ -127,8 +127,9 @@ struct PdStats {
   std::int64_t notifications_received = 0;          // P: notify() calls seen by get_finished
   std::int64_t expired = 0;                         // P: holds ended by the 480 s expiry
   std::int64_t freed_by_notification = 0;           // P: holds ended by D's notification
-  /// vllm:external_prefix_cache_queries / _hits (scheduler.py:638-641, 788-796): at a new
-  /// request's allocation, the tokens past the local hits and those the connector provides.
+  /// vllm:external_prefix_cache_queries / _hits (scheduler.py:638-641, 788-796): at a request's
+  /// allocation after a lookup, the tokens past the local hits and those the connector provides
+  /// (the scheduler's ConnectorCacheStats, preempted lookups included).
   std::int64_t external_queries = 0, external_hits = 0;
 };
 
@@ -175,6 +176,8 @@ class PdEndpoint final : public KVConnector {
   void end_execution(SimTimeNs t_ns);
   /// The oldest ended step's report goes to the scheduler (before its update_from_output).
   void apply_report();
+  /// Whether the last report applied had finished sends or reads (its update frees or loads).
+  bool last_report_changed() const { return last_report_changed_; }
   /// Whether something may still change without a new arrival (reads in flight or not started).
   bool transfers_pending() const;
   /// The tokens the connector provided to `request` (D: its read), once: the first schedule's
@@ -247,7 +250,7 @@ class PdEndpoint final : public KVConnector {
     std::int64_t slot = 0;
   };
   std::vector<Parked> parked_;
-  std::int64_t lookup_queries_ = 0, lookup_hits_ = 0;
+  bool last_report_changed_ = false;
   std::map<std::string, std::int64_t, std::less<>> external_tokens_;  // until the first schedule  // the last lookup's, until its allocation
   PdStats stats_;
 };

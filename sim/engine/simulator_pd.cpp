@@ -97,6 +97,8 @@ void Simulator::check_pd_progress() {
   // waits for its promotion: every later iteration sees the same queues (vLLM polls forever);
   // only a client's abort can change anything.
   if (!core_->running().empty() || pd_->transfers_pending()) return;
+  // This step's update freed held blocks or took in reads: the next schedule() sees a new pool.
+  if (pd_->last_report_changed()) return;
   const auto& sched = static_cast<const Scheduler&>(*core_);
   if (!sched.held().empty() || !sched.finished_recving_pending().empty()) return;
   if (core_->num_unfinished_requests() == 0 || engine_.contains_kind(EventKind::kClientAbort))
@@ -183,7 +185,9 @@ void Simulator::update_oldest_async_pd() {
   if (check_invariants_)
     if (const std::string v = pd_->find_violation(); !v.empty())
       throw RunError("P/D worker invariant violated: " + v);
-  if (!pd_iter_executed_ && (async_count_ == 0 || !async_steps_[async_head_].executed))
+  // (A batch just updated that ran may have finished requests: their blocks are free now.)
+  if (!a.executed && !pd_iter_executed_ &&
+      (async_count_ == 0 || !async_steps_[async_head_].executed))
     check_pd_progress();
   // post_step: model_executed is whether this iteration's new batch ran a forward pass.
   next_iteration_pd(pd_iter_executed_);

@@ -5,9 +5,8 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -62,13 +61,6 @@ std::size_t column(const std::vector<std::string>& header, const std::string& na
     if (header[i] == name) return i;
   FAIL("no column " << name);
   return 0;
-}
-
-std::string slurp_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream o;
-  o << in.rdbuf();
-  return o.str();
 }
 
 /// The tokens each request got, by RequestSpec id, from the replicas it is attached to.
@@ -144,7 +136,7 @@ TEST_CASE("one request through the toy proxy, P, the read and D, at hand-checked
   CHECK(j["mean_prefill_hold_ms"] == 0.0);
   // metrics.prom: vLLM's connector families per engine (D read 3,211,264 bytes in 0.901408 ms of
   // posted transfer: setup and bytes, not the handshake).
-  const std::string prom = slurp_file(out / "metrics.prom");
+  const std::string prom = kvsim::test::slurp(out / "metrics.prom");
   const std::string l1 = "{model_name=\"qwen2-1.5b\",engine=\"1\"}";
   const std::string l0 = "{model_name=\"qwen2-1.5b\",engine=\"0\"}";
   CHECK_THAT(prom, Catch::Contains("vllm:nixl_bytes_transferred_count" + l1 + " 1\n"));
@@ -242,7 +234,7 @@ TEST_CASE("the toy proxy's two cycles, transfers of whole blocks, TTFT parts tha
     // Determinism: the same run twice, byte for byte.
     const fs::path again = run_scenario(s, tmp.path / "again").folder;
     for (const char* f : {"requests.csv", "transfers.csv", "routing.csv", "summary.json"})
-      CHECK(slurp_file(out / f) == slurp_file(again / f));
+      CHECK(kvsim::test::slurp(out / f) == kvsim::test::slurp(again / f));
   }
 }
 
@@ -315,4 +307,76 @@ TEST_CASE("Dynamo's P/D: a prefill router and a load-only decode router, both fr
     CHECK(prefill == 40);
     CHECK(decode == 40);
   }
+}
+
+TEST_CASE("random P/D clusters run to the end with every invariant checked after every step",
+          "[sim][pd]") {
+  // Small pools (P holds blocks for D's reads while later requests wait for them; D's reads
+  // wait for blocks), every proxy, sync and async, sessions, shared prefixes, client timeouts,
+  // EOS. Every request fits a pool alone, so every run must end: no false "can never be
+  // scheduled" (a step that freed held blocks, or a batch that finished requests, is progress).
+  std::mt19937_64 rng(2026);
+  const auto pick = [&](std::initializer_list<const char*> v) {
+    return std::string(*(v.begin() + static_cast<std::ptrdiff_t>(rng() % v.size())));
+  };
+  for (int seed = 0; seed < 80; ++seed) {
+    const std::int64_t p = 1 + static_cast<std::int64_t>(rng() % 3);
+    const std::int64_t d = 1 + static_cast<std::int64_t>(rng() % 3);
+    const std::string policy = pick({"round_robin", "llm_d", "dynamo_kv"});
+    // (At most 600 + 100 + 150 tokens, or three turns of 300 + 100 + 150 + 20: 59 blocks.)
+    const std::string prompt = pick({"40", "300", "600"});
+    std::string wl = "{num_requests: " + pick({"20", "60"}) +
+                     ", arrival: {process: poisson, rate_per_s: " + pick({"5", "40", "300"}) +
+                     "}, prompt_tokens: {uniform: {min: 5, max: " + prompt +
+                     "}}, output_tokens: {uniform: {min: 1, max: " + pick({"5", "150"}) + "}}";
+    if (rng() % 2) wl += ", system_prompts: {count: 3, tokens: " + pick({"16", "100"}) + "}";
+    if (prompt != "600" && rng() % 3 == 0)
+      wl += ", sessions: {turns: {uniform: {min: 1, max: 3}}, user_tokens: 20}";
+    if (rng() % 3 == 0) wl += ", client_timeout_s: " + pick({"0.05", "0.3"});
+    wl += std::string(", ignore_eos: ") + (rng() % 3 == 0 ? "false" : "true") + "}";
+    std::string pd = "handshake_ms: " + pick({"0", "50"}) + ", link_bandwidth_gb_per_s: " +
+                     pick({"1", "50"}) + ", shared_nic: " + pick({"true", "false"});
+    if (policy == "llm_d") pd += ", non_cached_tokens: " + pick({"0", "16", "100"});
+    std::string text = scenario(rng() % 2 == 0, p, d, wl, pd, policy);
+    const std::string pool = "num_gpu_blocks_override: 400";
+    text.replace(text.find(pool), pool.size(),
+                 "num_gpu_blocks_override: " + pick({"60", "120", "400"}));
+    CAPTURE(seed, text);
+    TempDir tmp("pd-random");
+    RunOptions o;
+    o.check_invariants = true;
+    const RunResult r = run_scenario(parse_text(text), tmp.path / "run", o);
+    CHECK(r.requests_done > 0);
+  }
+}
+
+TEST_CASE("decode replicas that cache two read blocks of one hash keep an exact KV breakdown",
+          "[sim][pd]") {
+  // Many requests with one of three 200-token system prompts at 200 requests/s: D reads the same
+  // prompt blocks for requests in flight together and caches each read at its promotion, so a
+  // later request's local hits may run through one request's blocks and on into another's (the
+  // shared blocks are not a prefix of every table). The KV breakdown and every invariant hold.
+  TempDir tmp("pd-dup-hash");
+  std::string text = scenario(
+      false, 3, 2,
+      "{num_requests: 56, arrival: {process: poisson, rate_per_s: 200}, prompt_tokens: "
+      "{uniform: {min: 5, max: 300}}, output_tokens: {uniform: {min: 1, max: 200}}, "
+      "system_prompts: {count: 3, tokens: 200}}",
+      "handshake_ms: 50, setup_ms: 0, proxy_hop_ms: 0, link_bandwidth_gb_per_s: 1");
+  for (const auto& [from, to] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"num_gpu_blocks_override: 400", "num_gpu_blocks_override: 120"},
+           {"max_num_batched_tokens: 512", "max_num_batched_tokens: 2048"},
+           {"latency: {model: constant, step_time_us: 10000}", "latency: {model: roofline}\n"
+                                                               "hardware: {gpu: H100}"},
+           {"seed: 3", "seed: 35"}})
+    text.replace(text.find(from), from.size(), to);
+  RunOptions o;
+  o.check_invariants = true;
+  const fs::path out = run_scenario(parse_text(text), tmp.path / "run", o).folder;
+  const nlohmann::json j = read_json(out / "summary.json");
+  CHECK(j["completed"] == 56);
+  double sum = 0;
+  for (const auto& [k, v] : j["kv_breakdown"].items()) sum += v.get<double>();
+  CHECK(sum == Approx(1.0));
 }
