@@ -28,7 +28,7 @@ class ClusterSimulator::Pd final {
  public:
   /// A client's request on its way (times in ns; -1: not yet / never).
   struct Flow {
-    RequestSpec spec;  // the client's request (D gets it, with P's kv_transfer_params)
+    RequestSpec spec;         // the client's request (D gets it, with P's kv_transfer_params)
     SimTimeNs client_ns = 0;  // its arrival at the proxy (the records' arrival)
     std::int32_t prefill = -1, decode = -1;
     SimTimeNs p_arrival = -1, p_scheduled = -1, p_finish = -1, d_arrival = -1;
@@ -45,7 +45,8 @@ class ClusterSimulator::Pd final {
     xfer_time_.resize(static_cast<std::size_t>(s.cluster.replicas));
     xfer_bytes_.resize(static_cast<std::size_t>(s.cluster.replicas));
     std::vector<double> bytes;
-    for (int i = 1; i < 25; i += 2) bytes.push_back(static_cast<double>(std::int64_t{1} << (10 + i)));
+    for (int i = 1; i < 25; i += 2)
+      bytes.push_back(static_cast<double>(std::int64_t{1} << (10 + i)));
     for (std::size_t r = 0; r < xfer_time_.size(); ++r) {
       xfer_time_[r].init({0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0});
       xfer_bytes_[r].init(bytes);
@@ -85,8 +86,8 @@ class ClusterSimulator::Pd final {
                         SimTimeNs sent_ns) override {
       pd_.on_read_notify(id, engine, request, sent_ns);
     }
-    void on_get_finished(std::span<const std::string> sending,
-                         std::span<const std::string> recving, SimTimeNs t_ns) override {
+    void on_get_finished(std::span<const std::string> sending, std::span<const std::string> recving,
+                         SimTimeNs t_ns) override {
       pd_.on_get_finished(sending, recving, t_ns);
     }
 
@@ -108,7 +109,8 @@ class ClusterSimulator::Pd final {
 
   /// The client's timeout left for a copy of the request that reaches a replica at `at`.
   static void shift_timeout(RequestSpec& s, SimTimeNs client_ns, SimTimeNs at) {
-    if (s.client_timeout_ns >= 0) s.client_timeout_ns = std::max<SimTimeNs>(0, s.client_timeout_ns - (at - client_ns));
+    if (s.client_timeout_ns >= 0)
+      s.client_timeout_ns = std::max<SimTimeNs>(0, s.client_timeout_ns - (at - client_ns));
     s.arrival_ns = at;
   }
 
@@ -391,9 +393,9 @@ class ClusterSimulator::Pd final {
     o += fmt::format("  \"external_prefix_cache_queries\": {},\n", sum.external_queries);
     o += fmt::format("  \"external_prefix_cache_hits\": {},\n", sum.external_hits);
     o += fmt::format("  \"num_kv_expired_reqs\": {},\n", sum.expired);
-    o += fmt::format("  \"mean_prefill_hold_ms\": {:.6f},\n",
-                     holds_ > 0 ? static_cast<double>(hold_ns_) / 1e6 / static_cast<double>(holds_)
-                                : 0.0);
+    o += fmt::format(
+        "  \"mean_prefill_hold_ms\": {:.6f},\n",
+        holds_ > 0 ? static_cast<double>(hold_ns_) / 1e6 / static_cast<double>(holds_) : 0.0);
     // The transfer model's parameters: modelled values, to be calibrated (§7.5).
     o += fmt::format(
         "  \"kv_transfer_model\": {{\"modelled\": true, \"block_bytes\": {}, "
@@ -414,8 +416,8 @@ class ClusterSimulator::Pd final {
   std::map<std::string, std::int32_t, std::less<>> engines_;
   std::vector<std::unique_ptr<Hooks>> hooks_;
   std::unordered_map<std::uint64_t, Flow> flows_;
-  std::vector<PdTransferRecord> ended_;  // scratch
-  std::vector<TransferRow> rows_;        // in completion order
+  std::vector<PdTransferRecord> ended_;                    // scratch
+  std::vector<TransferRow> rows_;                          // in completion order
   std::unordered_map<std::uint64_t, std::size_t> unseen_;  // rows D has not seen yet
   std::unordered_map<std::string, SimTimeNs> held_since_;  // P's holds, by P's request name
   std::int64_t hold_ns_ = 0, holds_ = 0, kept_on_decode_ = 0;

@@ -1,7 +1,5 @@
 #include "sim/cluster/cluster_simulator.h"
 
-#include "sim/cluster/cluster_pd.h"
-
 #include <fmt/format.h>
 #include <xxhash.h>
 
@@ -9,6 +7,7 @@
 #include <limits>
 
 #include "core/common/assert.h"
+#include "sim/cluster/cluster_pd.h"
 #include "sim/engine/parallel_sampling.h"
 
 namespace kvsim {
@@ -101,9 +100,9 @@ const Scenario& ClusterSimulator::replica_scenario(const Scenario& scenario, std
 ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& source,
                                    StepTimeFn step_time)
     : ClusterSimulator(scenario, source,
-                       std::vector<StepTimeFn>(
-                           static_cast<std::size_t>(std::max<std::int64_t>(scenario.cluster.replicas, 1)),
-                           step_time)) {}
+                       std::vector<StepTimeFn>(static_cast<std::size_t>(std::max<std::int64_t>(
+                                                   scenario.cluster.replicas, 1)),
+                                               step_time)) {}
 
 ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& source,
                                    std::vector<StepTimeFn> step_times)
@@ -302,7 +301,7 @@ void ClusterSimulator::record_rejected(const RequestSpec& spec) {
 }
 
 std::int32_t ClusterSimulator::route(RequestSpec& spec, std::size_t pool_index,
-                                    std::string_view stage, RouteDecision* decision) {
+                                     std::string_view stage, RouteDecision* decision) {
   Pool& pool = pools_[pool_index];
   spec.materialize_prompt();
   const std::int64_t bs = scenario_.cache.sizing.block_size;

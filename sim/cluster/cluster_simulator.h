@@ -21,12 +21,12 @@
 // P/D (cluster.prefill_replicas / decode_replicas; spec §7; cluster_pd.cpp): replicas [0, P) run
 // vLLM v0.20.1's prefill role, [P, P + D) its decode role (Simulator::set_pd_role). Each pool has
 // its own router (Pool). A client's request goes through the proxy (cluster.router.pd.proxy): to a
-// prefill replica with max_tokens 1 one proxy hop after its arrival; P's response comes back one hop
-// after P finished it, the proxy picks the decode replica (toy_proxy, dynamo) and the request with
-// P's kv_transfer_params reaches it one more hop later (llm_d: the decode pod was picked first and
-// its sidecar is local, so two hops; a request llm-d's decider keeps on the decode pod goes there
-// at once, served whole). D's read of the blocks it allocated is a transfer of the model of §7.5
-// (PdTransferModel), delivered to D (read_done) before D handles events at its end; the read
+// prefill replica with max_tokens 1 one proxy hop after its arrival; P's response comes back one
+// hop after P finished it, the proxy picks the decode replica (toy_proxy, dynamo) and the request
+// with P's kv_transfer_params reaches it one more hop later (llm_d: the decode pod was picked first
+// and its sidecar is local, so two hops; a request llm-d's decider keeps on the decode pod goes
+// there at once, served whole). D's read of the blocks it allocated is a transfer of the model of
+// §7.5 (PdTransferModel), delivered to D (read_done) before D handles events at its end; the read
 // carries P's notification (notify at the same instant). requests.csv has one row per client
 // request: D's record (or P's, when the request ended there) with the client's arrival, P's first
 // schedule, P's prefix hits and both replicas' preemptions.
@@ -129,7 +129,9 @@ class ClusterSimulator {
     std::unique_ptr<KvBlockIndex> kv_index;
     std::int64_t routed = 0;  // decisions so far (RouteInput::index)
   };
-  Pool& pool_of(std::int32_t r) { return pools_[static_cast<std::size_t>(pool_index_[static_cast<std::size_t>(r)])]; }
+  Pool& pool_of(std::int32_t r) {
+    return pools_[static_cast<std::size_t>(pool_index_[static_cast<std::size_t>(r)])];
+  }
   /// Routes `spec` in pool `pool` (the decision, the loads, routing.csv with `stage`); returns
   /// the replica (a cluster index). `decision` (may be null) receives the router's decision.
   std::int32_t route(RequestSpec& spec, std::size_t pool = 0, std::string_view stage = "route",

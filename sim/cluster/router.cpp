@@ -98,8 +98,8 @@ std::unique_ptr<Router> make_pd_router(const RouterConfig& config, std::int32_t 
         return make_dynamo_decode_router(num_replicas, config.seed, env.block_size,
                                          env.samples_per_request);
       return make_dynamo_router(
-          num_replicas, DynamoParams{config.overlap_score_weight, config.router_temperature},
-          false, config.seed, env.block_size, env.samples_per_request);
+          num_replicas, DynamoParams{config.overlap_score_weight, config.router_temperature}, false,
+          config.seed, env.block_size, env.samples_per_request);
   }
   KVSIM_ASSERT(false, "unknown P/D proxy");
   return nullptr;

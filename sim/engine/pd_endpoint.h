@@ -251,7 +251,8 @@ class PdEndpoint final : public KVConnector {
   };
   std::vector<Parked> parked_;
   bool last_report_changed_ = false;
-  std::map<std::string, std::int64_t, std::less<>> external_tokens_;  // until the first schedule  // the last lookup's, until its allocation
+  std::map<std::string, std::int64_t, std::less<>>
+      external_tokens_;  // until the first schedule  // the last lookup's, until its allocation
   PdStats stats_;
 };
 

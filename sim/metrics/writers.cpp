@@ -1,7 +1,5 @@
 #include "sim/metrics/writers.h"
 
-#include "core/common/assert.h"
-
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>

@@ -68,8 +68,7 @@ struct Tokens : StepObserver {
   std::map<std::uint64_t, std::vector<std::int32_t>> by_id;
   void on_step(const StepView& v) override {
     for (const RequestOutput& o : v.outputs)
-      by_id[v.request_id_of_index[static_cast<std::size_t>(o.request->index())]].push_back(
-          o.token);
+      by_id[v.request_id_of_index[static_cast<std::size_t>(o.request->index())]].push_back(o.token);
   }
 };
 
@@ -87,12 +86,12 @@ TEST_CASE("one request through the toy proxy, P, the read and D, at hand-checked
   //   step ending at 64 ms sees it; the next schedule() (after the 1 ms sleep, at 65) promotes
   //   the request and recomputes the last prompt token: its first output at 75 ms.
   TempDir tmp("pd-one");
-  const Scenario s = parse_text(
-      scenario(false, 1, 1,
-               "{num_requests: 1, arrival: {process: poisson, rate_per_s: 1000000}, "
-               "prompt_tokens: 100, output_tokens: 5, ignore_eos: true}",
-               "link_bandwidth_gb_per_s: 10") +
-      "outputs: {metrics_prom: true}\n");
+  const Scenario s =
+      parse_text(scenario(false, 1, 1,
+                          "{num_requests: 1, arrival: {process: poisson, rate_per_s: 1000000}, "
+                          "prompt_tokens: 100, output_tokens: 5, ignore_eos: true}",
+                          "link_bandwidth_gb_per_s: 10") +
+                 "outputs: {metrics_prom: true}\n");
   const fs::path out = run_scenario(s, tmp.path / "run").folder;
   const auto rows = read_csv(out / "requests.csv");
   REQUIRE(rows.size() == 2);
@@ -206,9 +205,9 @@ TEST_CASE("the toy proxy's two cycles, transfers of whole blocks, TTFT parts tha
       const auto& r = rows[i];
       prompt[r[0]] = std::stoll(r[column(h, "prompt_tokens")]);
       std::int64_t sum = 0;
-      for (const char* part : {"ttft_proxy_ms", "ttft_p_queue_ms", "ttft_prefill_ms",
-                               "ttft_d_queue_ms", "ttft_transfer_ms", "ttft_d_wait_ms",
-                               "ttft_first_token_ms"}) {
+      for (const char* part :
+           {"ttft_proxy_ms", "ttft_p_queue_ms", "ttft_prefill_ms", "ttft_d_queue_ms",
+            "ttft_transfer_ms", "ttft_d_wait_ms", "ttft_first_token_ms"}) {
         const std::int64_t v = ns_of(r[column(h, part)]);
         CHECK(v >= 0);
         sum += v;
@@ -334,8 +333,9 @@ TEST_CASE("random P/D clusters run to the end with every invariant checked after
       wl += ", sessions: {turns: {uniform: {min: 1, max: 3}}, user_tokens: 20}";
     if (rng() % 3 == 0) wl += ", client_timeout_s: " + pick({"0.05", "0.3"});
     wl += std::string(", ignore_eos: ") + (rng() % 3 == 0 ? "false" : "true") + "}";
-    std::string pd = "handshake_ms: " + pick({"0", "50"}) + ", link_bandwidth_gb_per_s: " +
-                     pick({"1", "50"}) + ", shared_nic: " + pick({"true", "false"});
+    std::string pd = "handshake_ms: " + pick({"0", "50"}) +
+                     ", link_bandwidth_gb_per_s: " + pick({"1", "50"}) +
+                     ", shared_nic: " + pick({"true", "false"});
     if (policy == "llm_d") pd += ", non_cached_tokens: " + pick({"0", "16", "100"});
     std::string text = scenario(rng() % 2 == 0, p, d, wl, pd, policy);
     const std::string pool = "num_gpu_blocks_override: 400";
@@ -357,18 +357,18 @@ TEST_CASE("decode replicas that cache two read blocks of one hash keep an exact 
   // later request's local hits may run through one request's blocks and on into another's (the
   // shared blocks are not a prefix of every table). The KV breakdown and every invariant hold.
   TempDir tmp("pd-dup-hash");
-  std::string text = scenario(
-      false, 3, 2,
-      "{num_requests: 56, arrival: {process: poisson, rate_per_s: 200}, prompt_tokens: "
-      "{uniform: {min: 5, max: 300}}, output_tokens: {uniform: {min: 1, max: 200}}, "
-      "system_prompts: {count: 3, tokens: 200}}",
-      "handshake_ms: 50, setup_ms: 0, proxy_hop_ms: 0, link_bandwidth_gb_per_s: 1");
-  for (const auto& [from, to] :
-       std::vector<std::pair<std::string, std::string>>{
+  std::string text =
+      scenario(false, 3, 2,
+               "{num_requests: 56, arrival: {process: poisson, rate_per_s: 200}, prompt_tokens: "
+               "{uniform: {min: 5, max: 300}}, output_tokens: {uniform: {min: 1, max: 200}}, "
+               "system_prompts: {count: 3, tokens: 200}}",
+               "handshake_ms: 50, setup_ms: 0, proxy_hop_ms: 0, link_bandwidth_gb_per_s: 1");
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
            {"num_gpu_blocks_override: 400", "num_gpu_blocks_override: 120"},
            {"max_num_batched_tokens: 512", "max_num_batched_tokens: 2048"},
-           {"latency: {model: constant, step_time_us: 10000}", "latency: {model: roofline}\n"
-                                                               "hardware: {gpu: H100}"},
+           {"latency: {model: constant, step_time_us: 10000}",
+            "latency: {model: roofline}\n"
+            "hardware: {gpu: H100}"},
            {"seed: 3", "seed: 35"}})
     text.replace(text.find(from), from.size(), to);
   RunOptions o;
