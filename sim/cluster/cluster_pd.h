@@ -33,7 +33,7 @@ class ClusterSimulator::Pd final {
     std::int32_t prefill = -1, decode = -1;
     SimTimeNs p_arrival = -1, p_scheduled = -1, p_finish = -1, d_arrival = -1;
     SimTimeNs read_start = -1, read_end = -1, d_step_start = -1;
-    std::int64_t p_hits = 0, blocks = 0, bytes = 0;
+    std::int64_t p_hits = 0, bytes = 0;
     std::int32_t p_preemptions = 0;
     bool to_decode = false;  // P returned kv_transfer_params: D serves the rest
     PdTransferParams params;
@@ -114,6 +114,7 @@ class ClusterSimulator::Pd final {
     s.arrival_ns = at;
   }
 
+  /// A client's request at the proxy now (after the refusal check): routed and sent on.
   void arrive(RequestSpec spec) {
     const SimTimeNs now = c_.now_ns_;
     Flow f;
@@ -157,6 +158,7 @@ class ClusterSimulator::Pd final {
     return prompt - matched * c_.scenario_.cache.sizing.block_size >= threshold;
   }
 
+  /// P's response for request `id` reaches the proxy now (a kPdHandOff event): on to D.
   void hand_off(std::uint64_t id) {
     Flow& f = flows_.at(id);
     const SimTimeNs now = c_.now_ns_;
@@ -200,7 +202,6 @@ class ClusterSimulator::Pd final {
     // (A request aborted while its blocks were being allocated has no flow left: its read runs.)
     if (const auto it = flows_.find(id); it != flows_.end()) {
       it->second.read_start = start_ns;
-      it->second.blocks = num_blocks;
       it->second.bytes = bytes;
     }
     model_.start(id, replica_of(engine), d, num_blocks, bytes, start_ns);
@@ -229,6 +230,7 @@ class ClusterSimulator::Pd final {
   }
 
   // ---- reads --------------------------------------------------------------------------------
+  /// When the next read ends (kNeverNs: none in flight); the reads ended by `now` delivered.
   SimTimeNs next_read_end() const {
     return model_.num_in_flight() == 0 ? kNeverNs : model_.next_completion_ns();
   }
@@ -260,16 +262,19 @@ class ClusterSimulator::Pd final {
   }
 
   // ---- records ------------------------------------------------------------------------------
+  /// Whether request `id` finishing on replica r ends the client's request (P hands it on: no).
   bool ends_here(std::int32_t r, std::uint64_t id) const {
     if (c_.role(r) == ReplicaRole::kDecode) return true;
     const auto it = flows_.find(id);
     return it == flows_.end() || !it->second.to_decode;
   }
+  /// Replica r's step started at `start_ns` gave request `id` its first token.
   void on_first_token(std::int32_t r, std::uint64_t id, SimTimeNs start_ns) {
     if (c_.role(r) != ReplicaRole::kDecode) return;
     if (const auto it = flows_.find(id); it != flows_.end() && it->second.d_step_start < 0)
       it->second.d_step_start = start_ns;
   }
+  /// Replica r's record of a request: the client's record once the request ended there.
   void on_record(std::int32_t r, const RequestRecord& rec) {
     const auto it = flows_.find(rec.request_id);
     KVSIM_ASSERT(it != flows_.end(), "a P/D record of a request the proxy never sent");

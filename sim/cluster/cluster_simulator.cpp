@@ -27,7 +27,7 @@ class ClusterSimulator::ForwardSource final : public RequestSource {
   std::optional<RequestSpec> next() override { return std::nullopt; }
   std::optional<RequestSpec> on_finished(const RequestSpec& done, SimTimeNs finish_ns,
                                          std::span<const std::int32_t> outputs) override {
-    if (r_ >= 0 && !c_.pd_ends_here(r_, done.id)) return std::nullopt;
+    if (r_ >= 0 && !c_.pd_->ends_here(r_, done.id)) return std::nullopt;
     std::optional<RequestSpec> follow = c_.source_.on_finished(done, finish_ns, outputs);
     if (follow) c_.queue_arrival(std::move(*follow), false, finish_ns);
     return std::nullopt;
@@ -48,7 +48,7 @@ class ClusterSimulator::Tap final : public StepObserver {
     if (c_.timed_)
       c_.on_replica_done(r_, rec.request_id / static_cast<std::uint64_t>(c_.samples_per_request_));
     // P/D: a client's request is recorded once, where it ended (the cluster rewrites it).
-    if (c_.pd_) return c_.pd_on_record(r_, rec);
+    if (c_.pd_) return c_.pd_->on_record(r_, rec);
     c_.current_ = r_;
     ++c_.requests_done_;
     for (StepObserver* o : c_.cluster_observers_) o->on_request_done(rec);
@@ -66,7 +66,7 @@ class ClusterSimulator::Tap final : public StepObserver {
           if (books)
             pool.router->on_first_token(r_ - pool.first,
                                         id / static_cast<std::uint64_t>(c_.samples_per_request_));
-          if (c_.pd_) c_.pd_on_first_token(r_, id, v.start_ns);
+          if (c_.pd_) c_.pd_->on_first_token(r_, id, v.start_ns);
         }
     ReplicaView& s = c_.step_end_[static_cast<std::size_t>(r_)];
     s.num_waiting = v.num_waiting;
@@ -177,7 +177,10 @@ ClusterSimulator::ClusterSimulator(const Scenario& scenario, RequestSource& sour
       KVSIM_ASSERT(publishes, "a router that reads KV events over an engine without them");
     }
   }
-  if (scenario.cluster.disaggregated()) pd_setup();
+  if (scenario.cluster.disaggregated()) {
+    pd_ = std::make_unique<Pd>(*this, scenario_);
+    pd_->setup();
+  }
 }
 
 void ClusterSimulator::add_pool(std::int32_t first, std::int32_t size,
@@ -293,7 +296,7 @@ void ClusterSimulator::record_rejected(const RequestSpec& spec) {
     rec.prompt_tokens = spec.num_prompt_tokens();
     rec.reason = FinishReason::kRejected;
     current_ = -1;
-    if (pd_) pd_clear_columns();
+    if (pd_) pd_->clear_columns();
     ++requests_done_;
     for (StepObserver* o : cluster_observers_) o->on_request_done(rec);
   }

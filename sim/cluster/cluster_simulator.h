@@ -139,23 +139,7 @@ class ClusterSimulator {
   void add_pool(std::int32_t first, std::int32_t size, std::unique_ptr<Router> router);
   /// A request finished (once per sample) on replica r: the router-side counts and books.
   void on_replica_done(std::int32_t r, std::uint64_t request_id);
-  // P/D (cluster_pd.cpp).
-  void pd_setup();
-  /// The P/D arrival of `spec` at the proxy now (routed, sent on).
-  void pd_arrive(RequestSpec spec);
-  /// Replica r's record of a request: the client's record once the request ended there.
-  void pd_on_record(std::int32_t r, const RequestRecord& rec);
-  /// Replica r's step that started at `start_ns` gave request `id` its first token.
-  void pd_on_first_token(std::int32_t r, std::uint64_t id, SimTimeNs start_ns);
-  /// Whether a request's finish on replica r ends the client's request (P hands it on: no).
-  bool pd_ends_here(std::int32_t r, std::uint64_t id) const;
-  /// The cluster's P/D event at `slot` (pending_'s tag kPdHandOff): P's response at the proxy.
-  void pd_hand_off(std::int64_t slot);
-  /// The time of the next transfer end (kNever: none), and the reads ended by now delivered.
-  SimTimeNs pd_next_read_end() const;
-  void pd_deliver_reads();
-  /// A refused request's P/D columns: empty.
-  void pd_clear_columns();
+  // P/D: the proxy, the flows and the reads (cluster_pd.h; its calls, with kPdHandOff events).
   static constexpr std::uint8_t kPdHandOff = 1;  // pending_'s tag of a P/D hand-off
   void route_and_serve(RequestSpec& spec);
   /// Records `spec` refused before routing (one row per sample) and tells the source.

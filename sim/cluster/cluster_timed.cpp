@@ -2,6 +2,7 @@
 // and the cluster's (arrivals, view refreshes) in one global order.
 #include <algorithm>
 
+#include "sim/cluster/cluster_pd.h"
 #include "sim/cluster/cluster_simulator.h"
 #include "sim/cluster/replica_queue.h"
 
@@ -67,11 +68,11 @@ void ClusterSimulator::run_timed() {
     // P/D: the reads that end first are delivered to their decode replicas before anything else
     // happens at that instant (D's step ending then sees them; §7.3).
     if (pd_) {
-      const SimTimeNs tr = pd_next_read_end();
+      const SimTimeNs tr = pd_->next_read_end();
       if (tr != Simulator::kNeverNs && (best < 0 || tr <= bt) &&
           (!cluster_event || tr <= arrivals_.peek().time_ns)) {
         now_ns_ = tr;
-        pd_deliver_reads();
+        pd_->deliver_reads(now_ns_);
         rekey_touched();
         continue;
       }
@@ -97,7 +98,7 @@ void ClusterSimulator::run_timed() {
       continue;
     }
     if (pending_.tag(ev.payload) == kPdHandOff) {  // P's response at the proxy
-      pd_hand_off(ev.payload);
+      pd_->hand_off(pending_.take(ev.payload).id);
       rekey_touched();
       continue;
     }
@@ -110,7 +111,7 @@ void ClusterSimulator::run_timed() {
       continue;
     }
     if (pd_) {
-      pd_arrive(std::move(spec));
+      pd_->arrive(std::move(spec));
     } else {
       const std::int32_t r = route(spec);
       replicas_[static_cast<std::size_t>(r)]->inject_arrival(std::move(spec));
