@@ -137,25 +137,29 @@ void ContiguousScheduler::schedule(SchedulerOutput& out) {
   out.total_num_scheduled_tokens = config_.max_num_batched_tokens - budget;
 }
 
-bool ContiguousScheduler::check_stop(Request& req) {
+bool ContiguousScheduler::stops(const Request& req, std::int64_t num_tokens,
+                                std::int64_t num_outputs, Token last) const {
   // vLLM's order: the length caps, then EOS, then the stop tokens.
+  if (num_tokens >= config_.max_model_len || num_outputs >= req.limits.max_tokens) return true;
+  if (!req.limits.ignore_eos && req.limits.eos_token_id && last == *req.limits.eos_token_id)
+    return true;
+  const auto& stops = req.limits.stop_token_ids;
+  return std::find(stops.begin(), stops.end(), last) != stops.end();
+}
+
+bool ContiguousScheduler::check_stop(Request& req) {
+  const Token last = req.all_token_ids().back();
+  if (!stops(req, req.num_tokens(), req.num_output_tokens(), last)) return false;
   if (req.num_tokens() >= config_.max_model_len ||
       req.num_output_tokens() >= req.limits.max_tokens) {
     finish(req, RequestStatus::kFinishedLengthCapped);
     return true;
   }
-  const Token last = req.all_token_ids().back();
-  if (!req.limits.ignore_eos && req.limits.eos_token_id && last == *req.limits.eos_token_id) {
-    finish(req, RequestStatus::kFinishedStopped);
-    return true;
-  }
-  const auto& stops = req.limits.stop_token_ids;
-  if (std::find(stops.begin(), stops.end(), last) != stops.end()) {
-    req.stop_reason = last;
-    finish(req, RequestStatus::kFinishedStopped);
-    return true;
-  }
-  return false;
+  const bool eos =
+      !req.limits.ignore_eos && req.limits.eos_token_id && last == *req.limits.eos_token_id;
+  if (!eos) req.stop_reason = last;
+  finish(req, RequestStatus::kFinishedStopped);
+  return true;
 }
 
 void ContiguousScheduler::finish(Request& req, RequestStatus status) {
@@ -191,6 +195,54 @@ void ContiguousScheduler::update_from_output(std::vector<RequestOutput>& outputs
   }
   running_.swap(next_running_);
   extents_.swap(next_extents_);
+}
+
+std::int64_t ContiguousScheduler::decode_horizon(std::int64_t max_steps) const {
+  const auto n = static_cast<std::int64_t>(running_.size());
+  if (scheduled_unconsumed_ || n == 0 || n > config_.max_num_batched_tokens) return 0;
+  if (!waiting_.empty() && n < config_.max_num_seqs) {
+    const Request& head = *waiting_.front();
+    if (head.num_tokens() <= config_.max_num_batched_tokens - n &&
+        reservation_of(head) <= alloc_->largest_allocatable())
+      return 0;  // the waiting loop would admit it
+  }
+  std::int64_t k = max_steps;
+  for (const Request* r : running_) {
+    const std::int64_t t0 = r->num_tokens();
+    const std::int64_t o0 = r->num_output_tokens();
+    if (r->num_computed_tokens != t0 - 1 || o0 == 0) return 0;
+    // No step of the run stops it (the one that does runs on its own): step j appends output
+    // o0 + j - 1 and leaves t0 + j tokens.
+    const SamplingLimits& lim = r->limits;
+    if ((lim.ignore_eos || !lim.eos_token_id) && lim.stop_token_ids.empty()) {
+      k = std::min(k, std::min(config_.max_model_len - t0, lim.max_tokens - o0) - 1);
+      if (k <= 0) return 0;
+      continue;
+    }
+    const auto planned = static_cast<std::int64_t>(r->planned_outputs.size());
+    for (std::int64_t j = 1; j <= k; ++j) {
+      const std::int64_t i = o0 + j - 1;
+      const Token last =
+          i < planned ? r->planned_outputs[static_cast<std::size_t>(i)] : r->sampled_token;
+      if (stops(*r, t0 + j, o0 + j, last)) {
+        k = j - 1;
+        break;
+      }
+    }
+    if (k <= 0) return 0;
+  }
+  return k;
+}
+
+void ContiguousScheduler::advance_decode(std::int64_t k, std::span<KVPoolStats> pool_after) {
+  KVSIM_ASSERT(k >= 1 && static_cast<std::int64_t>(pool_after.size()) >= k);
+  for (Request* r : running_) {
+    r->append_next_outputs(k);
+    r->num_computed_tokens = r->num_tokens() - 1;
+  }
+  const KVPoolStats stats = pool_stats();
+  std::fill(pool_after.begin(), pool_after.begin() + k, stats);
+  finished_ids_.clear();  // the run's first schedule() listed them
 }
 
 bool ContiguousScheduler::abort_request(Request& req) {

@@ -92,6 +92,14 @@ class ContiguousScheduler final : public EngineCore {
   /// Empty: an extent is not block-aligned, so there is no table a paged kernel could read.
   std::span<const BlockId> block_table(const Request&) const override { return {}; }
 
+  /// Fast-forward: every running request decodes one token within the budget, the waiting loop
+  /// admits nothing (no seat, the head's prompt over the rest of the budget, or no hole for its
+  /// reservation: none of which a step without finishes changes) and no step of the run stops a
+  /// request. A reservation covers every token, so a decode step allocates nothing.
+  std::int64_t decode_horizon(std::int64_t max_steps) const override;
+  /// Appends each running request's next k outputs; the pool is the same after every step.
+  void advance_decode(std::int64_t k, std::span<KVPoolStats> pool_after) override;
+
   /// The slots a request that ends with `final_num_tokens` tokens reserves under this policy.
   std::int64_t reservation_slots(std::int64_t final_num_tokens) const;
   /// The extent of a running request (by its position in running()): the region granted for
@@ -109,6 +117,10 @@ class ContiguousScheduler final : public EngineCore {
   friend struct ContiguousSchedulerTestPeer;  // tests plant faults through it
   std::int64_t reservation_of(const Request& request) const;
   bool check_stop(Request& request);
+  /// check_stop's verdict on a request of `num_tokens` tokens, `num_outputs` of them outputs,
+  /// whose last is `last`.
+  bool stops(const Request& request, std::int64_t num_tokens, std::int64_t num_outputs,
+             Token last) const;
   void finish(Request& request, RequestStatus status);
 
   Profile profile_;
