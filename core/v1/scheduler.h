@@ -179,9 +179,12 @@ class Scheduler final : public EngineCore {
   /// The next num_computed_tokens >= the request's at which its decode allocation may do
   /// something (exact before v0.20; a candidate that fits() tests again at v0.20).
   std::int64_t next_decode_candidate(const Request& request) const;
-  /// advance_decode's scratch: (step, running position) of each request's next allocation that
-  /// leaves allocate_slots' fast path, a min-heap.
-  std::vector<std::pair<std::int64_t, std::int64_t>> decode_events_;
+  /// advance_decode's scratch: each request's next allocation that leaves allocate_slots' fast
+  /// path, by step: decode_head_[step] starts a list of running positions linked through
+  /// decode_link_ (one pending step per request), taken in position order (decode_due_).
+  std::vector<std::int64_t> decode_head_;
+  std::vector<std::int64_t> decode_link_;
+  std::vector<std::int64_t> decode_due_;
   std::vector<std::int64_t> decode_base_;  // num_computed_tokens before the run, by position
 
   /// check_stop's decision for a request of `num_tokens` tokens, `num_outputs` of them outputs,

@@ -6,15 +6,14 @@
 // In such a step every running request is scheduled for one token and calls
 // allocate_slots(request, 1, {}, lookahead), which returns at once (nothing allocated, cached or
 // counted) except at a few token counts per block: when the table needs a block and when a block
-// fills (KVCacheManager::next_decode_event; v0.20's loop asks NoOpAllocation first). Those calls are replayed here, in (step, running
-// position) order, on the request as it stands at that step -- its computed tokens and the tokens
-// it holds then -- so blocks, hashes and evictions come out with the step loop's ids and order;
-// every other call is skipped. The update then appends each request's next planned output; the
-// horizon guarantees that none of them stops it, so the appends of the k steps are done at the
-// end.
+// fills (KVCacheManager::next_decode_event; v0.20's loop asks NoOpAllocation first). Those calls
+// are replayed here, in (step, running position) order, on the request as it stands at that step --
+// its computed tokens and the tokens it holds then -- so blocks, hashes and evictions come out with
+// the step loop's ids and order; every other call is skipped. The update then appends each
+// request's next planned output; the horizon guarantees that none of them stops it, so the appends
+// of the k steps are done at the end.
 
 #include <algorithm>
-#include <functional>
 
 #include "core/common/assert.h"
 #include "core/v1/scheduler.h"
@@ -35,7 +34,8 @@ std::int64_t Scheduler::steps_to_stop(const Request& r, std::int64_t max_steps) 
   const auto planned = static_cast<std::int64_t>(r.planned_outputs.size());
   for (std::int64_t j = 1; j <= max_steps; ++j) {
     const std::int64_t k = o0 + j - 1;  // the output step j appends (Request::next_sampled_token)
-    const Token last = k < planned ? r.planned_outputs[static_cast<std::size_t>(k)] : r.sampled_token;
+    const Token last =
+        k < planned ? r.planned_outputs[static_cast<std::size_t>(k)] : r.sampled_token;
     if (stop_check(r.limits, t0 + j, o0 + j, last).stop) return j;
   }
   return max_steps + 1;
@@ -78,8 +78,7 @@ std::int64_t Scheduler::decode_horizon(std::int64_t max_steps) const {
   if (num_running == 0 || num_running > max_budget) return 0;
   // The waiting loop must look at nothing: no request waits, or the seats or the budget are
   // taken by the running batch (its loop then breaks before any lookup).
-  if (!waiting_.empty() && num_running < config_.max_num_seqs && num_running < max_budget)
-    return 0;
+  if (!waiting_.empty() && num_running < config_.max_num_seqs && num_running < max_budget) return 0;
   const std::int64_t bs = kv_.block_size();
   const std::int64_t lookahead = config_.num_lookahead_tokens;
   const std::int64_t table_tokens = kv_.max_num_blocks_per_req() * bs;
@@ -125,47 +124,53 @@ void Scheduler::advance_decode(std::int64_t k, std::span<KVPoolStats> pool_after
   const KVCacheManager::NoOpAllocation no_op = kv_.no_op_allocation();
   const std::size_t n = running_.size();
   decode_base_.resize(n);
-  decode_events_.clear();
+  decode_link_.resize(n);
+  decode_head_.assign(static_cast<std::size_t>(k) + 1, -1);
+  const auto due_at = [&](std::int64_t step, std::size_t p) {
+    decode_link_[p] = decode_head_[static_cast<std::size_t>(step)];
+    decode_head_[static_cast<std::size_t>(step)] = static_cast<std::int64_t>(p);
+  };
   for (std::size_t p = 0; p < n; ++p) {
     const Request& r = *running_[p];
     decode_base_[p] = r.num_computed_tokens;
     // The step whose allocate_slots sees num_computed_tokens c is step c - base + 1.
     const std::int64_t step = next_decode_candidate(r) - r.num_computed_tokens + 1;
-    if (step <= k) decode_events_.emplace_back(step, static_cast<std::int64_t>(p));
+    if (step <= k) due_at(step, p);
   }
-  const auto later = std::greater<std::pair<std::int64_t, std::int64_t>>();
-  std::make_heap(decode_events_.begin(), decode_events_.end(), later);
   KVPoolStats stats = pool_stats();
   std::int64_t filled = 0;  // steps whose pool is written
-  while (!decode_events_.empty()) {
-    std::pop_heap(decode_events_.begin(), decode_events_.end(), later);
-    const auto [step, p] = decode_events_.back();
-    decode_events_.pop_back();
+  for (std::int64_t step = 1; step <= k; ++step) {
+    std::int64_t p = decode_head_[static_cast<std::size_t>(step)];
+    if (p < 0) continue;
+    // The step's calls in running order (a later step's are linked while these run).
+    decode_due_.clear();
+    for (; p >= 0; p = decode_link_[static_cast<std::size_t>(p)]) decode_due_.push_back(p);
+    std::sort(decode_due_.begin(), decode_due_.end());
     for (; filled < step - 1; ++filled) pool_after[static_cast<std::size_t>(filled)] = stats;
-    Request& r = *running_[static_cast<std::size_t>(p)];
-    // The request as the step finds it: step - 1 tokens computed and appended since the start.
-    const std::int64_t computed = decode_base_[static_cast<std::size_t>(p)] + step - 1;
-    r.num_computed_tokens = computed;
-    if (r.num_tokens() < computed + 1) r.append_next_outputs(computed + 1 - r.num_tokens());
-    if (const KVGroupTable* t = decode_table(r)) {
-      // v0.20's running loop: the allocator only when NoOpAllocation says it does something.
-      const std::int64_t end = computed + 1;
-      if (!no_op.fits(*t, end, std::min(end + lookahead, config_.max_model_len), r.num_tokens(),
-                      false)) {
-        const AllocStatus st = kv_.coordinator()->allocate_slots_running(r, 1, lookahead);
-        KVSIM_ASSERT(st == AllocStatus::kOk, "a fast-forwarded decode step failed to allocate");
+    for (const std::int64_t q : decode_due_) {
+      const auto pos = static_cast<std::size_t>(q);
+      Request& r = *running_[pos];
+      // The request as the step finds it: step - 1 tokens computed and appended since the start.
+      const std::int64_t computed = decode_base_[pos] + step - 1;
+      r.num_computed_tokens = computed;
+      if (r.num_tokens() < computed + 1) r.append_next_outputs(computed + 1 - r.num_tokens());
+      if (const KVGroupTable* t = decode_table(r)) {
+        // v0.20's running loop: the allocator only when NoOpAllocation says it does something.
+        const std::int64_t end = computed + 1;
+        if (!no_op.fits(*t, end, std::min(end + lookahead, config_.max_model_len), r.num_tokens(),
+                        false)) {
+          const AllocStatus st = kv_.coordinator()->allocate_slots_running(r, 1, lookahead);
+          KVSIM_ASSERT(st == AllocStatus::kOk, "a fast-forwarded decode step failed to allocate");
+        }
+      } else {
+        const AllocResult res = kv_.allocate_slots(r, 1, {}, lookahead);
+        KVSIM_ASSERT(res.ok(), "a fast-forwarded decode step failed to allocate");
       }
-    } else {
-      const AllocResult res = kv_.allocate_slots(r, 1, {}, lookahead);
-      KVSIM_ASSERT(res.ok(), "a fast-forwarded decode step failed to allocate");
-    }
-    stats = pool_stats();
-    r.num_computed_tokens = computed + 1;  // after the step
-    const std::int64_t next =
-        next_decode_candidate(r) - decode_base_[static_cast<std::size_t>(p)] + 1;
-    if (next <= k) {
-      decode_events_.emplace_back(next, p);
-      std::push_heap(decode_events_.begin(), decode_events_.end(), later);
+      stats = pool_stats();
+      r.num_computed_tokens = computed + 1;  // after the step
+      const std::int64_t next = next_decode_candidate(r) - decode_base_[pos] + 1;
+      KVSIM_ASSERT(next > step, "a decode allocation due again in its own step");
+      if (next <= k) due_at(next, pos);
     }
   }
   for (; filled < k; ++filled) pool_after[static_cast<std::size_t>(filled)] = stats;

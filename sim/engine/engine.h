@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "core/common/assert.h"
@@ -101,6 +102,8 @@ class Engine {
     return false;
   }
   std::size_t size() const { return heap_.size(); }
+  /// Every queued event, in no particular order.
+  std::span<const Event> queued() const { return heap_; }
   /// The first queued event (precondition: !empty()).
   const Event& peek() const { return heap_.front(); }
   /// Events popped so far.

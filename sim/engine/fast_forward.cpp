@@ -12,6 +12,13 @@
 // steps.csv row); and at the engine's horizon. The engine then applies the run
 // (EngineCore::advance_decode), observers get it as one on_decode_run, the clock moves to the
 // run's end, and the step loop goes on from there as if it had stepped.
+//
+// The step in flight at the next event may end the run when nothing due before that step's end
+// reads or changes the engine: arrivals (they only queue behind the scheduler's waiting queue)
+// and client aborts of requests not handed to the scheduler yet. The run's end is then queued as
+// a step's end; those events are handled at their times while it is in flight, as the step loop
+// would handle them, and the observers get the run at its end (end_decode_run), when the waiting
+// count its last step reports is known.
 
 #include <algorithm>
 
@@ -28,20 +35,37 @@ constexpr SimTimeNs kMinRunSteps = 4;
 constexpr std::int64_t kExactDoubleLimit = std::int64_t{1} << 53;
 }  // namespace
 
-void Simulator::fast_forward() {
+bool Simulator::events_leave_engine_before(SimTimeNs t) const {
+  for (const Event& e : engine_.queued()) {
+    if (e.time_ns >= t || e.kind == EventKind::kArrival) continue;
+    if (e.kind != EventKind::kClientAbort) return false;
+    const auto payload = static_cast<std::uint64_t>(e.payload);
+    const Live& l = live_[static_cast<std::size_t>(payload & 0xffffffff)];
+    if (l.generation == static_cast<std::uint32_t>(payload >> 32) && !l.client_gone && l.request)
+      return false;  // it aborts a request the scheduler holds
+  }
+  return true;
+}
+
+bool Simulator::fast_forward() {
   // Before any visit of the batch: the run is not worth it when the next event comes within a
   // few steps of the last step's length (the usual case under dense arrivals).
-  const SimTimeNs limit = std::min(advance_limit_ns_, next_event_ns());
+  const SimTimeNs event_ns = next_event_ns();
+  const SimTimeNs limit = std::min(advance_limit_ns_, event_ns);
+  // Whether the step in flight at the next event may be the run's last (see above).
+  const bool through = event_ns < advance_limit_ns_;
   const SimTimeNs last_ns = view_.end_ns - view_.start_ns;
-  if (limit != kNeverNs && last_ns > 0 && (limit - engine_.now()) / last_ns < kMinRunSteps) return;
+  if (limit != kNeverNs && last_ns > 0 &&
+      (limit - engine_.now()) / last_ns + (through ? 1 : 0) < kMinRunSteps)
+    return false;
   std::int64_t max_steps = kMaxRunSteps;
   for (StepObserver* o : observers_) {
-    if (!o->takes_decode_runs()) return;
+    if (!o->takes_decode_runs()) return false;
     max_steps = std::min(max_steps, o->next_step_needed(step_) - step_);
   }
-  if (max_steps < 2) return;
+  if (max_steps < 2) return false;
   std::int64_t k = core_->decode_horizon(max_steps);
-  if (k < 2) return;  // one step costs what stepping does
+  if (k < 2) return false;  // one step costs what stepping does
 
   const std::span<Request* const> batch = core_->running();
   const auto n = static_cast<std::int64_t>(batch.size());
@@ -60,6 +84,7 @@ void Simulator::fast_forward() {
   ff_times_.resize(static_cast<std::size_t>(k) + 1);
   SimTimeNs t = engine_.now();
   ff_times_[0] = t;
+  bool in_flight = false;  // the run's last step is in flight at the next event
   for (std::int64_t j = 1; j <= k; ++j) {
     const std::int64_t d = j - 1;  // tokens each request gained since step 1
     const std::int64_t step_sum = sum + d * n;
@@ -75,13 +100,18 @@ void Simulator::fast_forward() {
     v.attention_pairs = static_cast<double>(step_sum);  // one query token per request
     const SimTimeNs dur = forward_ns(v);
     if (t + dur >= limit) {
-      k = j - 1;
+      in_flight = through && t + dur < advance_limit_ns_ && events_leave_engine_before(t + dur);
+      if (in_flight) {
+        t += dur;
+        ff_times_[static_cast<std::size_t>(j)] = t;
+      }
+      k = in_flight ? j : j - 1;
       break;
     }
     t += dur;
     ff_times_[static_cast<std::size_t>(j)] = t;
   }
-  if (k < 2) return;
+  if (k < 2) return false;
 
   ff_pool_.resize(static_cast<std::size_t>(k));
   core_->advance_decode(k, ff_pool_);
@@ -92,21 +122,37 @@ void Simulator::fast_forward() {
     ff_prev_.push_back(l.last_token_ns);
     l.last_token_ns = end;
   }
-  DecodeRun run;
-  run.first_step = step_;
-  run.num_steps = k;
-  run.times = std::span<const SimTimeNs>(ff_times_.data(), static_cast<std::size_t>(k) + 1);
-  run.pool = ff_pool_;
-  run.batch = n;
-  run.num_waiting = v.num_waiting;
-  run.prev_token_ns = ff_prev_;
-  run.engine = core_.get();
-  for (StepObserver* o : observers_) o->on_decode_run(run);
-  step_ += k;
+  ff_run_.first_step = step_;
+  ff_run_.num_steps = k;
+  ff_run_.times = std::span<const SimTimeNs>(ff_times_.data(), static_cast<std::size_t>(k) + 1);
+  ff_run_.pool = std::span<const KVPoolStats>(ff_pool_.data(), static_cast<std::size_t>(k));
+  ff_run_.batch = n;
+  ff_run_.num_waiting = ff_run_.last_num_waiting = v.num_waiting;
+  ff_run_.prev_token_ns = ff_prev_;
+  ff_run_.engine = core_.get();
   ++ff_runs_;
   ff_steps_ += k;
-  engine_.advance_clock(end);
   if (check_invariants_) core_->check_invariants();
+  if (in_flight) {
+    run_in_flight_ = step_in_flight_ = true;
+    engine_.schedule(end, kPriorityStepEnd, EventKind::kStepEnd);
+    return true;
+  }
+  engine_.advance_clock(end);
+  report_decode_run();
+  return false;
+}
+
+void Simulator::report_decode_run() {
+  for (StepObserver* o : observers_) o->on_decode_run(ff_run_);
+  step_ += ff_run_.num_steps;
+}
+
+void Simulator::end_decode_run() {
+  run_in_flight_ = step_in_flight_ = false;
+  ff_run_.last_num_waiting = num_waiting();  // with what arrived during its last step
+  report_decode_run();
+  next_step_after_end();
 }
 
 }  // namespace kvsim

@@ -45,8 +45,8 @@ struct StepView {
 /// A run of pure decode steps the simulator advanced at once (fast-forward, Simulator::
 /// set_fast_forward): steps first_step .. first_step + num_steps - 1, each scheduling every
 /// running request (`batch` of them, always the same, in the same order) for one token, each
-/// starting when the previous one ends; nothing arrives, finishes, is admitted or preempted
-/// during them, so the waiting count is the same at every step. Valid only during the call.
+/// starting when the previous one ends; nothing finishes, is admitted or preempted during them,
+/// and nothing arrives before the last one starts. Valid only during the call.
 struct DecodeRun {
   std::int64_t first_step = 0;
   std::int64_t num_steps = 0;
@@ -55,7 +55,9 @@ struct DecodeRun {
   /// The pool after each step (num_steps entries).
   std::span<const KVPoolStats> pool;
   std::int64_t batch = 0;
-  std::int64_t num_waiting = 0;
+  /// Requests waiting at the end of each step but the last, and at the end of the last (arrivals
+  /// may come while the last step is in flight).
+  std::int64_t num_waiting = 0, last_num_waiting = 0;
   /// For each request of the batch, in order: the time of its token before the run (its first
   /// token of the run follows it; each later one follows the previous step's end).
   std::span<const SimTimeNs> prev_token_ns;

@@ -172,7 +172,7 @@ void Simulator::start_step() {
     }
     return;
   }
-  if (fast_forward_ && barrier_ == nullptr && step_time_) fast_forward();
+  if (fast_forward_ && barrier_ == nullptr && step_time_ && fast_forward()) return;
   schedule_engine();
   if (out_.scheduled.empty()) {
     KVSIM_ASSERT(eng.running().empty(), "running requests but nothing scheduled");
@@ -255,6 +255,7 @@ void Simulator::end_dummy_step() {
 }
 
 void Simulator::end_step() {
+  if (run_in_flight_) return end_decode_run();
   if (pd_) return end_step_pd();
   if (async_) return end_step_async();
   if (tier_) return end_step_tier();

@@ -244,8 +244,17 @@ class Simulator {
   /// executes, and its end is queued.
   void launch_step(StepView& v, SimTimeNs now, SimTimeNs start, SimTimeNs dur);
   /// At a synchronous step start: advances the next steps at once when they are a run of pure
-  /// decodes that ends before the next event and before advance_to's limit (fast_forward.cpp).
-  void fast_forward();
+  /// decodes that ends before the next event and before advance_to's limit, or whose last step
+  /// is in flight at events that leave the engine alone (fast_forward.cpp). True when that last
+  /// step's end is queued (end_decode_run): no step starts now.
+  bool fast_forward();
+  /// Whether every event queued before `t` leaves the engine alone: arrivals, and client aborts
+  /// of requests the scheduler does not hold.
+  bool events_leave_engine_before(SimTimeNs t) const;
+  /// The observers get the run ff_run_ (on_decode_run) and the step count moves past it.
+  void report_decode_run();
+  /// The end of a run whose last step was in flight: reported, then the next step.
+  void end_decode_run();
   void start_step();
   void end_step();
   /// The synchronous loop's step with the CPU tier (sim/engine/offload_tier.h): the worker's
@@ -372,6 +381,8 @@ class Simulator {
   std::vector<SimTimeNs> ff_prev_;
   SchedulerOutput ff_out_;
   StepView ff_view_;
+  DecodeRun ff_run_;            // the last run (until end_decode_run when its last step flies)
+  bool run_in_flight_ = false;  // a run's last step is in flight: its kStepEnd ends the run
   std::int64_t ff_steps_ = 0, ff_runs_ = 0;
   bool step_in_flight_ = false;
   bool schedule_queued_ = false;

@@ -263,6 +263,7 @@ void MetricsCollector::on_decode_run(const DecodeRun& run) {
     t.step = run.first_step + j;
     t.start_ns = run.times[i];
     t.end_ns = run.times[i + 1];
+    if (j + 1 == run.num_steps) t.num_waiting = run.last_num_waiting;
     count_step(t, run.pool[i]);
     if (j == 0) {
       add_itl(t.end_ns, run.prev_token_ns);
