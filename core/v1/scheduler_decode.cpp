@@ -166,12 +166,12 @@ void Scheduler::advance_decode(std::int64_t k, std::span<KVPoolStats> pool_after
         const AllocResult res = kv_.allocate_slots(r, 1, {}, lookahead);
         KVSIM_ASSERT(res.ok(), "a fast-forwarded decode step failed to allocate");
       }
-      stats = pool_stats();
       r.num_computed_tokens = computed + 1;  // after the step
       const std::int64_t next = next_decode_candidate(r) - decode_base_[pos] + 1;
       KVSIM_ASSERT(next > step, "a decode allocation due again in its own step");
       if (next <= k) due_at(next, pos);
     }
+    stats = pool_stats();  // after the step's allocations
   }
   for (; filled < k; ++filled) pool_after[static_cast<std::size_t>(filled)] = stats;
   for (std::size_t p = 0; p < n; ++p) {

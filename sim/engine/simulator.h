@@ -113,8 +113,9 @@ class Simulator {
   // A cluster brings each replica up to an instant only when something needs it (an arrival
   // routed to it, a router reading its state). These calls are that interface; run() goes through
   // them, so a run driven by them in any chunks is the same run. Fast-forward runs of pure
-  // decode steps (set_fast_forward) stay inside advance_to(t): a run's steps all end before t
-  // and before the replica's next queued event.
+  // decode steps (set_fast_forward) stay inside advance_to(t): a run's steps all end before t,
+  // and before the replica's next queued event unless the run's last step is in flight at
+  // arrivals (fast_forward.cpp), whose end is then queued as a step end.
   static constexpr SimTimeNs kNeverNs = std::numeric_limits<SimTimeNs>::max();
   /// Starts a run: queues the first open-loop arrival of the simulator's own source (a replica's
   /// source is empty: its arrivals come through inject_arrival).
