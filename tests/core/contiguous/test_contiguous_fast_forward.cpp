@@ -11,30 +11,15 @@
 #include <random>
 
 #include "core/contiguous/contiguous_scheduler.h"
+#include "decode_side.h"
 #include "test_util.h"
 
 using namespace kvsim;
 
 namespace {
 
-struct Side {
-  ContiguousScheduler sched;
-  std::deque<Request> requests;
-  std::deque<std::vector<Token>> plans;
-  SchedulerOutput out;
-  std::vector<RequestOutput> outputs;
-  Side(ContiguousPolicy policy, const SchedulerConfig& sc, const KVCacheConfig& kc)
-      : sched(Profile::kOrcaOracle, policy, sc, kc) {}
-  void step() {
-    sched.schedule(out);
-    sched.update_from_output(outputs);
-  }
-};
-
-bool same_pool(const KVPoolStats& a, const KVPoolStats& b) {
-  return a.num_free_blocks == b.num_free_blocks && a.usage == b.usage &&
-         a.blocks_allocated == b.blocks_allocated && a.num_blocks == b.num_blocks;
-}
+using Side = kvsim::test::DecodeSide<ContiguousScheduler>;
+using kvsim::test::same_pool;
 
 /// Compares everything the two schedulers hold; "" when equal.
 std::string difference(const Side& a, const Side& b) {
@@ -133,7 +118,7 @@ TEST_CASE("contiguous advance_decode leaves the state of as many decode steps", 
     kc.num_gpu_blocks = static_cast<std::int32_t>(pick(256, 1500));
     kc.max_model_len = sc.max_model_len;
     INFO("seed " << seed);
-    Side a(policy, sc, kc), b(policy, sc, kc);
+    Side a(Profile::kOrcaOracle, policy, sc, kc), b(Profile::kOrcaOracle, policy, sc, kc);
     std::int64_t next_index = 0;
     std::vector<KVPoolStats> pools;
     for (int round = 0; round < 60; ++round) {
@@ -178,7 +163,8 @@ TEST_CASE("the contiguous fast-forward comparison catches a planted difference",
   // One decode step on one side only: the comparison must see it.
   SchedulerConfig sc{16, 512, 256};
   KVCacheConfig kc{1, 2048, 256, false, 0};
-  Side a(ContiguousPolicy{}, sc, kc), b(ContiguousPolicy{}, sc, kc);
+  Side a(Profile::kOrcaOracle, ContiguousPolicy{}, sc, kc),
+      b(Profile::kOrcaOracle, ContiguousPolicy{}, sc, kc);
   std::mt19937_64 rng(3);
   for (int i = 0; i < 3; ++i) add_random(a, b, rng, i, 256);
   a.step();

@@ -9,30 +9,16 @@
 #include <random>
 
 #include "core/v1/scheduler.h"
+#include "decode_side.h"
 #include "test_util.h"
 
 using namespace kvsim;
 using kvsim::test::free_queue_ids;
+using kvsim::test::same_pool;
 
 namespace {
 
-struct Side {
-  Scheduler sched;
-  std::deque<Request> requests;
-  std::deque<std::vector<Token>> plans;
-  SchedulerOutput out;
-  std::vector<RequestOutput> outputs;
-  Side(const SchedulerConfig& sc, const KVCacheConfig& kc, Profile p) : sched(sc, kc, p) {}
-  void step() {
-    sched.schedule(out);
-    sched.update_from_output(outputs);
-  }
-};
-
-bool same_pool(const KVPoolStats& a, const KVPoolStats& b) {
-  return a.num_free_blocks == b.num_free_blocks && a.usage == b.usage &&
-         a.evictions == b.evictions && a.blocks_allocated == b.blocks_allocated;
-}
+using Side = kvsim::test::DecodeSide<Scheduler>;
 
 /// Compares everything the two schedulers hold; "" when equal.
 std::string difference(const Side& a, const Side& b) {
@@ -71,8 +57,10 @@ void add_random(Side& a, Side& b, std::mt19937_64& rng, std::int64_t index, std:
   std::vector<Token> prompt;
   const std::int64_t prefix = pick(0, 3);  // one of three shared prefixes, or none
   if (prefix > 0)
-    for (std::int64_t t = 0; t < 3 * bs; ++t) prompt.push_back(static_cast<Token>(1000 * prefix + t));
-  for (std::int64_t t = pick(1, 5 * bs); t > 0; --t) prompt.push_back(static_cast<Token>(pick(10, 99)));
+    for (std::int64_t t = 0; t < 3 * bs; ++t)
+      prompt.push_back(static_cast<Token>(1000 * prefix + t));
+  for (std::int64_t t = pick(1, 5 * bs); t > 0; --t)
+    prompt.push_back(static_cast<Token>(pick(10, 99)));
   SamplingLimits lim;
   lim.max_tokens = pick(1, 12 * bs);
   lim.ignore_eos = pick(0, 1) == 0;
