@@ -101,15 +101,15 @@ bool Simulator::fast_forward() {
     const SimTimeNs dur = forward_ns(v);
     if (t + dur >= limit) {
       in_flight = through && t + dur < advance_limit_ns_ && events_leave_engine_before(t + dur);
-      if (in_flight) {
-        t += dur;
-        ff_times_[static_cast<std::size_t>(j)] = t;
+      if (!in_flight) {
+        k = j - 1;
+        break;
       }
-      k = in_flight ? j : j - 1;
-      break;
+      k = j;  // the last step, in flight at the event
     }
     t += dur;
     ff_times_[static_cast<std::size_t>(j)] = t;
+    if (in_flight) break;
   }
   if (k < 2) return false;
 
