@@ -240,6 +240,15 @@ void BlockManager::get_common_computed_block_ids(std::span<const Sequence* const
   if (first) out.assign(first->begin(), first->begin() + static_cast<std::ptrdiff_t>(len));
 }
 
+std::optional<std::int64_t> BlockManager::recorded_cached_tokens(const Sequence& seq) const {
+  if (!caching()) return 0;
+  const SeqState& st = state(seq);
+  if (!st.has_hashes || !st.has_cached_tokens || !seq.is_prefill() ||
+      seq.get_len() / block_size() > static_cast<std::int64_t>(st.hashes.size()))
+    return std::nullopt;
+  return st.cached_tokens;
+}
+
 // ---- swapping -------------------------------------------------------------------------------
 
 AllocStatus BlockManager::can_swap(const SequenceGroup& g, Device d, SeqStatus status,
@@ -294,6 +303,63 @@ void BlockManager::tables(std::vector<std::pair<SeqId, std::span<const BlockId>>
   for (const SeqState& st : slots_)
     if (st.has_table) out.emplace_back(st.seq_id, st.table.ids());
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+}
+
+std::string BlockManager::state_string() const {
+  std::string o;
+  const auto num = [&](auto v) { o += std::to_string(v) + ' '; };
+  std::vector<const SeqState*> live;
+  for (const SeqState& st : slots_)
+    if (st.seq_id >= 0) live.push_back(&st);
+  std::sort(live.begin(), live.end(),
+            [](const SeqState* a, const SeqState* b) { return a->seq_id < b->seq_id; });
+  for (const SeqState* st : live) {
+    o += "seq ";
+    num(st->seq_id);
+    for (const bool b : {st->live, st->has_table, st->access_tracked, st->has_access_time,
+                         st->has_hashes, st->has_cached_tokens})
+      o += b ? '1' : '0';
+    o += ' ';
+    num(st->has_access_time ? st->access_time : 0.0);
+    num(st->has_cached_tokens ? st->cached_tokens : 0);
+    o += "hashes ";
+    for (HashId h : st->hashes) num(to_int(h));
+    o += "table ";
+    num(st->table.num_full_slots());
+    for (std::size_t i = 0; i < st->table.size(); ++i) {
+      num(to_int(st->table.ids()[i]));
+      num(to_int(st->table.hash(i)));
+    }
+    o += '\n';
+  }
+  std::vector<BlockId> ids;
+  allocator_.free_lists(Device::kGpu).free_list(ids);
+  o += "free ";
+  for (BlockId b : ids) num(to_int(b));
+  num(allocator_.free_lists(Device::kGpu).num_allocations());
+  o += '\n';
+  if (const PrefixCachingBlockAllocator* pc = allocator_.prefix(Device::kGpu)) {
+    std::vector<std::int32_t> order, unreachable;
+    pc->evictor().eviction_order(order, unreachable);
+    o += "evictor ";
+    for (std::int32_t b : order)
+      o += std::to_string(b) + '@' + std::to_string(pc->evictor().last_accessed(b)) + ' ';
+    for (std::int32_t b : unreachable) num(b);
+    pc->cached_block_ids(ids);
+    o += "\nregistered ";
+    for (BlockId b : ids) num(to_int(b));
+    pc->computed_block_ids(ids);
+    o += "\ncomputed ";
+    for (BlockId b : ids) num(to_int(b));
+    pc->touched_block_ids(ids);
+    o += "\ntouched ";
+    for (BlockId b : ids) num(to_int(b));
+    o += "\ncounters ";
+    num(pc->num_evictions());
+    num(pc->hit_rate());
+    o += '\n';
+  }
+  return o;
 }
 
 std::string BlockManager::find_violation() const {

@@ -11,6 +11,7 @@
 // returns to the pool once neither a Sequence nor any of those structures refers to it.
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -64,6 +65,11 @@ class BlockManager {
   /// PREFILL; else the bisected cached prefix, stored. 0 without caching.
   std::int64_t get_num_cached_tokens(const Sequence& seq);
 
+  /// The count get_num_cached_tokens would return for `seq` without changing anything, when it
+  /// is the stored one (a PREFILL sequence whose count is recorded and whose full blocks are all
+  /// hashed); nullopt when the call would compute it. 0 without caching.
+  std::optional<std::int64_t> recorded_cached_tokens(const Sequence& seq) const;
+
   AllocStatus can_swap_in(const SequenceGroup& g, std::int64_t num_lookahead_slots) const;
   bool can_swap_out(const SequenceGroup& g) const;
   /// swap_in / swap_out of the group's SWAPPED / RUNNING sequences; the physical-id pairs
@@ -77,6 +83,8 @@ class BlockManager {
   void forget_tracking(const Sequence& seq);
 
   bool has_table(const Sequence& seq) const { return state(seq).has_table; }
+  /// Token slots filled in the sequence's table (KeyError without a table).
+  std::int64_t num_full_slots(const Sequence& seq) const { return table_of(seq).num_full_slots(); }
   /// get_block_table: absolute ids. KeyError without a table.
   std::span<const BlockId> block_table(const Sequence& seq) const;
   std::int32_t num_free_gpu_blocks() const { return allocator_.num_free_blocks(Device::kGpu); }
@@ -97,6 +105,12 @@ class BlockManager {
   void tables(std::vector<std::pair<SeqId, std::span<const BlockId>>>& out) const;
   /// Slots in use (for tests: the registry does not leak).
   std::int64_t num_slots_in_use() const { return static_cast<std::int64_t>(slot_of_.size()); }
+
+  /// Tests only: every per-sequence record (tables with their hashes, access times, tracked
+  /// hashes and cached counts) and the GPU allocator's state (free list, evictor order,
+  /// registered, computed and touched blocks, counters), one line each, sorted by seq_id: two
+  /// managers in the same state give the same string.
+  std::string state_string() const;
 
   /// Allocator invariants, every table's shape, and refcount == number of table entries per
   /// block; content-hash references == their holders. O(blocks + tables + hashes).

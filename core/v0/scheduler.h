@@ -109,8 +109,19 @@ class Scheduler final : public EngineCore {
   KVBreakdown kv_breakdown(std::span<const std::int64_t> final_kv_tokens) const override;
   std::span<const BlockId> block_table(const Request& request) const override;
   void cached_blocks(std::vector<BlockId>& out) const override;
+  /// Fast-forward (scheduler_decode.cpp): runs of the default or chunked-prefill policy (FCFS)
+  /// in which every running group is one sequence decoding, nothing is swapped, and the waiting
+  /// head stays where it is (no request waits, the budget keeps it out, or can_allocate says
+  /// LATER throughout). With prefix caching the LATER bound assumes that every block filled in
+  /// the run may free one by deduplication, so the horizon may end a few steps early there.
+  std::int64_t decode_horizon(std::int64_t max_steps) const override;
+  void advance_decode(std::int64_t k, std::span<KVPoolStats> pool_after) override;
   /// Block manager invariants plus queue consistency (statuses, tables, no group twice).
   std::string find_violation() const override;
+  /// Tests only: the scheduler's clock, delay and budget bookkeeping, its queues (each group's
+  /// sequences: id, status, stage, tokens, computed count) and the block manager's
+  /// state_string(): two schedulers in the same state give the same string.
+  std::string state_string() const;
 
  private:
   struct PrefillOutputs;
@@ -130,6 +141,12 @@ class Scheduler final : public EngineCore {
   void schedule_priority_preemption(Budget& budget);
   void get_num_new_tokens(SequenceGroup& g, SeqStatus status, bool enable_chunking,
                           const Budget& budget, std::int64_t& uncached, std::int64_t& cached);
+  /// get_num_new_tokens with each PREFILL sequence's cached-token count from `cached_of`
+  /// (scheduler_internal.h).
+  template <class CachedOf>
+  void count_new_tokens(const SequenceGroup& g, SeqStatus status, bool enable_chunking,
+                        const Budget& budget, CachedOf&& cached_of, std::int64_t& uncached,
+                        std::int64_t& cached) const;
   std::int64_t prompt_limit() const;
   bool passed_delay(double now);
   // scheduler.cpp
@@ -141,6 +158,18 @@ class Scheduler final : public EngineCore {
   SeqId take_seq_id(SeqId explicit_id);
   // scheduler_step.cpp
   void process_group(SequenceGroup& g, SampleSource& samples, StepOutputs& out);
+  // scheduler_decode.cpp
+  /// The first step (1-based) of a run whose output stops the group's sequence, or
+  /// max_steps + 1.
+  std::int64_t steps_to_stop(const SequenceGroup& g, std::int64_t max_steps) const;
+  /// The first token slot of `seq`'s table whose append allocates a block or (caching) fills one.
+  std::int64_t next_decode_event(const Sequence& seq) const;
+  /// How many of the steps 1 .. max_steps keep can_allocate at LATER for a head that needs
+  /// `threshold` free blocks (its blocks + the watermark).
+  std::int64_t steps_head_stays_later(std::int64_t threshold, std::int64_t max_steps) const;
+  // scheduler_views.cpp
+  /// pool_stats() without num_table_blocks (O(1)).
+  KVPoolStats gpu_pool_stats() const;
   // scheduler_engine.cpp
   void refresh_running_requests();
   SequenceGroup* group_of(const Request& r) const;
@@ -187,6 +216,14 @@ class Scheduler final : public EngineCore {
   std::vector<SequenceGroup*> group_by_request_;  // by Request::index()
   std::vector<Request*> running_requests_;
   StepOutputs step_out_;
+
+  // advance_decode's scratch (as V1's): each running position's table fill at the run's start,
+  // its sequence, and the positions due at each step (a list per step).
+  std::vector<std::int64_t> decode_base_;
+  std::vector<Sequence*> decode_seqs_;
+  std::vector<std::int64_t> decode_head_, decode_link_, decode_due_;
+  std::vector<BlockIdPair> decode_cows_;
+  mutable std::vector<std::int64_t> horizon_free_delta_;  // decode_horizon's per-step changes
 };
 
 }  // namespace kvsim::v0

@@ -2,7 +2,9 @@
 // The scheduler's per-call scratch structures (vLLM's SchedulingBudget and the partial outputs of
 // _schedule_prefills/_running/_swapped). Private to core/v0's scheduler sources.
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/v0/scheduler.h"
@@ -50,6 +52,61 @@ struct Scheduler::Budget {
     num_curr_seqs -= n;
   }
 };
+
+/// _get_num_new_tokens (spec §5): the group's sequences with `status`, a DECODE one counting 1, a
+/// PREFILL one its uncomputed tokens less those cached beyond the computed ones (caching:
+/// `cached_of(seq)`, get_num_cached_tokens); at least one uncached token; with chunking, a
+/// one-sequence group's share capped by the remaining budget (floored to whole blocks when
+/// caching).
+template <class CachedOf>
+void Scheduler::count_new_tokens(const SequenceGroup& g, SeqStatus status, bool enable_chunking,
+                                 const Budget& budget, CachedOf&& cached_of, std::int64_t& uncached,
+                                 std::int64_t& cached) const {
+  uncached = 0;
+  cached = 0;
+  std::int64_t num_seqs = 0;
+  for (const Sequence* q : g.seqs()) {
+    if (q->status != status) continue;
+    ++num_seqs;
+    if (!q->is_prefill()) {
+      uncached += 1;
+      continue;
+    }
+    const std::int64_t computed = q->num_computed_tokens();
+    const std::int64_t all_new = q->get_len() - computed;
+    if (!config_.enable_prefix_caching) {
+      uncached += all_new;
+      continue;
+    }
+    const std::int64_t num_cached = cached_of(*q);
+    if (num_cached < computed)
+      vllm_assert(
+          q->is_prefill() && q->status == SeqStatus::kRunning && config_.enable_chunked_prefill,
+          "Number of cached tokens should not be less than the number of computed tokens");
+    const std::int64_t cached_seq = std::max<std::int64_t>(0, num_cached - computed);
+    uncached += all_new - cached_seq;
+    cached += cached_seq;
+  }
+  if (uncached == 0 && cached > 0) {
+    uncached = 1;
+    cached -= 1;
+  }
+  if (enable_chunking && num_seqs == 1) {
+    std::int64_t remaining = budget.remaining_token_budget();
+    if (config_.enable_prefix_caching) {
+      const std::int64_t bs = config_.block_size;
+      if (budget.token_budget % bs != 0)
+        raise("ValueError",
+              "When enabling chunked prefill and prefix caching, max_num_batched_tokens (chunk "
+              "size) must be dividable by block size, but got chunk_size (" +
+                  std::to_string(budget.token_budget) + ") % block_size (" + std::to_string(bs) +
+                  ") = " + std::to_string(budget.token_budget % bs));
+      // Python's floor division (the remaining budget is never negative here).
+      remaining = remaining >= 0 ? remaining / bs * bs : -((-remaining + bs - 1) / bs) * bs;
+    }
+    uncached = std::min(uncached, remaining);
+  }
+}
 
 /// A ScheduledSequenceGroup before schedule()'s metadata pass.
 struct GroupChunk {

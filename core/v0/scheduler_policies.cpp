@@ -53,50 +53,9 @@ bool Scheduler::passed_delay(double now) {
 void Scheduler::get_num_new_tokens(SequenceGroup& g, SeqStatus status, bool enable_chunking,
                                    const Budget& budget, std::int64_t& uncached,
                                    std::int64_t& cached) {
-  uncached = 0;
-  cached = 0;
-  std::int64_t num_seqs = 0;
-  for (Sequence* q : g.seqs()) {
-    if (q->status != status) continue;
-    ++num_seqs;
-    if (!q->is_prefill()) {
-      uncached += 1;
-      continue;
-    }
-    const std::int64_t computed = q->num_computed_tokens();
-    const std::int64_t all_new = q->get_len() - computed;
-    if (!config_.enable_prefix_caching) {
-      uncached += all_new;
-      continue;
-    }
-    const std::int64_t num_cached = bm_.get_num_cached_tokens(*q);
-    if (num_cached < computed)
-      vllm_assert(
-          q->is_prefill() && q->status == SeqStatus::kRunning && config_.enable_chunked_prefill,
-          "Number of cached tokens should not be less than the number of computed tokens");
-    const std::int64_t cached_seq = std::max<std::int64_t>(0, num_cached - computed);
-    uncached += all_new - cached_seq;
-    cached += cached_seq;
-  }
-  if (uncached == 0 && cached > 0) {
-    uncached = 1;
-    cached -= 1;
-  }
-  if (enable_chunking && num_seqs == 1) {
-    std::int64_t remaining = budget.remaining_token_budget();
-    if (config_.enable_prefix_caching) {
-      const std::int64_t bs = config_.block_size;
-      if (budget.token_budget % bs != 0)
-        raise("ValueError",
-              "When enabling chunked prefill and prefix caching, max_num_batched_tokens (chunk "
-              "size) must be dividable by block size, but got chunk_size (" +
-                  std::to_string(budget.token_budget) + ") % block_size (" + std::to_string(bs) +
-                  ") = " + std::to_string(budget.token_budget % bs));
-      // Python's floor division (the remaining budget is never negative here).
-      remaining = remaining >= 0 ? remaining / bs * bs : -((-remaining + bs - 1) / bs) * bs;
-    }
-    uncached = std::min(uncached, remaining);
-  }
+  count_new_tokens(
+      g, status, enable_chunking, budget,
+      [&](const Sequence& q) { return bm_.get_num_cached_tokens(q); }, uncached, cached);
 }
 
 // ---- queues ---------------------------------------------------------------------------------

@@ -9,6 +9,15 @@
 namespace kvsim::v0 {
 
 KVPoolStats Scheduler::pool_stats() const {
+  KVPoolStats s = gpu_pool_stats();
+  for (const SequenceGroup* g : running_)
+    for (const Sequence* q : g->seqs())
+      if (q->status == SeqStatus::kRunning && bm_.has_table(*q))
+        s.num_table_blocks += static_cast<std::int64_t>(bm_.block_table(*q).size());
+  return s;
+}
+
+KVPoolStats Scheduler::gpu_pool_stats() const {
   const CpuGpuBlockAllocator& a = bm_.allocator();
   KVPoolStats s;
   s.block_size = config_.block_size;
@@ -23,10 +32,6 @@ KVPoolStats Scheduler::pool_stats() const {
   s.blocks_allocated = a.free_lists(Device::kGpu).num_allocations() + s.evictions;
   s.num_cpu_blocks = bm_.num_cpu_blocks();
   s.num_free_cpu_blocks = bm_.num_free_cpu_blocks();
-  for (const SequenceGroup* g : running_)
-    for (const Sequence* q : g->seqs())
-      if (q->status == SeqStatus::kRunning && bm_.has_table(*q))
-        s.num_table_blocks += static_cast<std::int64_t>(bm_.block_table(*q).size());
   return s;
 }
 
@@ -82,6 +87,30 @@ void Scheduler::cached_blocks(std::vector<BlockId>& out) const {
   pc->cached_block_ids(registered);
   for (BlockId b : registered)
     if (pc->ref_count(b) > 0) out.push_back(b);
+}
+
+std::string Scheduler::state_string() const {
+  std::string o = "clock " + std::to_string(now_) + ' ' + std::to_string(prev_time_) + ' ' +
+                  std::to_string(prev_prompt_) + ' ' + std::to_string(last_prompt_latency_) + ' ' +
+                  std::to_string(budget_mark_) + ' ' + std::to_string(next_seq_id_) + '\n';
+  const char* names[] = {"waiting", "running", "swapped"};
+  int qi = 0;
+  for (const auto* q : {&waiting_, &running_, &swapped_}) {
+    o += names[qi++];
+    for (const SequenceGroup* g : *q) {
+      o += " [" + std::to_string(g->budget_tokens_mark) + ' ' + std::to_string(g->budget_seqs_mark);
+      for (const Sequence* s : g->seqs()) {
+        o += " seq " + std::to_string(s->seq_id) + ' ' +
+             std::to_string(static_cast<int>(s->status)) + ' ' + std::to_string(s->is_prefill()) +
+             ' ' + std::to_string(s->get_len()) + ' ' + std::to_string(s->num_computed_tokens()) +
+             ' ' + std::to_string(s->num_table_blocks_seen);
+        if (s->stop_reason) o += " stop " + std::to_string(*s->stop_reason);
+      }
+      o += ']';
+    }
+    o += '\n';
+  }
+  return o + bm_.state_string();
 }
 
 std::string Scheduler::find_violation() const {

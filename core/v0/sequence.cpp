@@ -123,24 +123,28 @@ void SequenceGroup::update_num_computed_tokens(std::int64_t n) {
 
 // ---- StopChecker ----------------------------------------------------------------------------
 
-void maybe_stop_sequence(Sequence& seq, const SamplingParams& params, std::int64_t max_model_len) {
-  if (seq.output_len() < params.min_tokens) return;
-  const Token last = seq.last_token();
-  if (!params.ignore_eos && seq.eos_token_id && last == *seq.eos_token_id) {
-    seq.status = SeqStatus::kFinishedStopped;
-    return;
-  }
+StopVerdict stop_verdict(const SamplingParams& params, std::optional<Token> eos_token_id,
+                         std::int64_t len, std::int64_t output_len, Token last,
+                         std::int64_t max_model_len) {
+  if (output_len < params.min_tokens) return {};
+  if (!params.ignore_eos && eos_token_id && last == *eos_token_id)
+    return {SeqStatus::kFinishedStopped, false};
   if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), last) !=
-      params.stop_token_ids.end()) {
-    seq.status = SeqStatus::kFinishedStopped;
-    seq.stop_reason = last;
-    return;
-  }
-  if (seq.get_len() > max_model_len) {
-    seq.status = SeqStatus::kFinishedLengthCapped;
-    return;
-  }
-  if (seq.output_len() == params.max_tokens) seq.status = SeqStatus::kFinishedLengthCapped;
+      params.stop_token_ids.end())
+    return {SeqStatus::kFinishedStopped, true};
+  if (len > max_model_len) return {SeqStatus::kFinishedLengthCapped, false};
+  if (output_len == params.max_tokens) return {SeqStatus::kFinishedLengthCapped, false};
+  return {};
+}
+
+void maybe_stop_sequence(Sequence& seq, const SamplingParams& params, std::int64_t max_model_len) {
+  if (seq.output_len() < params.min_tokens) return;  // before last_token(): no IndexError here
+  const Token last = seq.last_token();
+  const StopVerdict v =
+      stop_verdict(params, seq.eos_token_id, seq.get_len(), seq.output_len(), last, max_model_len);
+  if (v.status == SeqStatus::kRunning) return;
+  seq.status = v.status;
+  if (v.stop_token) seq.stop_reason = last;
 }
 
 }  // namespace kvsim::v0

@@ -139,6 +139,18 @@ class SequenceGroup {
   bool is_single_seq_ = true;
 };
 
+/// StopChecker's decision for a sequence of `len` tokens, `output_len` of them generated, whose
+/// last token is `last`: kRunning when it goes on; stop_token when a stop_token_id stopped it
+/// (the stop_reason). The one place the stop rules are written (maybe_stop_sequence, the
+/// fast-forward horizon).
+struct StopVerdict {
+  SeqStatus status = SeqStatus::kRunning;
+  bool stop_token = false;
+};
+StopVerdict stop_verdict(const SamplingParams& params, std::optional<Token> eos_token_id,
+                         std::int64_t len, std::int64_t output_len, Token last,
+                         std::int64_t max_model_len);
+
 /// StopChecker.maybe_stop_sequence after a token was appended (new_char_count = 0): the
 /// min_tokens gate, EOS, stop_token_ids (stop_reason), length > max_model_len, max_tokens.
 void maybe_stop_sequence(Sequence& seq, const SamplingParams& params, std::int64_t max_model_len);

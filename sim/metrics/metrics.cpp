@@ -244,7 +244,15 @@ void MetricsCollector::on_step(const StepView& v) {
   add_itl(v.end_ns, v.prev_token_ns);
   if (offload_ != nullptr) take_offload_deltas();
   set_pending(t, pool);
-  if (v0_) on_step_v0(v, pool);
+  if (v0_) {
+    V0Moves m;
+    m.swapped_in = static_cast<std::int64_t>(out.blocks_to_swap_in.size());
+    m.swapped_out = static_cast<std::int64_t>(out.blocks_to_swap_out.size());
+    m.copies = static_cast<std::int64_t>(out.blocks_to_copy.size());
+    m.by_swap = out.num_swapped_out;
+    m.by_recompute = static_cast<std::int64_t>(out.preempted.size()) - m.by_swap;
+    on_step_v0(m, eng.num_swapped(), pool);
+  }
   if (v.step % steps_every_ == 0) record_pending(eng);
 }
 
@@ -272,6 +280,8 @@ void MetricsCollector::on_decode_run(const DecodeRun& run) {
       if (prom_) h_tpot_.observe(static_cast<double>(t.end_ns - t.start_ns) / 1e9, run.batch);
     }
     set_pending(t, run.pool[i]);
+    // V0: no block moves or preemptions in a decode run; the swapped queue does not change.
+    if (v0_) on_step_v0({}, run.engine->num_swapped(), run.pool[i]);
   }
 }
 

@@ -114,7 +114,7 @@ class MetricsCollector : public StepObserver {
 
   void on_step(const StepView& v) override;
   /// Fast-forward runs (not with the V0 figures or the CPU tier, whose counters move per step).
-  bool takes_decode_runs() const override { return !v0_ && offload_ == nullptr; }
+  bool takes_decode_runs() const override { return offload_ == nullptr; }
   /// The next recorded step (steps_every): its row needs the engine as that step leaves it.
   std::int64_t next_step_needed(std::int64_t step) const override;
   void on_decode_run(const DecodeRun& run) override;
@@ -225,7 +225,12 @@ class MetricsCollector : public StepObserver {
   std::int64_t num_cpu_blocks_ = 0, max_swapped_ = 0, last_swapped_ = 0;
   double sum_swapped_ = 0, sum_cpu_usage_ = 0, max_cpu_usage_ = 0, last_cpu_usage_ = 0;
   double sum_table_blocks_ = 0, sum_used_blocks_ = 0;
-  void on_step_v0(const StepView& v, const KVPoolStats& pool);
+  /// One step's V0 figures: its block moves and preemptions by mode (V0Moves), the swapped queue
+  /// after it and the pool after it.
+  struct V0Moves {
+    std::int64_t swapped_in = 0, swapped_out = 0, copies = 0, by_swap = 0, by_recompute = 0;
+  };
+  void on_step_v0(const V0Moves& m, std::int64_t num_swapped, const KVPoolStats& pool);
   void summary_v0(std::string& o) const;
   // The CPU tier (enable_offload): its totals, and their values at the previous on_step.
   const OffloadTierStats* offload_ = nullptr;

@@ -20,19 +20,12 @@ double cpu_usage(const KVPoolStats& pool) {
 
 }  // namespace
 
-void MetricsCollector::on_step_v0(const StepView& v, const KVPoolStats& pool) {
-  const SchedulerOutput& out = *v.out;
-  const auto in = static_cast<std::int64_t>(out.blocks_to_swap_in.size());
-  const auto swapped_out = static_cast<std::int64_t>(out.blocks_to_swap_out.size());
-  const auto copies = static_cast<std::int64_t>(out.blocks_to_copy.size());
-  const std::int64_t by_swap = out.num_swapped_out;
-  const std::int64_t by_recompute = static_cast<std::int64_t>(out.preempted.size()) - by_swap;
-  swapped_in_ += in;
-  swapped_out_ += swapped_out;
-  cow_copies_ += copies;
-  preemptions_swap_ += by_swap;
-  preemptions_recompute_ += by_recompute;
-  const std::int64_t swapped = v.engine->num_swapped();
+void MetricsCollector::on_step_v0(const V0Moves& m, std::int64_t swapped, const KVPoolStats& pool) {
+  swapped_in_ += m.swapped_in;
+  swapped_out_ += m.swapped_out;
+  cow_copies_ += m.copies;
+  preemptions_swap_ += m.by_swap;
+  preemptions_recompute_ += m.by_recompute;
   const double cpu = cpu_usage(pool);
   const std::int64_t used = pool.num_blocks - pool.num_free_blocks;
   num_cpu_blocks_ = pool.num_cpu_blocks;
@@ -47,11 +40,11 @@ void MetricsCollector::on_step_v0(const StepView& v, const KVPoolStats& pool) {
   r.cpu_cache_usage_perc = cpu;
   r.blocks_without_sharing = pool.num_table_blocks;
   r.blocks_used = used;
-  r.swapped_in_blocks += in;
-  r.swapped_out_blocks += swapped_out;
-  r.cow_copies += copies;
-  r.preemptions_swap += by_swap;
-  r.preemptions_recompute += by_recompute;
+  r.swapped_in_blocks += m.swapped_in;
+  r.swapped_out_blocks += m.swapped_out;
+  r.cow_copies += m.copies;
+  r.preemptions_swap += m.by_swap;
+  r.preemptions_recompute += m.by_recompute;
 }
 
 void MetricsCollector::summary_v0(std::string& o) const {

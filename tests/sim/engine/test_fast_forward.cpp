@@ -55,6 +55,7 @@ std::string random_scenario(const std::string& profile, std::uint64_t seed) {
        ", max_model_len: " + std::to_string(max_model_len);
   if (v020) s += std::string(", async_scheduling: ") + (chance(50) ? "true" : "false");
   if (v0 && chance(40)) s += ", preemption_mode: swap";
+  if (v0 && chance(40)) s += ", enable_chunked_prefill: true";
   s += "}\n";
   s += "workload:\n";
   s += "  num_requests: " + std::to_string(pick(30, 120)) + "\n";
@@ -152,7 +153,7 @@ TEST_CASE("fast-forward is byte-identical on random vllm-0.20 scenarios", "[sim]
 }
 
 TEST_CASE("fast-forward is byte-identical on random vllm-0.7.2-v0 scenarios", "[sim][ff]") {
-  CHECK(check_profile("vllm-0.7.2-v0", 100) == 0);  // V0 steps one by one
+  CHECK(check_profile("vllm-0.7.2-v0", 100) > 0);
 }
 
 TEST_CASE("fast-forward is byte-identical on random contiguous scenarios", "[sim][ff]") {
