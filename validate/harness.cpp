@@ -91,6 +91,11 @@ ValidationHarness::ValidationHarness(const Scenario& scenario, const ValidationO
                       " keeps one contiguous region per request, which no paged-attention kernel "
                       "reads; validation needs a paged profile (" +
                       profile_name(Profile::kVllm072) + ", ...)");
+  if (scenario.cluster.replicas > 1)
+    throw ConfigError(who + ": cluster.replicas is " + std::to_string(scenario.cluster.replicas) +
+                      "; validation checks one engine's block tables against one KV pool "
+                      "(--set cluster.replicas=1 validates the engine alone under the whole "
+                      "workload)");
   if (!scenario.model)
     throw ConfigError(who + ": model: required (the attention shape comes from it)");
   const ModelConfig& m = *scenario.model;
@@ -276,7 +281,11 @@ void ValidationHarness::Impl::load_batch(const StepView& view, bool full_tables)
     s.computed = sr.num_computed_tokens;
     s.num_tokens = sr.num_tokens;
     s.context = sr.num_computed_tokens + sr.num_tokens;
-    KVSIM_ASSERT(s.context <= r.num_tokens(), "scheduled past the request's tokens");
+    // Under async scheduling a step is scheduled before the outputs of the step in flight are
+    // appended (Request::num_output_placeholders): it computes them from the tokens that step
+    // samples, which the request's planned outputs say.
+    KVSIM_ASSERT(s.context <= r.num_tokens() + r.num_output_placeholders,
+                 "scheduled past the request's tokens");
     // Unchecked steps only write: the table entries from the first written position on do.
     const std::int64_t nblocks = cdiv(s.context, block_size);
     s.table_first = full_tables ? 0 : std::min(s.computed / block_size, nblocks);
@@ -294,7 +303,17 @@ void ValidationHarness::Impl::load_batch(const StepView& view, bool full_tables)
       kc.request_id = s.request_id;
       kc.keys.clear();
     }
-    content.extend_prefix_keys(r.all_token_ids(), s.context, kc.keys);
+    if (s.context <= r.num_tokens()) {
+      content.extend_prefix_keys(r.all_token_ids(), s.context, kc.keys);
+    } else {
+      const auto own = r.all_token_ids();
+      ahead_tokens.assign(own.begin(), own.end());
+      for (std::int64_t o = r.num_output_tokens(); o < s.context - r.num_prompt_tokens(); ++o)
+        ahead_tokens.push_back(o < static_cast<std::int64_t>(r.planned_outputs.size())
+                                   ? r.planned_outputs[static_cast<std::size_t>(o)]
+                                   : r.sampled_token);
+      content.extend_prefix_keys(ahead_tokens, s.context, kc.keys);
+    }
   }
   // Spans only once the cache has stopped growing (an outer resize moves the entries).
   for (std::size_t i = 0; i < num_seqs; ++i) {

@@ -237,6 +237,16 @@ TEST_CASE("validation refuses cache_only scenarios and a cuda backend without a 
           "[validate]") {
   const Scenario co = load_scenario(kSmall, {"engine.mode=cache_only"});
   CHECK_THROWS_AS(ValidationHarness(co, cpu_options()), ConfigError);
+  // A cluster's replicas each have their own pool: one harness cannot check them.
+  const Scenario cl = load_scenario(kSmall, {"cluster.replicas=2"});
+  try {
+    ValidationHarness h(cl, cpu_options());
+    FAIL("no ConfigError");
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("cluster.replicas is 2") != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+  }
   if (!kernels::cuda_device_available()) {
     const Scenario s = load_scenario(kSmall, {});
     ValidationOptions o = cpu_options();
@@ -249,11 +259,15 @@ TEST_CASE("validation refuses cache_only scenarios and a cuda backend without a 
   CHECK(options_from_scenario(autod).dtype == kernels::DType::kBF16);
 }
 
-TEST_CASE("vllm-0.8.5's and V0's block tables validate clean, and faults planted in them fail",
+TEST_CASE("0.8.5's, 0.20's (async) and V0's block tables validate clean; planted faults fail",
           "[validate]") {
   // V0 without chunked prefill needs a batch budget of max_model_len (vLLM's _verify_args).
+  // vllm-0.20 runs its default async scheduling: each step is scheduled before the outputs of
+  // the step in flight are appended, so its contexts reach past the requests' tokens.
   const std::vector<std::pair<std::string, std::vector<std::string>>> profiles = {
-      {"vllm-0.8.5", {}}, {"vllm-0.7.2-v0", {"scheduler.max_num_batched_tokens=2048"}}};
+      {"vllm-0.8.5", {}},
+      {"vllm-0.20", {}},
+      {"vllm-0.7.2-v0", {"scheduler.max_num_batched_tokens=2048"}}};
   for (const auto& [profile, sets] : profiles) {
     INFO(profile);
     std::vector<std::string> all = sets;
