@@ -259,7 +259,7 @@ TEST_CASE("validation refuses cache_only scenarios and a cuda backend without a 
   CHECK(options_from_scenario(autod).dtype == kernels::DType::kBF16);
 }
 
-TEST_CASE("0.8.5's, 0.20's (async) and V0's block tables validate clean; planted faults fail",
+TEST_CASE("0.8.5's, 0.20's (async) and V0's block tables validate clean, planted faults fail",
           "[validate]") {
   // V0 without chunked prefill needs a batch budget of max_model_len (vLLM's _verify_args).
   // vllm-0.20 runs its default async scheduling: each step is scheduled before the outputs of
