@@ -395,7 +395,20 @@ void MetricsCollector::on_simulation_end(SimTimeNs, const EngineCore& e) {
   }
 }
 
-void MetricsCollector::on_cluster_end(std::span<const EngineCore* const> engines) {
+void MetricsCollector::on_cluster_end(std::span<const EngineCore* const> engines,
+                                      std::span<const MetricsCollector* const> replicas) {
+  for (const MetricsCollector* m : replicas) {
+    num_recorded_ += m->num_recorded_;
+    for (std::size_t k = 0; k < sum_breakdown_frac_.size(); ++k)
+      sum_breakdown_frac_[k] += m->sum_breakdown_frac_[k];
+    for (std::size_t g = 0; g < group_sums_.size() && g < m->group_sums_.size(); ++g) {
+      GroupSums& sum = group_sums_[g];
+      const GroupSums& theirs = m->group_sums_[g];
+      sum.usage += theirs.usage;
+      sum.max_usage = std::max(sum.max_usage, theirs.max_usage);
+      for (std::size_t k = 0; k < sum.frac.size(); ++k) sum.frac[k] += theirs.frac[k];
+    }
+  }
   num_evictions_ = num_blocks_allocated_ = last_running_ = last_waiting_ = 0;
   double usage = 0;
   for (const EngineCore* e : engines) {

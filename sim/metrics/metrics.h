@@ -125,8 +125,11 @@ class MetricsCollector : public StepObserver {
   void on_empty_step(const StepView& v) override;
   /// A cluster run's end, for a collector fed by every replica (sim/cluster/): the pool counters
   /// (evictions, blocks allocated) and the final queue lengths are summed over `engines`, the
-  /// final KV usage is their mean. Used instead of on_simulation_end.
-  void on_cluster_end(std::span<const EngineCore* const> engines);
+  /// final KV usage is their mean; the figures over recorded rows (the KV breakdown, the KV cache
+  /// groups' usage and breakdown) are over every row of `replicas`, the replicas' own collectors
+  /// (this one records none). Used instead of on_simulation_end.
+  void on_cluster_end(std::span<const EngineCore* const> engines,
+                      std::span<const MetricsCollector* const> replicas);
 
   /// summary.json text (pretty, fixed precision, deterministic). `header` holds the leading keys
   /// (name, seed, profile, mode, block_size, num_gpu_blocks, enable_prefix_caching) pre-rendered.

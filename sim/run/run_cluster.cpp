@@ -117,7 +117,9 @@ RunResult run_cluster(const Scenario& scenario, const std::filesystem::path& out
   if (tier)
     for (std::int32_t r = 0; r < n; ++r)
       add_tier(tier_sum, cluster.replica(r).offload_tier()->stats());
-  metrics.on_cluster_end(engines);
+  std::vector<const MetricsCollector*> replica_figures;
+  for (const auto& m : replica_metrics) replica_figures.push_back(m.get());
+  metrics.on_cluster_end(engines, replica_figures);
   csv.close();
   routing.close();
   for (auto& c : replica_csv) c->close();

@@ -3,6 +3,7 @@
 // same instants included); a round-robin cluster's replicas are single runs over the split
 // trace; requests done report to the router; the polled views of least_waiting and vllm_dp.
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -246,6 +247,32 @@ TEST_CASE("a round-robin timed cluster's replicas are single timed runs over the
     preemptions += s["num_preemptions"].get<std::int64_t>();
   }
   CHECK(preemptions > 0);  // the pools were under pressure
+  // The cluster's KV breakdown is the mean over every replica's recorded rows.
+  const char* parts[] = {"token_states",           "reservation", "internal_fragmentation",
+                         "external_fragmentation", "cached_free", "free"};
+  double sums[6] = {};
+  std::int64_t num_rows = 0;
+  for (std::size_t r = 0; r < kN; ++r) {
+    const auto steps = read_csv(cluster / "replicas" / std::to_string(r) / "steps.csv");
+    std::size_t col[6];
+    for (int k = 0; k < 6; ++k) {
+      const auto at = std::find(steps[0].begin(), steps[0].end(), std::string("slots_") + parts[k]);
+      REQUIRE(at != steps[0].end());
+      col[k] = static_cast<std::size_t>(at - steps[0].begin());
+    }
+    for (std::size_t i = 1; i < steps.size(); ++i, ++num_rows) {
+      double total = 0;
+      for (int k = 0; k < 6; ++k) total += std::stod(steps[i][col[k]]);
+      for (int k = 0; k < 6; ++k) sums[k] += std::stod(steps[i][col[k]]) / total;
+    }
+  }
+  REQUIRE(num_rows > 3);
+  for (int k = 0; k < 6; ++k) {
+    INFO(parts[k]);
+    CHECK(summary["kv_breakdown"][parts[k]].get<double>() ==
+          Approx(sums[k] / static_cast<double>(num_rows)).margin(2e-9));
+  }
+  CHECK(summary["kv_breakdown"]["token_states"].get<double>() > 0.01);
   // Rows are in time order across replicas (finish_s, then replica order at a tie).
   for (std::size_t i = 2; i < rows.size(); ++i)
     CHECK(std::stod(rows[i - 1][6]) <= std::stod(rows[i][6]));
