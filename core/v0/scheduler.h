@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/common/ring_deque.h"
+#include "core/common/step_buckets.h"
 #include "core/engine_api.h"
 #include "core/v0/block_manager.h"
 #include "core/v0/scheduler_outputs.h"
@@ -217,11 +218,11 @@ class Scheduler final : public EngineCore {
   std::vector<Request*> running_requests_;
   StepOutputs step_out_;
 
-  // advance_decode's scratch (as V1's): each running position's table fill at the run's start,
-  // its sequence, and the positions due at each step (a list per step).
+  // advance_decode's scratch: each running position's table fill at the run's start, its
+  // sequence, and the positions due at each step.
   std::vector<std::int64_t> decode_base_;
   std::vector<Sequence*> decode_seqs_;
-  std::vector<std::int64_t> decode_head_, decode_link_, decode_due_;
+  StepBuckets decode_due_;
   std::vector<BlockIdPair> decode_cows_;
   mutable std::vector<std::int64_t> horizon_free_delta_;  // decode_horizon's per-step changes
 };

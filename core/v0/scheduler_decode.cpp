@@ -225,19 +225,14 @@ void Scheduler::advance_decode(std::int64_t k, std::span<KVPoolStats> pool_after
   const std::size_t n = running_.size();
   decode_base_.resize(n);
   decode_seqs_.resize(n);
-  decode_link_.resize(n);
-  decode_head_.assign(static_cast<std::size_t>(k) + 1, -1);
-  const auto due_at = [&](std::int64_t step, std::size_t p) {
-    decode_link_[p] = decode_head_[static_cast<std::size_t>(step)];
-    decode_head_[static_cast<std::size_t>(step)] = static_cast<std::int64_t>(p);
-  };
+  decode_due_.reset(k, n);
   for (std::size_t p = 0; p < n; ++p) {
     Sequence& q = *running_[p]->first_seq();
     decode_seqs_[p] = &q;
     decode_base_[p] = bm_.num_full_slots(q);
     // Step j appends slot base + j - 1.
     const std::int64_t step = next_decode_event(q) - decode_base_[p] + 1;
-    if (step <= k) due_at(step, p);
+    if (step <= k) decode_due_.due_at(step, p);
   }
   // Step j's append of a sequence: the tokens its schedule() sees (base + j), the table caught
   // up to them; returns the blocks it allocated.
@@ -254,19 +249,16 @@ void Scheduler::advance_decode(std::int64_t k, std::span<KVPoolStats> pool_after
   KVPoolStats stats = pool_stats();
   std::int64_t filled = 0;  // steps whose pool is written
   for (std::int64_t step = 1; step <= k; ++step) {
-    std::int64_t p = decode_head_[static_cast<std::size_t>(step)];
-    if (p < 0) continue;
-    decode_due_.clear();
-    for (; p >= 0; p = decode_link_[static_cast<std::size_t>(p)]) decode_due_.push_back(p);
-    std::sort(decode_due_.begin(), decode_due_.end());
+    const std::span<const std::int64_t> due = decode_due_.take(step);
+    if (due.empty()) continue;
     for (; filled < step - 1; ++filled) pool_after[static_cast<std::size_t>(filled)] = stats;
-    for (const std::int64_t d : decode_due_) {
+    for (const std::int64_t d : due) {
       const auto pos = static_cast<std::size_t>(d);
       KVSIM_ASSERT(bm_.num_free_gpu_blocks() >= 1, "a fast-forwarded decode step would preempt");
       stats.num_table_blocks += append_through(pos, step);
       const std::int64_t next = next_decode_event(*decode_seqs_[pos]) - decode_base_[pos] + 1;
       KVSIM_ASSERT(next > step, "a decode append due again in its own step");
-      if (next <= k) due_at(next, pos);
+      if (next <= k) decode_due_.due_at(next, pos);
     }
     if (step < k) bm_.mark_blocks_as_computed();  // the last step's waits for its metadata pass
     const std::int64_t table_blocks = stats.num_table_blocks;

@@ -17,6 +17,7 @@
 #include "core/common/hot.h"
 #include "core/common/request.h"
 #include "core/common/ring_deque.h"
+#include "core/common/step_buckets.h"
 #include "core/engine_api.h"
 #include "core/v1/kv_cache_manager.h"
 #include "core/v1/kv_connector.h"
@@ -180,11 +181,8 @@ class Scheduler final : public EngineCore {
   /// something (exact before v0.20; a candidate that fits() tests again at v0.20).
   std::int64_t next_decode_candidate(const Request& request) const;
   /// advance_decode's scratch: each request's next allocation that leaves allocate_slots' fast
-  /// path, by step: decode_head_[step] starts a list of running positions linked through
-  /// decode_link_ (one pending step per request), taken in position order (decode_due_).
-  std::vector<std::int64_t> decode_head_;
-  std::vector<std::int64_t> decode_link_;
-  std::vector<std::int64_t> decode_due_;
+  /// path, by step.
+  StepBuckets decode_due_;
   std::vector<std::int64_t> decode_base_;  // num_computed_tokens before the run, by position
 
   /// check_stop's decision for a request of `num_tokens` tokens, `num_outputs` of them outputs,

@@ -124,30 +124,22 @@ void Scheduler::advance_decode(std::int64_t k, std::span<KVPoolStats> pool_after
   const KVCacheManager::NoOpAllocation no_op = kv_.no_op_allocation();
   const std::size_t n = running_.size();
   decode_base_.resize(n);
-  decode_link_.resize(n);
-  decode_head_.assign(static_cast<std::size_t>(k) + 1, -1);
-  const auto due_at = [&](std::int64_t step, std::size_t p) {
-    decode_link_[p] = decode_head_[static_cast<std::size_t>(step)];
-    decode_head_[static_cast<std::size_t>(step)] = static_cast<std::int64_t>(p);
-  };
+  decode_due_.reset(k, n);
   for (std::size_t p = 0; p < n; ++p) {
     const Request& r = *running_[p];
     decode_base_[p] = r.num_computed_tokens;
     // The step whose allocate_slots sees num_computed_tokens c is step c - base + 1.
     const std::int64_t step = next_decode_candidate(r) - r.num_computed_tokens + 1;
-    if (step <= k) due_at(step, p);
+    if (step <= k) decode_due_.due_at(step, p);
   }
   KVPoolStats stats = pool_stats();
   std::int64_t filled = 0;  // steps whose pool is written
   for (std::int64_t step = 1; step <= k; ++step) {
-    std::int64_t p = decode_head_[static_cast<std::size_t>(step)];
-    if (p < 0) continue;
-    // The step's calls in running order (a later step's are linked while these run).
-    decode_due_.clear();
-    for (; p >= 0; p = decode_link_[static_cast<std::size_t>(p)]) decode_due_.push_back(p);
-    std::sort(decode_due_.begin(), decode_due_.end());
+    // The step's calls in running order (a later step's are listed while these run).
+    const std::span<const std::int64_t> due = decode_due_.take(step);
+    if (due.empty()) continue;
     for (; filled < step - 1; ++filled) pool_after[static_cast<std::size_t>(filled)] = stats;
-    for (const std::int64_t q : decode_due_) {
+    for (const std::int64_t q : due) {
       const auto pos = static_cast<std::size_t>(q);
       Request& r = *running_[pos];
       // The request as the step finds it: step - 1 tokens computed and appended since the start.
@@ -169,7 +161,7 @@ void Scheduler::advance_decode(std::int64_t k, std::span<KVPoolStats> pool_after
       r.num_computed_tokens = computed + 1;  // after the step
       const std::int64_t next = next_decode_candidate(r) - decode_base_[pos] + 1;
       KVSIM_ASSERT(next > step, "a decode allocation due again in its own step");
-      if (next <= k) due_at(next, pos);
+      if (next <= k) decode_due_.due_at(next, pos);
     }
     stats = pool_stats();  // after the step's allocations
   }
