@@ -4,6 +4,7 @@
 // other stepped k times, each owning its requests and their planned outputs.
 
 #include <deque>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,19 @@ struct DecodeSide {
     sched.update_from_output(outputs);
   }
 };
+
+/// The first difference between request i of one side (`x`) and of the other (`y`) in what every
+/// family keeps on the Request (status, tokens, computed and scheduled tokens, stop reason), as
+/// "request i: what"; "" when none.
+inline std::string request_difference(std::size_t i, const Request& x, const Request& y) {
+  const std::string id = "request " + std::to_string(i) + ": ";
+  if (x.status != y.status) return id + "status";
+  if (x.all_token_ids() != y.all_token_ids()) return id + "tokens";
+  if (x.num_computed_tokens != y.num_computed_tokens) return id + "computed tokens";
+  if (x.num_scheduled_tokens != y.num_scheduled_tokens) return id + "scheduled tokens";
+  if (x.stop_reason != y.stop_reason) return id + "stop reason";
+  return "";
+}
 
 /// Whether two pools' figures are the same (every counter the metrics read).
 inline bool same_pool(const KVPoolStats& a, const KVPoolStats& b) {

@@ -19,20 +19,14 @@ using namespace kvsim;
 namespace {
 
 using Side = kvsim::test::DecodeSide<ContiguousScheduler>;
+using kvsim::test::request_difference;
 using kvsim::test::same_pool;
 
 /// Compares everything the two schedulers hold; "" when equal.
 std::string difference(const Side& a, const Side& b) {
   if (a.requests.size() != b.requests.size()) return "request count";
-  for (std::size_t i = 0; i < a.requests.size(); ++i) {
-    const Request& x = a.requests[i];
-    const Request& y = b.requests[i];
-    const std::string id = "request " + std::to_string(i) + ": ";
-    if (x.status != y.status) return id + "status";
-    if (x.all_token_ids() != y.all_token_ids()) return id + "tokens";
-    if (x.num_computed_tokens != y.num_computed_tokens) return id + "computed tokens";
-    if (x.num_scheduled_tokens != y.num_scheduled_tokens) return id + "scheduled tokens";
-  }
+  for (std::size_t i = 0; i < a.requests.size(); ++i)
+    if (std::string d = request_difference(i, a.requests[i], b.requests[i]); !d.empty()) return d;
   const auto ra = a.sched.running(), rb = b.sched.running();
   if (ra.size() != rb.size()) return "running count";
   for (std::size_t i = 0; i < ra.size(); ++i) {

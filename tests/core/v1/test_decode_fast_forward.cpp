@@ -14,6 +14,7 @@
 
 using namespace kvsim;
 using kvsim::test::free_queue_ids;
+using kvsim::test::request_difference;
 using kvsim::test::same_pool;
 
 namespace {
@@ -26,10 +27,8 @@ std::string difference(const Side& a, const Side& b) {
   for (std::size_t i = 0; i < a.requests.size(); ++i) {
     const Request& x = a.requests[i];
     const Request& y = b.requests[i];
+    if (std::string d = request_difference(i, x, y); !d.empty()) return d;
     const std::string id = "request " + std::to_string(i) + ": ";
-    if (x.status != y.status) return id + "status";
-    if (x.all_token_ids() != y.all_token_ids()) return id + "tokens";
-    if (x.num_computed_tokens != y.num_computed_tokens) return id + "computed tokens";
     if (is_finished(x.status)) continue;
     const auto tx = a.sched.group_block_table(x, 0), ty = b.sched.group_block_table(y, 0);
     if (!std::equal(tx.begin(), tx.end(), ty.begin(), ty.end())) return id + "block table";
