@@ -246,29 +246,28 @@ void Scheduler::advance_decode(std::int64_t k, std::span<KVPoolStats> pool_after
     KVSIM_ASSERT(decode_cows_.empty(), "a fast-forwarded decode append copied a block");
     return static_cast<std::int64_t>(bm_.block_table(q).size() - before);
   };
-  KVPoolStats stats = pool_stats();
-  std::int64_t filled = 0;  // steps whose pool is written
-  for (std::int64_t step = 1; step <= k; ++step) {
-    const std::span<const std::int64_t> due = decode_due_.take(step);
-    if (due.empty()) continue;
-    for (; filled < step - 1; ++filled) pool_after[static_cast<std::size_t>(filled)] = stats;
-    for (const std::int64_t d : due) {
-      const auto pos = static_cast<std::size_t>(d);
-      KVSIM_ASSERT(bm_.num_free_gpu_blocks() >= 1, "a fast-forwarded decode step would preempt");
-      stats.num_table_blocks += append_through(pos, step);
-      const std::int64_t next = next_decode_event(*decode_seqs_[pos]) - decode_base_[pos] + 1;
-      KVSIM_ASSERT(next > step, "a decode append due again in its own step");
-      if (next <= k) decode_due_.due_at(next, pos);
-    }
-    if (step < k) bm_.mark_blocks_as_computed();  // the last step's waits for its metadata pass
-    const std::int64_t table_blocks = stats.num_table_blocks;
-    stats = gpu_pool_stats();
-    stats.num_table_blocks = table_blocks;
-  }
-  for (; filled < k; ++filled) pool_after[static_cast<std::size_t>(filled)] = stats;
+  const KVPoolStats before = pool_stats();
+  // The running tables' blocks (KVPoolStats::num_table_blocks), kept as the appends allocate.
+  std::int64_t table_blocks = before.num_table_blocks;
+  decode_due_.replay(
+      k, before, pool_after,
+      [&](std::int64_t step, std::size_t pos) {
+        KVSIM_ASSERT(bm_.num_free_gpu_blocks() >= 1, "a fast-forwarded decode step would preempt");
+        table_blocks += append_through(pos, step);
+        const std::int64_t next = next_decode_event(*decode_seqs_[pos]) - decode_base_[pos] + 1;
+        KVSIM_ASSERT(next > step, "a decode append due again in its own step");
+        if (next <= k) decode_due_.due_at(next, pos);
+      },
+      [&](std::int64_t step) {
+        if (step < k) bm_.mark_blocks_as_computed();  // the last step's waits for its metadata pass
+        KVPoolStats s = gpu_pool_stats();
+        s.num_table_blocks = table_blocks;
+        return s;
+      });
   // The last step's metadata pass, on the tables as its appends left them.
   for (std::size_t p = 0; p < n; ++p) {
-    KVSIM_ASSERT(append_through(p, k) == 0, "a fast-forwarded decode append was not replayed");
+    const std::int64_t allocated = append_through(p, k);
+    KVSIM_ASSERT(allocated == 0, "a fast-forwarded decode append was not replayed");
     Sequence& q = *decode_seqs_[p];
     bm_.access_all_blocks_in_seq(q, now_);
     bm_.get_num_cached_tokens(q);

@@ -132,40 +132,34 @@ void Scheduler::advance_decode(std::int64_t k, std::span<KVPoolStats> pool_after
     const std::int64_t step = next_decode_candidate(r) - r.num_computed_tokens + 1;
     if (step <= k) decode_due_.due_at(step, p);
   }
-  KVPoolStats stats = pool_stats();
-  std::int64_t filled = 0;  // steps whose pool is written
-  for (std::int64_t step = 1; step <= k; ++step) {
-    // The step's calls in running order (a later step's are listed while these run).
-    const std::span<const std::int64_t> due = decode_due_.take(step);
-    if (due.empty()) continue;
-    for (; filled < step - 1; ++filled) pool_after[static_cast<std::size_t>(filled)] = stats;
-    for (const std::int64_t q : due) {
-      const auto pos = static_cast<std::size_t>(q);
-      Request& r = *running_[pos];
-      // The request as the step finds it: step - 1 tokens computed and appended since the start.
-      const std::int64_t computed = decode_base_[pos] + step - 1;
-      r.num_computed_tokens = computed;
-      if (r.num_tokens() < computed + 1) r.append_next_outputs(computed + 1 - r.num_tokens());
-      if (const KVGroupTable* t = decode_table(r)) {
-        // v0.20's running loop: the allocator only when NoOpAllocation says it does something.
-        const std::int64_t end = computed + 1;
-        if (!no_op.fits(*t, end, std::min(end + lookahead, config_.max_model_len), r.num_tokens(),
-                        false)) {
-          const AllocStatus st = kv_.coordinator()->allocate_slots_running(r, 1, lookahead);
-          KVSIM_ASSERT(st == AllocStatus::kOk, "a fast-forwarded decode step failed to allocate");
+  // Each step's calls in running order (a later step's are listed while these run).
+  decode_due_.replay(
+      k, pool_stats(), pool_after,
+      [&](std::int64_t step, std::size_t pos) {
+        Request& r = *running_[pos];
+        // The request as the step finds it: step - 1 tokens computed and appended since the
+        // start.
+        const std::int64_t computed = decode_base_[pos] + step - 1;
+        r.num_computed_tokens = computed;
+        if (r.num_tokens() < computed + 1) r.append_next_outputs(computed + 1 - r.num_tokens());
+        if (const KVGroupTable* t = decode_table(r)) {
+          // v0.20's running loop: the allocator only when NoOpAllocation says it does something.
+          const std::int64_t end = computed + 1;
+          if (!no_op.fits(*t, end, std::min(end + lookahead, config_.max_model_len), r.num_tokens(),
+                          false)) {
+            const AllocStatus st = kv_.coordinator()->allocate_slots_running(r, 1, lookahead);
+            KVSIM_ASSERT(st == AllocStatus::kOk, "a fast-forwarded decode step failed to allocate");
+          }
+        } else {
+          const AllocResult res = kv_.allocate_slots(r, 1, {}, lookahead);
+          KVSIM_ASSERT(res.ok(), "a fast-forwarded decode step failed to allocate");
         }
-      } else {
-        const AllocResult res = kv_.allocate_slots(r, 1, {}, lookahead);
-        KVSIM_ASSERT(res.ok(), "a fast-forwarded decode step failed to allocate");
-      }
-      r.num_computed_tokens = computed + 1;  // after the step
-      const std::int64_t next = next_decode_candidate(r) - decode_base_[pos] + 1;
-      KVSIM_ASSERT(next > step, "a decode allocation due again in its own step");
-      if (next <= k) decode_due_.due_at(next, pos);
-    }
-    stats = pool_stats();  // after the step's allocations
-  }
-  for (; filled < k; ++filled) pool_after[static_cast<std::size_t>(filled)] = stats;
+        r.num_computed_tokens = computed + 1;  // after the step
+        const std::int64_t next = next_decode_candidate(r) - decode_base_[pos] + 1;
+        KVSIM_ASSERT(next > step, "a decode allocation due again in its own step");
+        if (next <= k) decode_due_.due_at(next, pos);
+      },
+      [&](std::int64_t) { return pool_stats(); });  // after the step's allocations
   for (std::size_t p = 0; p < n; ++p) {
     Request& r = *running_[p];
     r.num_computed_tokens = decode_base_[p] + k;

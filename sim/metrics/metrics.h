@@ -113,7 +113,7 @@ class MetricsCollector : public StepObserver {
                    std::int64_t max_model_len, RecordSink* sink);
 
   void on_step(const StepView& v) override;
-  /// Fast-forward runs (not with the V0 figures or the CPU tier, whose counters move per step).
+  /// Fast-forward runs (not with the CPU tier, whose counters move per step).
   bool takes_decode_runs() const override { return offload_ == nullptr; }
   /// The next recorded step (steps_every): its row needs the engine as that step leaves it.
   std::int64_t next_step_needed(std::int64_t step) const override;
