@@ -303,17 +303,10 @@ void ValidationHarness::Impl::load_batch(const StepView& view, bool full_tables)
       kc.request_id = s.request_id;
       kc.keys.clear();
     }
-    if (s.context <= r.num_tokens()) {
-      content.extend_prefix_keys(r.all_token_ids(), s.context, kc.keys);
-    } else {
-      const auto own = r.all_token_ids();
-      ahead_tokens.assign(own.begin(), own.end());
-      for (std::int64_t o = r.num_output_tokens(); o < s.context - r.num_prompt_tokens(); ++o)
-        ahead_tokens.push_back(o < static_cast<std::int64_t>(r.planned_outputs.size())
-                                   ? r.planned_outputs[static_cast<std::size_t>(o)]
-                                   : r.sampled_token);
-      content.extend_prefix_keys(ahead_tokens, s.context, kc.keys);
-    }
+    content.extend_prefix_keys(r.all_token_ids(), std::min(s.context, r.num_tokens()), kc.keys);
+    // Positions past the request's tokens (async): the outputs the step in flight samples.
+    for (auto p = static_cast<std::int64_t>(kc.keys.size()); p < s.context; ++p)
+      content.append_key(r.planned_output(p - r.num_prompt_tokens()), kc.keys);
   }
   // Spans only once the cache has stopped growing (an outer resize moves the entries).
   for (std::size_t i = 0; i < num_seqs; ++i) {

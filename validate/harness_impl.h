@@ -43,7 +43,6 @@ struct ValidationHarness::Impl : detail::StepBatch {
   BlockMoveCounts moves;
   // Scratch, reused across steps.
   std::vector<std::int64_t> written_blocks;  // write-every-step mode
-  std::vector<Token> ahead_tokens;  // a request's tokens and the outputs it has not appended yet
   std::vector<std::int32_t> tables, lens, q_indptr;
   std::vector<std::byte> q, out, out_timer;
   std::vector<float> qf, out_f, ref_f;

@@ -20,6 +20,13 @@ constexpr std::uint64_t part_tag(KvPart part) {
   return 0;
 }
 
+/// key(p) from key(p - 1) (the root for p = 0) and token[p] (the header's formula).
+std::uint64_t next_key(std::uint64_t prev, Token token, std::int64_t p) {
+  const std::uint64_t tok = static_cast<std::uint32_t>(token);
+  const std::uint64_t k = splitmix64(prev ^ ((tok << 32) | static_cast<std::uint32_t>(p)));
+  return k == 0 ? 1 : k;
+}
+
 }  // namespace
 
 KvContentModel::KvContentModel(std::uint64_t seed, int num_q_heads, int num_kv_heads, int head_size,
@@ -49,11 +56,14 @@ void KvContentModel::extend_prefix_keys(std::span<const Token> tokens, std::int6
   keys.resize(static_cast<std::size_t>(count));
   std::uint64_t k = p == 0 ? root_ : keys[static_cast<std::size_t>(p - 1)];
   for (; p < count; ++p) {
-    const std::uint64_t tok = static_cast<std::uint32_t>(tokens[static_cast<std::size_t>(p)]);
-    k = splitmix64(k ^ ((tok << 32) | static_cast<std::uint32_t>(p)));
-    if (k == 0) k = 1;
+    k = next_key(k, tokens[static_cast<std::size_t>(p)], p);
     keys[static_cast<std::size_t>(p)] = k;
   }
+}
+
+void KvContentModel::append_key(Token token, std::vector<std::uint64_t>& keys) const {
+  const auto p = static_cast<std::int64_t>(keys.size());
+  keys.push_back(next_key(p == 0 ? root_ : keys.back(), token, p));
 }
 
 void KvContentModel::values(std::uint64_t key, KvPart part, float* out) const {

@@ -36,6 +36,8 @@ class KvContentModel {
   /// change when k >= count. O(count - k).
   void extend_prefix_keys(std::span<const Token> tokens, std::int64_t count,
                           std::vector<std::uint64_t>& keys) const;
+  /// Appends key(k) of `token` at position k = keys.size(), `keys` holding key(0 .. k-1). O(1).
+  void append_key(Token token, std::vector<std::uint64_t>& keys) const;
 
   /// The `part` vector of the token with key `key`, rounded to the dtype, into `out`:
   /// [num_kv_heads, head_size] floats for K and V, [num_q_heads, head_size] for Q.

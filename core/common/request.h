@@ -129,12 +129,15 @@ class Request {
   /// front (the simulator plans every output): engines then take output k from here rather than
   /// from sampled_token, which needs no per-step write (nor one for steps still in flight).
   std::span<const Token> planned_outputs;
-  /// What an engine appends as the next output: planned_outputs[num_output_tokens()] while the
-  /// plan lasts, else sampled_token.
-  Token next_sampled_token() const {
-    const auto k = static_cast<std::size_t>(num_output_tokens());
-    return k < planned_outputs.size() ? planned_outputs[k] : sampled_token;
+  /// Output `k` (0-based) as an engine appends it: planned_outputs[k] while the plan lasts, else
+  /// sampled_token.
+  Token planned_output(std::int64_t k) const {
+    return static_cast<std::size_t>(k) < planned_outputs.size()
+               ? planned_outputs[static_cast<std::size_t>(k)]
+               : sampled_token;
   }
+  /// What an engine appends as the next output.
+  Token next_sampled_token() const { return planned_output(num_output_tokens()); }
   /// Appends the next `n` outputs, those n appends of next_sampled_token() would (a fast-forward
   /// run's tokens, at once).
   void append_next_outputs(std::int64_t n);
